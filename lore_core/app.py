@@ -1,0 +1,322 @@
+"""The Quart app: routes, and the path of one API request from client to upstream and back.
+
+Read ``proxy_api`` top to bottom to follow a request: read and decode the body, parse it
+with the API's codec, identify harness/session/project, run the prompt layers, forward
+upstream, relay the answer (streamed chunk by chunk) while the codec's assembler rebuilds
+the assistant message, then hand the finished exchange to the plugins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from quart import Quart, Response, request
+
+from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
+from lore_core.gateway import Gateway
+from lore_core.interfaces import Codec, CompositionContext, RequestContext
+from lore_core.model import Exchange
+from lore_core.proxy import (
+    BadUpstreamURL,
+    UpstreamError,
+    forward_headers,
+    join_url,
+    response_headers,
+    upstream_path,
+)
+
+log = logging.getLogger("lore.app")
+
+ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+class ClientError(Exception):
+    """A client mistake, answered with a 4xx in the API's own error shape."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def create_app(gateway: Gateway) -> Quart:
+    app = Quart("lore")
+    # The gateway enforces its own body limit (with an API-shaped 413) and streams may
+    # legitimately run for many minutes.
+    app.config.update(MAX_CONTENT_LENGTH=None, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=300)
+    app.extensions["lore"] = gateway
+
+    @app.before_serving
+    async def _start() -> None:
+        await gateway.start()
+
+    @app.after_serving
+    async def _stop() -> None:
+        await gateway.stop()
+
+    @app.get("/health")
+    async def health() -> Response:
+        return _json(200, gateway.health())
+
+    @app.route("/", methods=["HEAD"])
+    @app.route("/<path:path>", methods=["HEAD"])
+    async def head(path: str = "") -> Response:
+        # Clients probe the base URL before their first request: answer at once.
+        return Response(b"", status=200)
+
+    @app.websocket("/<path:path>")
+    async def no_websockets(path: str) -> Response:
+        # Codex tries a WebSocket first; 426 makes it fall back to HTTP at once (404 costs
+        # it seconds of retries).
+        codec = gateway.registry.codec_for_path("/" + path)
+        message = "this gateway speaks HTTP only: send the same request as an HTTP POST"
+        return _error(codec, 426, message)
+
+    @app.route("/<path:path>", methods=ALL_METHODS)
+    async def proxy(path: str) -> Response:
+        path = "/" + path
+        codec = gateway.registry.codec_for_path(path) if request.method == "POST" else None
+        if codec is not None:
+            return await proxy_api(gateway, codec, path)
+        if path.startswith("/v1/") or "/v1/" in path:
+            return await proxy_passthrough(gateway, path)
+        return _error(None, 404, f"no route for {request.method} {path}")
+
+    return app
+
+
+# ---------------------------------------------------------------------------------------------
+# One API request, end to end
+# ---------------------------------------------------------------------------------------------
+
+
+async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
+    try:
+        body, decoded, raw = await _read_json_body(gateway)
+    except ClientError as exc:
+        return _error(codec, exc.status, exc.message)
+
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    try:
+        view = codec.parse(raw, decoded)
+    except Exception:
+        # A body we cannot model is still a valid request: pass it through untouched.
+        log.exception("%s codec could not parse a request; passing it through", codec.api)
+        return await proxy_passthrough(gateway, path, body=body)
+
+    ctx = RequestContext(path=path, headers=headers, view=view, gateway_cwd=gateway.cwd)
+    harness, session_id, project = gateway.identify(ctx)
+    view = gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
+
+    out_headers = forward_headers(list(request.headers.items()))
+    if view.modified:
+        try:
+            out_body = json.dumps(codec.render(view), ensure_ascii=False).encode()
+            out_headers = [(k, v) for k, v in out_headers if k.lower() != "content-encoding"]
+        except Exception:
+            log.exception("%s codec could not render a composed request; sending the original", codec.api)
+            out_body = body
+    else:
+        out_body = body  # byte for byte, still in the client's content-encoding
+
+    try:
+        base = gateway.upstream.resolve(codec.provider, view.model, headers)
+    except BadUpstreamURL as exc:
+        return _error(codec, 400, f"X-Lore-Upstream-URL: {exc}")
+    url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
+
+    exchange = Exchange(
+        api=codec.api,
+        path=path,
+        request=view,
+        harness=harness.name,
+        session_id=session_id,
+        project=project,
+        upstream=base,
+    )
+    try:
+        upstream = await gateway.upstream.send(request.method, url, out_headers, out_body)
+    except UpstreamError as exc:
+        gateway.stats["upstream_errors"] += 1
+        exchange.status = 502
+        gateway.exchange_finished(exchange)
+        return _error(codec, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}")
+    except asyncio.CancelledError:
+        exchange.client_disconnected = True
+        gateway.exchange_finished(exchange)
+        raise
+
+    exchange.status = upstream.status_code
+    is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    if is_sse:
+        return _stream_response(gateway, codec, upstream, exchange)
+    return await _buffered_response(gateway, codec, upstream, exchange)
+
+
+def _stream_response(
+    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange
+) -> Response:
+    """Relay SSE chunk by chunk; the assembler reads a decoded copy beside the relay."""
+    assembler = codec.assembler()
+    try:
+        decoder = decoder_for(upstream.headers.get("content-encoding"))
+    except UnsupportedEncoding:
+        decoder = None
+
+    async def relay() -> AsyncIterator[bytes]:
+        nonlocal decoder
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+                if decoder is not None:
+                    try:
+                        assembler.feed(decoder.decompress(chunk))
+                    except Exception:
+                        log.exception("%s assembler failed; the stream is still relayed", codec.api)
+                        decoder = None
+        except asyncio.CancelledError:
+            exchange.client_disconnected = True
+            raise
+        except httpx.HTTPError as exc:
+            log.warning("upstream stream from %s broke off: %s", exchange.upstream, exc)
+        finally:
+            exchange.response = assembler.result()
+            # Closing the upstream response also cancels the upstream request when the
+            # client went away mid-stream.
+            await asyncio.shield(upstream.aclose())
+            gateway.exchange_finished(exchange)
+
+    response = Response(relay(), status=upstream.status_code, headers=response_headers(upstream.headers))
+    response.timeout = None  # Quart would cut streams after 60 s while still reporting 200
+    return response
+
+
+async def _buffered_response(
+    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange
+) -> Response:
+    try:
+        raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
+    except httpx.HTTPError as exc:
+        gateway.stats["upstream_errors"] += 1
+        exchange.status = 502
+        gateway.exchange_finished(exchange)
+        return _error(codec, 502, f"the upstream {exchange.upstream} broke off its response: {exc}")
+    except asyncio.CancelledError:
+        exchange.client_disconnected = True
+        gateway.exchange_finished(exchange)
+        raise
+    finally:
+        await upstream.aclose()
+    if upstream.status_code == 200:
+        try:
+            payload = json.loads(decode_body(raw, upstream.headers.get("content-encoding")))
+            if isinstance(payload, dict):
+                exchange.response = codec.parse_response(payload)
+        except (ValueError, UnsupportedEncoding):
+            log.warning("%s: a 200 response was not JSON; relayed as is", codec.api)
+    gateway.exchange_finished(exchange)
+    return Response(raw, status=upstream.status_code, headers=response_headers(upstream.headers))
+
+
+async def proxy_passthrough(gateway: Gateway, path: str, body: bytes | None = None) -> Response:
+    """Forward anything the pipeline does not model (models list, count_tokens, files, ...)."""
+    if body is None:
+        try:
+            body = await _read_body(gateway)
+        except ClientError as exc:
+            return _error(None, exc.status, exc.message)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    provider = _guess_provider(path, headers)
+    try:
+        base = gateway.upstream.resolve(provider, None, headers)
+    except BadUpstreamURL as exc:
+        return _error(None, 400, f"X-Lore-Upstream-URL: {exc}")
+    url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
+    try:
+        upstream = await gateway.upstream.send(
+            request.method, url, forward_headers(list(request.headers.items())), body or None
+        )
+    except UpstreamError as exc:
+        gateway.stats["upstream_errors"] += 1
+        return _error(None, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}", provider)
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            log.warning("upstream %s broke off: %s", base, exc)
+        finally:
+            await asyncio.shield(upstream.aclose())
+
+    response = Response(relay(), status=upstream.status_code, headers=response_headers(upstream.headers))
+    response.timeout = None
+    return response
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+async def _read_body(gateway: Gateway) -> bytes:
+    limit = gateway.config.server.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ClientError(
+            413, f"request body of {declared} bytes exceeds the gateway's limit of {limit} bytes"
+        )
+    chunks, size = [], 0
+    async for chunk in request.body:
+        size += len(chunk)
+        if size > limit:
+            raise ClientError(413, f"request body exceeds the gateway's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any]]:
+    """(bytes as sent, decoded bytes, parsed object), or a :class:`ClientError`."""
+    body = await _read_body(gateway)
+    content_type = request.headers.get("content-type", "")
+    mime = content_type.split(";")[0].strip().lower()
+    if mime and mime != "application/json" and not mime.endswith("+json"):
+        raise ClientError(415, f"expected a JSON body (Content-Type: application/json), got {content_type!r}")
+    try:
+        decoded = decode_body(body, request.headers.get("content-encoding"))
+    except ValueError as exc:
+        raise ClientError(400, f"cannot decode the request body: {exc}") from None
+    if not decoded.strip():
+        raise ClientError(400, "the request body is empty; expected a JSON object")
+    try:
+        raw = json.loads(decoded)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ClientError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
+    return body, decoded, raw
+
+
+def _guess_provider(path: str, headers: dict[str, str]) -> str:
+    if "/messages" in path or "anthropic-version" in headers or "x-api-key" in headers:
+        return "anthropic"
+    return "openai"
+
+
+def _json(status: int, payload: Any) -> Response:
+    return Response(json.dumps(payload), status=status, content_type="application/json")
+
+
+def _error(codec: Codec | None, status: int, message: str, provider: str | None = None) -> Response:
+    """An error in the wire API's own shape (OpenAI's shape when the API is unknown)."""
+    if codec is not None:
+        return _json(status, codec.error_body(status, message))
+    if provider == "anthropic":
+        return _json(status, {"type": "error", "error": {"type": "api_error", "message": message}})
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return _json(status, {"error": {"message": message, "type": kind, "param": None, "code": None}})

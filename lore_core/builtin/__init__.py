@@ -1,0 +1,1 @@
+"""Core features registered through the same hooks as third-party plugins."""

@@ -1,0 +1,245 @@
+"""Anthropic Messages API (``/v1/messages``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lore_core.codecs import as_int, loads_or, status_error_kind
+from lore_core.model import (
+    IMAGE,
+    OTHER,
+    TEXT,
+    THINKING,
+    TOOL_CALL,
+    TOOL_RESULT,
+    AssistantMessage,
+    Block,
+    Message,
+    RequestView,
+    Usage,
+)
+from lore_core.sse import SSEParser
+
+
+def parse_block(raw: Any) -> Block:
+    if isinstance(raw, str):
+        return Block(TEXT, text=raw, wire_type="text", raw=raw)
+    if not isinstance(raw, dict):
+        return Block(OTHER, raw=raw)
+    kind = raw.get("type")
+    if kind == "text":
+        return Block(TEXT, text=str(raw.get("text", "")), wire_type=kind, raw=raw)
+    if kind in ("thinking", "redacted_thinking"):
+        return Block(THINKING, text=str(raw.get("thinking", "")), wire_type=kind, raw=raw)
+    if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+        return Block(
+            TOOL_CALL,
+            tool_name=raw.get("name"),
+            tool_call_id=raw.get("id"),
+            tool_input=raw.get("input"),
+            wire_type=kind,
+            raw=raw,
+        )
+    if kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
+        content = raw.get("content")
+        if isinstance(content, list):
+            text = "\n".join(
+                str(part.get("text", ""))
+                for part in content
+                if isinstance(part, dict) and part.get("type") == "text"
+            )
+        else:
+            text = str(content) if content is not None else ""
+        return Block(
+            TOOL_RESULT,
+            text=text,
+            tool_call_id=raw.get("tool_use_id"),
+            is_error=bool(raw.get("is_error")),
+            wire_type=kind,
+            raw=raw,
+        )
+    if kind in ("image", "document"):
+        return Block(IMAGE, wire_type=kind, raw=raw)
+    return Block(OTHER, wire_type=kind if isinstance(kind, str) else None, raw=raw)
+
+
+def parse_content(content: Any) -> list[Block]:
+    if isinstance(content, str):
+        return [Block(TEXT, text=content, wire_type="text", raw=content)]
+    if isinstance(content, list):
+        return [parse_block(part) for part in content]
+    return []
+
+
+def render_block(block: Block) -> Any:
+    if block.raw is not None:
+        return block.raw
+    if block.type == TOOL_CALL:
+        return {
+            "type": "tool_use",
+            "id": block.tool_call_id,
+            "name": block.tool_name,
+            "input": block.tool_input,
+        }
+    if block.type == TOOL_RESULT:
+        out: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": block.tool_call_id,
+            "content": block.text,
+        }
+        if block.is_error:
+            out["is_error"] = True
+        return out
+    return {"type": "text", "text": block.text}
+
+
+def parse_usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    return Usage(
+        input_tokens=as_int(raw.get("input_tokens")),
+        output_tokens=as_int(raw.get("output_tokens")),
+        cache_read_tokens=as_int(raw.get("cache_read_input_tokens")),
+        cache_write_tokens=as_int(raw.get("cache_creation_input_tokens")),
+    )
+
+
+class AnthropicMessagesCodec:
+    api = "anthropic-messages"
+    provider = "anthropic"
+    paths = ("/v1/messages",)
+
+    def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
+        messages = []
+        for item in raw.get("messages") or []:
+            if isinstance(item, dict):
+                messages.append(
+                    Message(
+                        role=str(item.get("role", "")), blocks=parse_content(item.get("content")), raw=item
+                    )
+                )
+            else:
+                messages.append(Message(role="", raw=item))
+        tools = raw.get("tools")
+        return RequestView(
+            api=self.api,
+            raw=raw,
+            body=body,
+            model=raw.get("model") if isinstance(raw.get("model"), str) else None,
+            stream=raw.get("stream") is True,
+            system=parse_content(raw.get("system")),
+            messages=messages,
+            tools=list(tools) if isinstance(tools, list) else [],
+        )
+
+    def render(self, view: RequestView) -> dict[str, Any]:
+        out = dict(view.raw)
+        out["messages"] = [
+            m.raw
+            if m.raw is not None and not m.synthetic
+            else {"role": m.role, "content": [render_block(b) for b in m.blocks]}
+            for m in view.messages
+        ]
+        # Only touch ``system`` / ``tools`` when a layer changed them, so a plain-string
+        # system prompt stays a string.
+        if [b.raw for b in view.system] != [b.raw for b in parse_content(view.raw.get("system"))]:
+            out["system"] = [
+                {"type": "text", "text": b.raw} if isinstance(b.raw, str) else render_block(b)
+                for b in view.system
+            ]
+        if view.tools != (view.raw.get("tools") or []):
+            out["tools"] = view.tools
+        return out
+
+    def parse_response(self, raw: dict[str, Any]) -> AssistantMessage:
+        return AssistantMessage(
+            blocks=parse_content(raw.get("content")),
+            usage=parse_usage(raw.get("usage")),
+            stop_reason=raw.get("stop_reason"),
+            model=raw.get("model"),
+            response_id=raw.get("id"),
+            complete=raw.get("type") != "error",
+            error=(raw.get("error") or {}).get("message") if raw.get("type") == "error" else None,
+        )
+
+    def assembler(self) -> AnthropicAssembler:
+        return AnthropicAssembler()
+
+    def error_body(self, status: int, message: str, error_type: str | None = None) -> dict[str, Any]:
+        return {
+            "type": "error",
+            "error": {"type": error_type or status_error_kind(status), "message": message},
+        }
+
+
+class AnthropicAssembler:
+    """Rebuilds a Messages response from ``message_start`` ... ``message_stop`` events."""
+
+    def __init__(self) -> None:
+        self._sse = SSEParser()
+        self._message = AssistantMessage()
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._partial_json: dict[int, str] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        for _event, data in self._sse.feed(chunk):
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(payload, dict):
+                self._apply(payload)
+
+    def _apply(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("type")
+        msg = self._message
+        if kind == "message_start":
+            start = ev.get("message") or {}
+            msg.model = start.get("model")
+            msg.response_id = start.get("id")
+            msg.usage = parse_usage(start.get("usage"))
+        elif kind == "content_block_start":
+            self._blocks[as_int(ev.get("index"))] = dict(ev.get("content_block") or {})
+        elif kind == "content_block_delta":
+            index = as_int(ev.get("index"))
+            block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+            delta = ev.get("delta") or {}
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                block["text"] = block.get("text", "") + str(delta.get("text", ""))
+            elif dtype == "input_json_delta":
+                self._partial_json[index] = self._partial_json.get(index, "") + str(
+                    delta.get("partial_json", "")
+                )
+            elif dtype == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+            elif dtype == "signature_delta":
+                block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        elif kind == "message_delta":
+            delta = ev.get("delta") or {}
+            if delta.get("stop_reason"):
+                msg.stop_reason = delta["stop_reason"]
+            usage = ev.get("usage") or {}
+            for key, attr in (
+                ("output_tokens", "output_tokens"),
+                ("input_tokens", "input_tokens"),
+                ("cache_read_input_tokens", "cache_read_tokens"),
+                ("cache_creation_input_tokens", "cache_write_tokens"),
+            ):
+                if isinstance(usage.get(key), int):
+                    setattr(msg.usage, attr, usage[key])
+        elif kind == "message_stop":
+            msg.complete = True
+        elif kind == "error":
+            msg.error = str((ev.get("error") or {}).get("message", "stream error"))
+
+    def result(self) -> AssistantMessage:
+        blocks = []
+        for index in sorted(self._blocks):
+            raw = dict(self._blocks[index])
+            if index in self._partial_json:
+                raw["input"] = loads_or(self._partial_json[index], {})
+            blocks.append(parse_block(raw))
+        self._message.blocks = blocks
+        return self._message

@@ -1,0 +1,213 @@
+"""OpenAI Chat Completions API (``/v1/chat/completions`` and bare ``/chat/completions``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lore_core.codecs import as_int, loads_or, status_error_kind
+from lore_core.model import (
+    IMAGE,
+    OTHER,
+    TEXT,
+    TOOL_CALL,
+    TOOL_RESULT,
+    AssistantMessage,
+    Block,
+    Message,
+    RequestView,
+    Usage,
+)
+from lore_core.sse import SSEParser
+
+
+def _content_blocks(content: Any, as_tool_result_of: str | None = None) -> list[Block]:
+    if isinstance(content, str):
+        if as_tool_result_of is not None:
+            return [Block(TOOL_RESULT, text=content, tool_call_id=as_tool_result_of)]
+        return [Block(TEXT, text=content, wire_type="text")]
+    blocks = []
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            blocks.append(Block(OTHER, raw=part))
+        elif part.get("type") in ("text", "input_text", "refusal"):
+            text = str(part.get("text", part.get("refusal", "")))
+            if as_tool_result_of is not None:
+                blocks.append(Block(TOOL_RESULT, text=text, tool_call_id=as_tool_result_of, raw=part))
+            else:
+                blocks.append(Block(TEXT, text=text, wire_type=part.get("type"), raw=part))
+        elif part.get("type") in ("image_url", "input_image", "input_audio", "file"):
+            blocks.append(Block(IMAGE, wire_type=part.get("type"), raw=part))
+        else:
+            blocks.append(Block(OTHER, wire_type=part.get("type"), raw=part))
+    return blocks
+
+
+def _tool_call_blocks(calls: Any) -> list[Block]:
+    blocks = []
+    for call in calls if isinstance(calls, list) else []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") or {}
+        blocks.append(
+            Block(
+                TOOL_CALL,
+                tool_name=fn.get("name"),
+                tool_call_id=call.get("id"),
+                tool_input=loads_or(fn.get("arguments"), {}),
+                wire_type=call.get("type", "function"),
+                raw=call,
+            )
+        )
+    return blocks
+
+
+def parse_message(raw: dict[str, Any]) -> Message:
+    role = str(raw.get("role", ""))
+    if role == "tool":
+        blocks = _content_blocks(raw.get("content"), as_tool_result_of=raw.get("tool_call_id"))
+    else:
+        blocks = _content_blocks(raw.get("content")) + _tool_call_blocks(raw.get("tool_calls"))
+    return Message(role=role, blocks=blocks, raw=raw)
+
+
+def render_message(msg: Message) -> dict[str, Any]:
+    if msg.raw is not None and not msg.synthetic:
+        return msg.raw
+    if msg.role == "tool" or any(b.type == TOOL_RESULT for b in msg.blocks):
+        result = next(b for b in msg.blocks if b.type == TOOL_RESULT)
+        return {"role": "tool", "tool_call_id": result.tool_call_id, "content": result.text}
+    out: dict[str, Any] = {"role": msg.role, "content": msg.text}
+    calls = [b for b in msg.blocks if b.type == TOOL_CALL]
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": b.tool_call_id,
+                "type": "function",
+                "function": {"name": b.tool_name, "arguments": json.dumps(b.tool_input)},
+            }
+            for b in calls
+        ]
+    return out
+
+
+def parse_usage(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    cached = as_int((raw.get("prompt_tokens_details") or {}).get("cached_tokens"))
+    return Usage(
+        input_tokens=max(as_int(raw.get("prompt_tokens")) - cached, 0),
+        output_tokens=as_int(raw.get("completion_tokens")),
+        cache_read_tokens=cached,
+    )
+
+
+class OpenAIChatCodec:
+    api = "openai-chat"
+    provider = "openai"
+    paths = ("/chat/completions",)
+
+    def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
+        messages = [
+            parse_message(m) if isinstance(m, dict) else Message(role="", raw=m)
+            for m in raw.get("messages") or []
+        ]
+        tools = raw.get("tools")
+        return RequestView(
+            api=self.api,
+            raw=raw,
+            body=body,
+            model=raw.get("model") if isinstance(raw.get("model"), str) else None,
+            stream=raw.get("stream") is True,
+            messages=messages,
+            tools=list(tools) if isinstance(tools, list) else [],
+        )
+
+    def render(self, view: RequestView) -> dict[str, Any]:
+        out = dict(view.raw)
+        out["messages"] = [render_message(m) for m in view.messages]
+        if view.tools != (view.raw.get("tools") or []):
+            out["tools"] = view.tools
+        return out
+
+    def parse_response(self, raw: dict[str, Any]) -> AssistantMessage:
+        choices = raw.get("choices") or [{}]
+        choice = choices[0] if isinstance(choices[0], dict) else {}
+        message = choice.get("message") or {}
+        return AssistantMessage(
+            blocks=_content_blocks(message.get("content")) + _tool_call_blocks(message.get("tool_calls")),
+            usage=parse_usage(raw.get("usage")),
+            stop_reason=choice.get("finish_reason"),
+            model=raw.get("model"),
+            response_id=raw.get("id"),
+            complete="error" not in raw,
+        )
+
+    def assembler(self) -> OpenAIChatAssembler:
+        return OpenAIChatAssembler()
+
+    def error_body(self, status: int, message: str, error_type: str | None = None) -> dict[str, Any]:
+        kind = error_type or ("server_error" if status >= 500 else status_error_kind(status))
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+class OpenAIChatAssembler:
+    """Rebuilds a chat completion from ``chat.completion.chunk`` events up to ``[DONE]``."""
+
+    def __init__(self) -> None:
+        self._sse = SSEParser()
+        self._message = AssistantMessage()
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        for _event, data in self._sse.feed(chunk):
+            if data.strip() == "[DONE]":
+                self._message.complete = True
+                continue
+            try:
+                payload = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(payload, dict):
+                self._apply(payload)
+
+    def _apply(self, ev: dict[str, Any]) -> None:
+        msg = self._message
+        msg.response_id = msg.response_id or ev.get("id")
+        msg.model = msg.model or ev.get("model")
+        if isinstance(ev.get("usage"), dict):
+            msg.usage = parse_usage(ev["usage"])
+        if "error" in ev:
+            msg.error = str((ev.get("error") or {}).get("message", "stream error"))
+        for choice in ev.get("choices") or []:
+            if not isinstance(choice, dict) or as_int(choice.get("index")) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self._text.append(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                slot = self._calls.setdefault(
+                    as_int(call.get("index")), {"id": None, "name": "", "arguments": ""}
+                )
+                slot["id"] = call.get("id") or slot["id"]
+                fn = call.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                msg.stop_reason = choice["finish_reason"]
+
+    def result(self) -> AssistantMessage:
+        blocks = [Block(TEXT, text="".join(self._text), wire_type="text")] if self._text else []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            blocks.append(
+                Block(
+                    TOOL_CALL,
+                    tool_name=call["name"],
+                    tool_call_id=call["id"],
+                    tool_input=loads_or(call["arguments"], {}),
+                )
+            )
+        self._message.blocks = blocks
+        return self._message

@@ -1,0 +1,321 @@
+"""``.lore.json``: attrs classes, one strict cattrs converter, environment overrides.
+
+Keys are camelCase in JSON and snake_case in Python. Every field is optional with a default
+documented in ``docs/configuration.md`` (a test checks that every field is documented there).
+Unknown or mistyped keys fail startup with a message naming the key path, e.g.
+``.lore.json: upstream.byModelPrefx: unknown key``.
+
+Where a configuration comes from, later wins:
+1. defaults below;
+2. the user file ``$XDG_CONFIG_HOME/lore/.lore.json`` (``~/.config/lore/.lore.json``);
+3. the project file: ``.lore.json`` in the working directory or its nearest parent;
+4. ``LORE_CONFIG=<path>`` replaces 2 and 3 with one explicit file;
+5. ``LORE_*`` environment variables (table ``ENV_OVERRIDES``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import platformdirs
+from cattrs.gen import make_dict_structure_fn, override
+
+CONFIG_FILENAME = ".lore.json"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the offending key path."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8377
+    # Largest request body accepted, in bytes; larger bodies get a 413 in the API's shape.
+    max_body_bytes: int = 64 * 1024 * 1024
+    # Seconds a clean shutdown waits for in-flight streams and background flushes.
+    shutdown_grace_seconds: float = 10.0
+
+
+@attrs.define
+class UpstreamConfig:
+    anthropic: str = "https://api.anthropic.com"
+    openai: str = "https://api.openai.com"
+    # Model-name prefix -> upstream base URL; the longest matching prefix wins.
+    by_model_prefix: dict[str, str] = attrs.field(factory=dict)
+    connect_timeout_seconds: float = 10.0
+    # Time allowed until the upstream's response headers arrive (non-streamed answers from
+    # large models can take minutes).
+    header_timeout_seconds: float = 600.0
+    # Longest silence tolerated between two chunks of a response.
+    read_timeout_seconds: float = 600.0
+    # Retries for connect errors, header timeouts and 502/503/504 (never for 4xx or 429).
+    max_retries: int = 2
+    retry_backoff_seconds: float = 0.25
+    max_connections: int = 100
+
+
+@attrs.define
+class StoreConfig:
+    # Name of a registered store backend; "memory" is the kernel's reference store (nothing
+    # survives a restart). The default becomes "duckdb" when lore-store-duckdb is installed.
+    backend: str = ""
+    # Store location; the default is the user's data directory (LORE_DB_PATH overrides).
+    path: str = ""
+
+
+@attrs.define
+class EmbeddingConfig:
+    # Name of a registered embedding provider; empty means the first on-device one found.
+    provider: str = ""
+
+
+@attrs.define
+class LoreConfig:
+    server: ServerConfig = attrs.field(factory=ServerConfig)
+    upstream: UpstreamConfig = attrs.field(factory=UpstreamConfig)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
+    embedding: EmbeddingConfig = attrs.field(factory=EmbeddingConfig)
+    # Plugin sections, structured by each plugin's own class (see ``lore_config_sections``).
+    plugin_sections: dict[str, Any] = attrs.field(factory=dict)
+    # Files the configuration was read from, for ``lore status``.
+    sources: list[str] = attrs.field(factory=list)
+
+    def section(self, key: str) -> Any:
+        """A plugin's structured section (its defaults when the file has none)."""
+        return self.plugin_sections[key]
+
+
+CORE_SECTIONS: dict[str, type] = {
+    "server": ServerConfig,
+    "upstream": UpstreamConfig,
+    "store": StoreConfig,
+    "embedding": EmbeddingConfig,
+}
+
+# Environment variable -> (section, field). Plugins document their own variables.
+ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "LORE_HOST": ("server", "host"),
+    "LORE_PORT": ("server", "port"),
+    "LORE_MAX_BODY_BYTES": ("server", "maxBodyBytes"),
+    "LORE_UPSTREAM_ANTHROPIC": ("upstream", "anthropic"),
+    "LORE_UPSTREAM_OPENAI": ("upstream", "openai"),
+    "LORE_STORE": ("store", "backend"),
+    "LORE_DB_PATH": ("store", "path"),
+    "LORE_EMBEDDING_PROVIDER": ("embedding", "provider"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The converter
+# ---------------------------------------------------------------------------------------------
+
+
+def make_converter() -> cattrs.Converter:
+    """One converter for all configuration: camelCase keys, unknown keys forbidden."""
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def attrs_hook(cls: type) -> Any:
+        overrides = {a.name: override(rename=_camel(a.name)) for a in attrs.fields(cls)}
+        return make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **overrides)
+
+    conv.register_structure_hook_factory(attrs.has, attrs_hook)
+
+    # cattrs would happily turn "yes" into True and 1.5 into 1; configuration must not.
+    def strict(kind: type) -> Any:
+        def hook(value: Any, _: type) -> Any:
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                return float(value)
+            if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            return value
+
+        return hook
+
+    for kind in (str, int, float, bool):
+        conv.register_structure_hook(kind, strict(kind))
+    return conv
+
+
+_CONVERTER = make_converter()
+
+
+def _error_lines(exc: Exception, path: str) -> list[str]:
+    lines = []
+    for msg in cattrs.transform_error(exc, path=path):
+        # cattrs says "extra fields found (a, b) @ $.server"; say it per key, as a path.
+        m = re.match(r"extra fields found \((.*)\) @ (.*)", msg)
+        if m:
+            for key in m.group(1).split(", "):
+                lines.append(f"{_display_path(m.group(2))}.{key}: unknown key")
+        else:
+            text, _, where = msg.rpartition(" @ ")
+            lines.append(f"{_display_path(where)}: {text}")
+    return lines
+
+
+def _display_path(path: str) -> str:
+    return re.sub(r"^\$\.?", "", path).replace("['", ".").replace("']", "")
+
+
+def structure_section(raw: Any, cls: type, path: str) -> Any:
+    """Structure one section strictly; raise :class:`ConfigError` naming the key path."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{path}: expected an object, got {type(raw).__name__}")
+    try:
+        return _CONVERTER.structure(dict(raw), cls)
+    except Exception as exc:
+        lines = _error_lines(exc, "$." + path)
+        raise ConfigError("; ".join(lines) or f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+def user_config_path() -> Path:
+    return Path(platformdirs.user_config_dir("lore")) / CONFIG_FILENAME
+
+
+def find_project_config(start: Path | None = None) -> Path | None:
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / CONFIG_FILENAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a JSON object")
+    return data
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _coerce_env(value: str, cls: type, field_key: str) -> Any:
+    """Environment values are strings; turn them into the field's type."""
+    for field in attrs.fields(attrs.resolve_types(cls)):
+        if _camel(field.name) == field_key:
+            kind = field.type
+            if kind is bool:
+                if value.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if value.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(f"expected a boolean, got {value!r}")
+            if kind is int:
+                return int(value)
+            if kind is float:
+                return float(value)
+            return value
+    return value
+
+
+def load_config(
+    plugin_sections: Mapping[str, type] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    extra_env: Mapping[str, tuple[str, str]] | None = None,
+) -> LoreConfig:
+    """Read, merge, override and validate the configuration.
+
+    ``plugin_sections`` maps plugin keys to their attrs classes (from
+    ``lore_config_sections``); ``extra_env`` adds plugins' environment overrides.
+    """
+    env = os.environ if env is None else env
+    plugin_sections = dict(plugin_sections or {})
+    clash = set(plugin_sections) & set(CORE_SECTIONS)
+    if clash:
+        raise ConfigError(f"plugin sections clash with core sections: {sorted(clash)}")
+
+    raw: dict[str, Any] = {}
+    sources: list[str] = []
+    explicit = env.get("LORE_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        raw = _read_json(path)
+        sources.append(str(path))
+    else:
+        for path in (user_config_path(), find_project_config(cwd)):
+            if path is not None and path.is_file():
+                raw = _deep_merge(raw, _read_json(path))
+                sources.append(str(path))
+
+    all_sections = {**CORE_SECTIONS, **plugin_sections}
+    overrides = {**ENV_OVERRIDES, **(extra_env or {})}
+    for var, (section, key) in overrides.items():
+        if var in env and env[var] != "":
+            cls = all_sections.get(section)
+            if cls is None:
+                continue
+            try:
+                value = _coerce_env(env[var], cls, key)
+            except ValueError as exc:
+                raise ConfigError(f"{var} ({section}.{key}): {exc}") from None
+            section_raw = raw.get(section)
+            raw[section] = {**(section_raw if isinstance(section_raw, Mapping) else {}), key: value}
+
+    unknown = sorted(set(raw) - set(all_sections) - {"$schema"})
+    if unknown:
+        known = ", ".join(sorted(all_sections))
+        raise ConfigError(f"{unknown[0]}: unknown key (known top-level keys: {known})")
+
+    errors: list[str] = []
+    values: dict[str, Any] = {}
+    for key, cls in all_sections.items():
+        try:
+            values[key] = structure_section(raw.get(key), cls, key)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ConfigError("; ".join(errors))
+
+    return LoreConfig(
+        server=values["server"],
+        upstream=values["upstream"],
+        store=values["store"],
+        embedding=values["embedding"],
+        plugin_sections={k: values[k] for k in plugin_sections},
+        sources=sources,
+    )
+
+
+def default_data_dir() -> Path:
+    """Where stores keep their files unless configured otherwise."""
+    return Path(platformdirs.user_data_dir("lore"))

@@ -1,0 +1,145 @@
+"""The running gateway: configuration, plugins, the upstream client and the pipeline steps
+that sit between the HTTP routes (``app.py``) and the upstream (``proxy.py``)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from lore_core.config import LoreConfig, load_config
+from lore_core.harness import fingerprint_session
+from lore_core.interfaces import CompositionContext, Harness, RequestContext
+from lore_core.model import Exchange, RequestView
+from lore_core.plugins import Registry, make_plugin_manager
+from lore_core.proxy import UpstreamClient
+
+log = logging.getLogger("lore.gateway")
+
+
+async def await_all(results: Iterable[Any]) -> None:
+    """Await whatever awaitables lifecycle hook implementations returned."""
+    for result in results:
+        if inspect.isawaitable(result):
+            await result
+
+
+class Gateway:
+    """Everything one gateway process holds. Built by :meth:`load`; started by ``app.py``."""
+
+    def __init__(self, config: LoreConfig, pm: pluggy.PluginManager, registry: Registry) -> None:
+        self.config = config
+        self.pm = pm
+        self.registry = registry
+        self.upstream = UpstreamClient(config.upstream)
+        self.started_at = time.time()
+        self.stats: Counter[str] = Counter()
+        self.cwd = os.getcwd()
+        self._harnesses = sorted(registry.harnesses.values(), key=lambda h: h.name)
+
+    @classmethod
+    def load(
+        cls,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        load_entrypoints: bool = True,
+        extra_plugins: Iterable[object] = (),
+    ) -> Gateway:
+        """Plugins first (they declare config sections), then the configuration."""
+        pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins)
+        sections: dict[str, type] = {}
+        for result in pm.hook.lore_config_sections():
+            for key, section_cls in (result or {}).items():
+                if key in sections:
+                    from lore_core.config import ConfigError
+
+                    raise ConfigError(f"two plugins declare the configuration section {key!r}")
+                sections[key] = section_cls
+        config = load_config(sections, env=env, cwd=cwd)
+        pm.hook.lore_configure(config=config)
+        return cls(config, pm, Registry.collect(pm))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.upstream.start()
+        await await_all(self.pm.hook.lore_startup(gateway=self))
+
+    async def stop(self) -> None:
+        try:
+            await await_all(self.pm.hook.lore_shutdown(gateway=self))
+        finally:
+            await self.upstream.close()
+
+    # -- pipeline steps, in the order a request meets them ----------------------------------
+
+    def identify(self, ctx: RequestContext) -> tuple[Harness, str, str]:
+        """Which client sent this, which session and which project it belongs to."""
+        harness = max(self._harnesses, key=lambda h: _safe_score(h, ctx))
+        session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
+        project = _safe_call(harness.project, ctx) or self.cwd
+        return harness, session, project
+
+    def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
+        """Run the prompt layers in priority order. A failing layer is skipped (fail open)."""
+        for layer in self.registry.prompt_layers:
+            try:
+                view = layer.compose(view, ctx)
+            except Exception:
+                self.stats["layer_errors"] += 1
+                log.exception("prompt layer %s failed; continuing without it", layer.name)
+        return view
+
+    def exchange_finished(self, exchange: Exchange) -> None:
+        """Hand a finished exchange to the plugins (they only enqueue work)."""
+        exchange.finished_at = time.time()
+        self.stats["exchanges"] += 1
+        if exchange.client_disconnected:
+            self.stats["client_disconnects"] += 1
+        try:
+            self.pm.hook.lore_exchange_complete(gateway=self, exchange=exchange)
+        except Exception:
+            log.exception("an exchange_complete hook failed")
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "version": _version("lore-core"),
+            "uptime_seconds": round(time.time() - self.started_at, 1),
+            "upstreams": dict(self.upstream.defaults),
+            "plugins": sorted(name for name, _ in self.pm.list_name_plugin() if name),
+            "stats": dict(self.stats),
+        }
+
+
+def _safe_score(harness: Harness, ctx: RequestContext) -> tuple[int, str]:
+    try:
+        return (int(harness.recognise(ctx)), harness.name)
+    except Exception:
+        log.exception("harness %s failed to recognise a request", harness.name)
+        return (-1, harness.name)
+
+
+def _safe_call(fn: Any, ctx: RequestContext) -> str | None:
+    try:
+        return fn(ctx)
+    except Exception:
+        log.exception("harness hook %s failed", getattr(fn, "__qualname__", fn))
+        return None
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,62 @@
+"""Helpers harness plugins share: session fingerprints and finding the project directory."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+
+from lore_core.interfaces import RequestContext
+from lore_core.model import TEXT, RequestView
+
+PROJECT_HEADER = "x-lore-project"
+
+
+def fingerprint_session(view: RequestView | None) -> str:
+    """A stable session id from the first user message, for clients that send none.
+
+    Clients resend the whole history every turn, so the first user message (plus the model)
+    identifies the conversation across turns.
+    """
+    first = ""
+    if view is not None:
+        for msg in view.messages:
+            if msg.role == "user":
+                first = msg.text
+                break
+    digest = hashlib.sha256(f"{view.model if view else ''}\x00{first}".encode()).hexdigest()
+    return "fp-" + digest[:24]
+
+
+def header_project(ctx: RequestContext) -> str | None:
+    value = ctx.headers.get(PROJECT_HEADER, "").strip()
+    return value or None
+
+
+def texts_of(view: RequestView | None, max_messages: int = 3) -> Iterable[str]:
+    """System text first, then the first few messages: where clients describe their cwd."""
+    if view is None:
+        return
+    for block in view.system:
+        if block.type == TEXT:
+            yield block.text
+    for msg in view.messages[:max_messages]:
+        for block in msg.blocks:
+            if block.type == TEXT:
+                yield block.text
+
+
+def find_project(view: RequestView | None, patterns: Iterable[re.Pattern[str]]) -> str | None:
+    """The first directory one of ``patterns`` (group 1 = the path) finds in the prompt."""
+    patterns = list(patterns)
+    for text in texts_of(view):
+        for pattern in patterns:
+            match = pattern.search(text)
+            if match:
+                return match.group(1).strip()
+    return None
+
+
+def resolve_project(ctx: RequestContext, patterns: Iterable[re.Pattern[str]] = ()) -> str:
+    """Header first, then the prompt, then the gateway's working directory."""
+    return header_project(ctx) or find_project(ctx.view, patterns) or ctx.gateway_cwd

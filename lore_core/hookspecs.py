@@ -1,0 +1,209 @@
+"""Lore's hook specifications: the one door every plugin, built-in or third-party, goes through.
+
+Conventions (learned from pytest, llm and datasette):
+
+* Every hook carries the ``lore_`` prefix and is grouped under a phase banner below.
+* Most hooks are *registration* hooks: a plugin receives a ``register`` callback and hands
+  the kernel objects that implement an interface from :mod:`lore_core.interfaces`. The hot
+  path then calls methods on those objects; no pluggy hook runs per request chunk.
+* Hooks are synchronous. An ``async def`` implementation of a ``firstresult`` hook would
+  always "win" (a coroutine is not ``None``), so async work lives on registered objects, and
+  the two lifecycle hooks that may do I/O return an awaitable that the kernel awaits.
+* pluggy calls implementations in reverse registration order, so nothing here depends on
+  call order: prompt layers carry an explicit ``priority`` and harnesses an explicit
+  ``recognise`` score.
+
+Every hook's docstring states its contract; ``tests/test_hookspecs.py`` fails when one is
+missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from lore_core.config import LoreConfig
+    from lore_core.gateway import Gateway
+    from lore_core.interfaces import (
+        Codec,
+        Curator,
+        EmbedderFactory,
+        Harness,
+        PromptLayer,
+        StoreFactory,
+    )
+    from lore_core.model import Exchange
+
+PROJECT_NAME = "lore"
+ENTRY_POINT_GROUP = "lore"
+
+# The spec marker is private to the kernel; plugins only use ``hookimpl``.
+_hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_config_sections() -> dict[str, type] | None:
+    """Declare this plugin's own section(s) of ``.lore.json``.
+
+    Return a mapping of top-level key (by convention the plugin's entry-point name, e.g.
+    ``"store-duckdb"``) to an attrs class whose fields all have defaults. The kernel
+    structures that section strictly with the shared converter (camelCase keys, unknown
+    keys rejected with the full key path) and exposes the instance as
+    ``config.section(key)``. Called once per configuration load; all results are merged and
+    a key claimed twice is a startup error.
+    """
+
+
+@_hookspec
+def lore_configure(config: LoreConfig) -> None:
+    """Called once the configuration is loaded and validated, before anything else runs.
+
+    Plugins may read their own section here (``config.section("my-key")``). Must not do I/O
+    that can block for long; open resources in :func:`lore_startup` instead.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Wire codecs
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_codecs(register: Callable[[Codec], None]) -> None:
+    """Register wire codecs, one per provider API (Anthropic Messages, Chat Completions, ...).
+
+    A :class:`~lore_core.interfaces.Codec` names the request paths it owns, parses a request
+    body into a wire-neutral :class:`~lore_core.model.RequestView` that keeps the raw JSON,
+    renders a (possibly modified) view back to wire JSON without losing unknown fields,
+    assembles a streamed response incrementally into a
+    :class:`~lore_core.model.AssistantMessage`, and formats errors in the API's own shape.
+    Two codecs claiming the same API name is a startup error.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Harnesses
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_harnesses(register: Callable[[Harness], None]) -> None:
+    """Register harnesses: knowledge of one coding client (Claude Code, Codex, OpenCode, ...).
+
+    A :class:`~lore_core.interfaces.Harness` scores how surely a request came from its client
+    (``recognise``; the highest score wins, ties broken by name), extracts the session id and
+    project of a request, and knows how ``lore run <name>`` launches the client pointed at
+    the gateway. The kernel always registers a generic fallback harness with score 0.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
+    """Register storage backends by name, e.g. ``register("duckdb", factory)``.
+
+    ``factory(config)`` returns an object implementing :class:`~lore_core.interfaces.Store`;
+    it must not open files until ``Store.open()`` is awaited. The backend used is chosen by
+    ``store.backend`` in ``.lore.json``. A backend proves itself by passing the conformance
+    suite in :mod:`lore_core.testing.store_conformance`.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_embedders(register: Callable[[str, EmbedderFactory], None]) -> None:
+    """Register embedding providers by name, e.g. ``register("local", factory)``.
+
+    ``factory(config)`` returns an :class:`~lore_core.interfaces.Embedder`. The provider used
+    is chosen by ``embedding.provider``; hosted providers are only ever used when chosen
+    explicitly there, never as a fallback.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt composition
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_prompt_layers(register: Callable[[PromptLayer], None]) -> None:
+    """Register prompt-composition layers.
+
+    Each :class:`~lore_core.interfaces.PromptLayer` has an integer ``priority``; the kernel
+    runs them in ascending priority order (never in install order) on the wire-neutral view
+    of every request. A layer returns the view unchanged, or a changed view with
+    ``modified`` set, in which case the codec renders the body anew. A layer that raises is
+    logged and skipped: the request falls back to what the previous layers produced.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Curation
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_curators(register: Callable[[Curator], None]) -> None:
+    """Register curators: background jobs that turn stored exchanges into derived memory.
+
+    A :class:`~lore_core.interfaces.Curator` has a ``name``, a ``kind`` (``"observer"``,
+    ``"reflector"``, ``"knowledge"``) and an async ``run(session, context)`` the scheduler
+    calls off the request path. Curators must be idempotent: the scheduler may run one again
+    on the same input after a crash.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifecycle and exchange events
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_startup(gateway: Gateway) -> Awaitable[None] | None:
+    """Called when the gateway starts serving, after the store is open.
+
+    May return an awaitable; the kernel awaits it before accepting requests. Use it to open
+    connections or start background tasks owned by the plugin.
+    """
+
+
+@_hookspec
+def lore_shutdown(gateway: Gateway) -> Awaitable[None] | None:
+    """Called on clean shutdown, before the store is flushed and closed.
+
+    May return an awaitable; the kernel awaits it (bounded by the shutdown grace period).
+    Plugins stop their background tasks here.
+    """
+
+
+@_hookspec
+def lore_exchange_complete(gateway: Gateway, exchange: Exchange) -> None:
+    """Notified after every proxied exchange has finished (or was cut short by the client).
+
+    ``exchange`` carries the request view, the assembled assistant message (``complete`` is
+    false when the stream was cut), the status code, the session and the harness. Runs on
+    the event loop after the response is sent: implementations must only enqueue work,
+    never block. Exceptions are logged and swallowed.
+    """
+
+
+def all_hookspec_names() -> list[str]:
+    """Names of every hook specified here, for tests and ``lore plugins``."""
+    return sorted(name for name, value in globals().items() if name.startswith("lore_") and callable(value))

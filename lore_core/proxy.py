@@ -1,0 +1,195 @@
+"""The upstream side: where a request goes, one shared pooled client, bounded retries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+from lore_core.config import UpstreamConfig
+
+log = logging.getLogger("lore.proxy")
+
+# Headers that describe one connection, not the message (RFC 9110 section 7.6.1), plus the
+# ones the HTTP layers recompute.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+# The gateway's own request headers; they configure Lore and are not sent upstream.
+LORE_HEADER_PREFIX = "x-lore-"
+UPSTREAM_URL_HEADER = "x-lore-upstream-url"
+RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached (after retries) or sent no response headers in time."""
+
+    def __init__(self, upstream: str, reason: str) -> None:
+        super().__init__(f"upstream {upstream} failed: {reason}")
+        self.upstream = upstream
+        self.reason = reason
+
+
+class BadUpstreamURL(ValueError):
+    pass
+
+
+def forward_headers(
+    headers: list[tuple[str, str]], drop: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """Request headers to send upstream: all of them, in order and case, except hop-by-hop
+    headers (and those the ``Connection`` header names) and Lore's own."""
+    named = {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for token in value.split(",")
+    }
+    return [
+        (name, value)
+        for name, value in headers
+        if (low := name.lower()) not in HOP_BY_HOP
+        and low not in named
+        and low not in drop
+        and not low.startswith(LORE_HEADER_PREFIX)
+    ]
+
+
+def response_headers(headers: httpx.Headers) -> list[tuple[str, str]]:
+    """Upstream response headers to relay to the client."""
+    return [(k, v) for k, v in headers.multi_items() if k.lower() not in HOP_BY_HOP]
+
+
+def validate_base_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BadUpstreamURL(f"not an http(s) URL: {url!r}")
+    return url.rstrip("/")
+
+
+def upstream_path(path: str) -> str:
+    """The provider path for a gateway path: a base-URL prefix before ``/v1/`` is the
+    gateway's (``/anthropic/v1/messages`` -> ``/v1/messages``) and bare OpenAI paths gain
+    their ``/v1`` (``/chat/completions`` -> ``/v1/chat/completions``)."""
+    index = path.find("/v1/")
+    if index >= 0:
+        return path[index:]
+    return "/v1" + path if not path.startswith("/v1") else path
+
+
+def join_url(base: str, path: str, query: str) -> str:
+    base = base.rstrip("/")
+    # A base URL that already ends in /v1 (a common way to write it) must not double it.
+    if base.endswith("/v1") and path.startswith("/v1/"):
+        path = path[3:]
+    return base + path + (f"?{query}" if query else "")
+
+
+class UpstreamClient:
+    """One shared, pooled HTTP client for every upstream call."""
+
+    def __init__(self, config: UpstreamConfig) -> None:
+        self.config = config
+        self._client: httpx.AsyncClient | None = None
+        self.by_model_prefix = sorted(
+            ((prefix, validate_base_url(url)) for prefix, url in config.by_model_prefix.items()),
+            key=lambda item: -len(item[0]),
+        )
+        self.defaults = {
+            "anthropic": validate_base_url(config.anthropic),
+            "openai": validate_base_url(config.openai),
+        }
+
+    async def start(self) -> None:
+        cfg = self.config
+
+        def session_factory() -> aiohttp.ClientSession:
+            # No automatic headers: what the client sent is what the upstream sees.
+            return aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=cfg.max_connections, limit_per_host=0, ttl_dns_cache=300
+                ),
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                auto_decompress=False,
+            )
+
+        # httpx's own pool was the bottleneck under concurrency (see docs/dependencies.md).
+        transport = AiohttpTransport(client=session_factory)
+        timeout = httpx.Timeout(
+            connect=cfg.connect_timeout_seconds, read=cfg.read_timeout_seconds, write=60.0, pool=60.0
+        )
+        self._client = httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def resolve(self, provider: str, model: str | None, headers: Mapping[str, str]) -> str:
+        """The base URL: the request's ``X-Lore-Upstream-URL``, else the longest matching
+        model prefix, else the provider's default."""
+        override = headers.get(UPSTREAM_URL_HEADER)
+        if override:
+            return validate_base_url(override)
+        if model:
+            for prefix, url in self.by_model_prefix:
+                if model.startswith(prefix):
+                    return url
+        return self.defaults[provider]
+
+    async def send(
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> httpx.Response:
+        """Send and return the response with its body unread (``aiter_raw`` it, then close).
+
+        Connect errors, header timeouts and 502/503/504 are retried with exponential
+        backoff and jitter; everything else (4xx, 429, 500) is returned as it came.
+        """
+        assert self._client is not None, "UpstreamClient.start() was not awaited"
+        cfg = self.config
+        origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+        attempts = cfg.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            request = httpx.Request(method, url, headers=headers, content=body)
+            try:
+                response = await asyncio.wait_for(
+                    self._client.send(request, stream=True), timeout=cfg.header_timeout_seconds
+                )
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+                reason = f"cannot connect ({exc.__class__.__name__}: {exc or 'no detail'})"
+            except (TimeoutError, httpx.ReadTimeout, httpx.PoolTimeout):
+                reason = f"no response headers within {cfg.header_timeout_seconds:g}s"
+            except httpx.HTTPError as exc:
+                raise UpstreamError(origin, f"{exc.__class__.__name__}: {exc}") from exc
+            else:
+                if response.status_code not in RETRY_STATUSES or last:
+                    return response
+                reason = f"HTTP {response.status_code}"
+                await response.aclose()
+            if last:
+                raise UpstreamError(origin, reason)
+            delay = cfg.retry_backoff_seconds * (2**attempt) * (0.5 + random.random())
+            log.warning(
+                "upstream %s: %s; retry %d/%d in %.2fs", origin, reason, attempt + 1, cfg.max_retries, delay
+            )
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")

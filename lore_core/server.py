@@ -1,0 +1,104 @@
+"""Serving the app with hypercorn, in the foreground (``lore serve``) or in a thread (tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
+
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
+
+from lore_core.app import create_app
+from lore_core.gateway import Gateway
+
+
+def hypercorn_config(gateway: Gateway, host: str, port: int) -> HypercornConfig:
+    cfg = HypercornConfig()
+    cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    cfg.accesslog = None
+    cfg.errorlog = "-"
+    cfg.include_server_header = False
+    cfg.keep_alive_timeout = 75
+    cfg.graceful_timeout = gateway.config.server.shutdown_grace_seconds
+    return cfg
+
+
+async def serve_until(gateway: Gateway, host: str, port: int, stop: asyncio.Event) -> None:
+    app = create_app(gateway)
+    await hypercorn_serve(app, hypercorn_config(gateway, host, port), shutdown_trigger=stop.wait)
+
+
+def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable[[str], None]) -> None:
+    """Run until SIGINT/SIGTERM, then shut down cleanly (in-flight work is flushed)."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = asyncio.create_task(serve_until(gateway, host, port, stop))
+        # hypercorn binds before it starts serving; report once /health would answer.
+        await asyncio.sleep(0)
+        on_listening(f"http://{host}:{port}")
+        await server
+
+    try:
+        import uvloop  # optional: a faster event loop when installed
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+class ThreadedServer:
+    """A real gateway on a real socket, in a background thread (tests and benchmarks)."""
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
+        from lore_core.testing.net import free_port
+
+        self.gateway = gateway
+        self.host = host
+        self.port = port or free_port()
+        self.url = f"http://{host}:{self.port}"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> ThreadedServer:
+        from lore_core.testing.net import wait_for_http
+
+        ready = threading.Event()
+
+        def run() -> None:
+            async def main() -> None:
+                self._loop = asyncio.get_running_loop()
+                self._stop = asyncio.Event()
+                ready.set()
+                await serve_until(self.gateway, self.host, self.port, self._stop)
+
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # surfaced by start()/stop()
+                self._error = exc
+                ready.set()
+
+        self._thread = threading.Thread(target=run, name="lore-gateway", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        wait_for_http(self.url + "/health", timeout=20, error=lambda: self._error)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def __enter__(self) -> ThreadedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""Lore harness plugin for Codex CLI."""
