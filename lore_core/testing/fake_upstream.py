@@ -28,6 +28,7 @@ import brotli
 import zstandard
 from aiohttp import web
 
+from lore_core.encoding import decode_body
 from lore_core.testing.net import free_port, wait_for_http
 
 
@@ -70,7 +71,8 @@ class RecordedRequest:
 
     @property
     def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
+        body = decode_body(self.body, self.header("content-encoding"))
+        return json.loads(body) if body else None
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
@@ -136,7 +138,10 @@ class FakeUpstream:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            self._runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+            # Record request bodies exactly as sent, still compressed when they were.
+            self._runner = web.AppRunner(
+                self.make_app(), access_log=None, handle_signals=False, auto_decompress=False
+            )
             loop.run_until_complete(self._runner.setup())
             loop.run_until_complete(web.TCPSite(self._runner, self.host, self.port).start())
             started.set()
@@ -190,7 +195,7 @@ class FakeUpstream:
         if reply.delay_headers:
             await asyncio.sleep(reply.delay_headers)
         try:
-            payload = json.loads(body) if body else {}
+            payload = rec.json or {}
         except ValueError:
             payload = {}
         if reply.status != 200:

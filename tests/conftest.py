@@ -1,0 +1,1 @@
+"""Core tests use the ``lore`` pytest plugin's fixtures (fake upstream, threaded gateway)."""

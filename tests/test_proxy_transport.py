@@ -1,0 +1,356 @@
+"""Transparency and robustness of the proxy: headers, bodies, encodings, retries, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+
+import brotli
+import httpx
+import pytest
+import zstandard
+
+from lore_core import hookimpl
+from lore_core.testing.fake_upstream import FakeUpstream, Reply
+from lore_core.testing.net import free_port
+
+MESSAGES_BODY = {"model": "claude-x", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+
+
+class Recorder:
+    """A test plugin collecting every finished exchange."""
+
+    def __init__(self) -> None:
+        self.exchanges = []
+        self.done = threading.Event()
+
+    @hookimpl
+    def lore_exchange_complete(self, gateway, exchange):
+        self.exchanges.append(exchange)
+        self.done.set()
+
+    def wait(self, count: int = 1, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.exchanges) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(self.exchanges) >= count, f"only {len(self.exchanges)} exchanges finished"
+
+
+@pytest.fixture
+def recorder():
+    return Recorder()
+
+
+@pytest.fixture
+def recorded_gateway(start_gateway, recorder):
+    return start_gateway(extra_plugins=(recorder,))
+
+
+def post(url: str, **kwargs) -> httpx.Response:
+    with httpx.Client(timeout=30) as client:
+        return client.post(url, **kwargs)
+
+
+def test_headers_forwarded_in_order_except_hop_by_hop_and_lore_headers(gateway, fake_upstream):
+    body = json.dumps(MESSAGES_BODY).encode()
+    headers = [
+        ("X-Custom-Header", "one"),
+        ("anthropic-beta", "claude-code-20250219"),
+        ("x-api-key", "sk-ant-secret"),
+        ("X-Claude-Code-Session-Id", "abc-123"),
+        ("Keep-Alive", "timeout=5"),
+        ("X-Lore-Project", "/home/dev/p"),
+        ("content-type", "application/json"),
+    ]
+    response = post(gateway.url + "/v1/messages?beta=true", content=body, headers=headers)
+    assert response.status_code == 200
+    seen = fake_upstream.api_requests()[-1]
+    assert seen.query == "beta=true"
+    assert seen.body == body
+    # Header names are case-insensitive and ASGI servers lower-case them; order is kept.
+    names = [k.lower() for k, _ in seen.headers]
+    expected_order = [
+        "x-custom-header",
+        "anthropic-beta",
+        "x-api-key",
+        "x-claude-code-session-id",
+        "content-type",
+    ]
+    assert [n for n in names if n in expected_order] == expected_order
+    assert seen.header("x-api-key") == "sk-ant-secret"
+    assert seen.header("keep-alive") is None
+    assert seen.header("x-lore-project") is None
+
+
+def test_bearer_auth_is_forwarded(gateway, fake_upstream):
+    response = post(
+        gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"Authorization": "Bearer tok-123"}
+    )
+    assert response.status_code == 200
+    assert fake_upstream.api_requests()[-1].header("authorization") == "Bearer tok-123"
+
+
+def test_body_forwarded_byte_for_byte_with_unknown_fields(gateway, fake_upstream):
+    # Odd spacing, key order, unknown roles, fields and block types must all survive.
+    body = (
+        b'{ "model":"claude-x",  "max_tokens":5, "future_field": {"x": [1,2]},\n'
+        b'"messages":[{"role":"system","content":"be brief"},'
+        b'{"role":"user","content":[{"type":"mystery_block","payload":"\\u00e9"}]}] }'
+    )
+    response = post(gateway.url + "/v1/messages", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert fake_upstream.api_requests()[-1].body == body
+
+
+def test_base_url_prefix_is_stripped(gateway, fake_upstream):
+    response = post(gateway.url + "/anthropic/v1/messages?beta=true", json=MESSAGES_BODY)
+    assert response.status_code == 200
+    assert fake_upstream.api_requests()[-1].path == "/v1/messages"
+    with httpx.Client() as client:
+        assert client.head(gateway.url + "/anthropic/").status_code == 200
+        assert client.head(gateway.url + "/").status_code == 200
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_compressed_request_bodies_are_read_and_forwarded_unchanged(
+    recorded_gateway, fake_upstream, recorder, encoding
+):
+    raw = json.dumps(MESSAGES_BODY).encode()
+    packed = {
+        "gzip": gzip.compress,
+        "br": brotli.compress,
+        "zstd": lambda b: zstandard.ZstdCompressor().compress(b),
+    }[encoding](raw)
+    response = post(
+        recorded_gateway.url + "/v1/messages",
+        content=packed,
+        headers={"content-type": "application/json", "content-encoding": encoding},
+    )
+    assert response.status_code == 200
+    seen = fake_upstream.api_requests()[-1]
+    assert seen.body == packed and seen.header("content-encoding") == encoding
+    recorder.wait()
+    assert recorder.exchanges[-1].request.messages[0].text == "hi"
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_compressed_responses_are_relayed_raw_and_assembled(
+    recorded_gateway, fake_upstream, recorder, encoding, stream
+):
+    fake_upstream.enqueue(Reply(text="squeezed answer", compress=encoding))
+    with httpx.Client(timeout=30) as client:
+        with client.stream(
+            "POST",
+            recorded_gateway.url + "/v1/messages",
+            json={**MESSAGES_BODY, "stream": stream},
+            headers={"accept-encoding": encoding},
+        ) as response:
+            raw = b"".join(response.iter_raw())
+    assert response.headers["content-encoding"] == encoding
+    assert raw == fake_upstream.responses_sent[-1]
+    recorder.wait()
+    assert recorder.exchanges[-1].response.text == "squeezed answer"
+    assert recorder.exchanges[-1].response.complete
+
+
+def test_retries_503_then_succeeds(gateway, fake_upstream):
+    fake_upstream.enqueue(Reply(status=503), Reply(status=502), Reply(text="third time"))
+    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+    assert response.status_code == 200 and response.json()["content"][0]["text"] == "third time"
+    assert len(fake_upstream.api_requests()) == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 429, 500])
+def test_client_errors_and_rate_limits_are_not_retried_and_arrive_verbatim(gateway, fake_upstream, status):
+    error = {"type": "error", "error": {"type": "custom", "message": f"upstream says {status}"}}
+    fake_upstream.enqueue(Reply(status=status, error_body=error, headers={"retry-after": "7"}))
+    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+    assert response.status_code == status
+    assert response.json() == error
+    assert response.headers.get("retry-after") == "7"
+    assert len(fake_upstream.api_requests()) == 1
+
+
+def test_persistent_503_reaches_the_client_after_bounded_retries(start_gateway, fake_upstream):
+    server = start_gateway(config={"upstream": {"maxRetries": 2, "retryBackoffSeconds": 0.01}})
+    fake_upstream.enqueue(*[Reply(status=503)] * 5)
+    response = post(server.url + "/v1/messages", json=MESSAGES_BODY)
+    assert response.status_code == 503
+    assert len(fake_upstream.api_requests()) == 3
+
+
+def _closed_port_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "shape"),
+    [
+        ("/v1/messages", MESSAGES_BODY, "anthropic"),
+        ("/v1/chat/completions", {"model": "gpt-x", "messages": []}, "openai"),
+        ("/v1/responses", {"model": "gpt-x", "input": "hi"}, "openai"),
+    ],
+)
+def test_unreachable_upstream_gives_502_in_the_api_shape(start_gateway, path, body, shape):
+    dead = _closed_port_url()
+    server = start_gateway(config={"upstream": {"retryBackoffSeconds": 0.01}})
+    response = post(server.url + path, json=body, headers={"x-lore-upstream-url": dead})
+    assert response.status_code == 502
+    payload = response.json()
+    if shape == "anthropic":
+        assert payload["type"] == "error" and dead in payload["error"]["message"]
+    else:
+        assert dead in payload["error"]["message"] and payload["error"]["type"] == "server_error"
+
+
+def test_header_timeout_is_retried_then_reported(start_gateway, fake_upstream):
+    server = start_gateway(
+        config={"upstream": {"headerTimeoutSeconds": 0.3, "maxRetries": 1, "retryBackoffSeconds": 0.01}}
+    )
+    fake_upstream.enqueue(Reply(delay_headers=2), Reply(delay_headers=2))
+    response = post(server.url + "/v1/messages", json=MESSAGES_BODY)
+    assert response.status_code == 502
+    assert "no response headers within 0.3s" in response.json()["error"]["message"]
+    assert len(fake_upstream.api_requests()) == 2
+
+
+def test_upstream_header_and_model_prefix_route_requests(start_gateway, fake_upstream):
+    with FakeUpstream() as other, FakeUpstream() as by_prefix:
+        server = start_gateway(config={"upstream": {"byModelPrefix": {"local-": by_prefix.url}}})
+        post(server.url + "/v1/messages", json=MESSAGES_BODY, headers={"x-lore-upstream-url": other.url})
+        post(server.url + "/v1/chat/completions", json={"model": "local-llama", "messages": []})
+        post(server.url + "/v1/messages", json=MESSAGES_BODY)
+        assert (
+            len(other.api_requests()) == 1 and other.api_requests()[0].header("x-lore-upstream-url") is None
+        )
+        assert len(by_prefix.api_requests()) == 1
+        assert len(fake_upstream.api_requests()) == 1
+
+
+def test_bad_upstream_url_header_is_a_client_error(gateway):
+    response = post(
+        gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"x-lore-upstream-url": "ftp://x"}
+    )
+    assert response.status_code == 400
+    assert response.json()["type"] == "error"
+
+
+def test_websocket_upgrade_on_responses_is_answered_426(gateway):
+    port = int(gateway.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert b" 426 " in status_line
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "headers", "status", "fragment"),
+    [
+        ("/v1/messages", b"{not json", {"content-type": "application/json"}, 400, "not valid JSON"),
+        ("/v1/messages", b"[1, 2]", {"content-type": "application/json"}, 400, "must be a JSON object"),
+        ("/v1/messages", b"", {"content-type": "application/json"}, 400, "empty"),
+        (
+            "/v1/messages",
+            b"model=x",
+            {"content-type": "application/x-www-form-urlencoded"},
+            415,
+            "expected a JSON body",
+        ),
+        (
+            "/v1/messages",
+            b"\x00garbage",
+            {"content-type": "application/json", "content-encoding": "gzip"},
+            400,
+            "decode",
+        ),
+        (
+            "/v1/messages",
+            b"{}",
+            {"content-type": "application/json", "content-encoding": "lzma"},
+            400,
+            "lzma",
+        ),
+        ("/v1/chat/completions", b"{oops", {"content-type": "application/json"}, 400, "not valid JSON"),
+        ("/v1/responses", b'"a string"', {"content-type": "application/json"}, 400, "must be a JSON object"),
+    ],
+)
+def test_bad_input_gets_a_4xx_in_the_api_shape_and_the_gateway_keeps_serving(
+    gateway, fake_upstream, path, content, headers, status, fragment
+):
+    response = post(gateway.url + path, content=content, headers=headers)
+    assert response.status_code == status
+    payload = response.json()
+    message = payload["error"]["message"]
+    assert fragment in message
+    if path == "/v1/messages":
+        assert payload["type"] == "error"
+    assert fake_upstream.api_requests() == []
+    assert post(gateway.url + "/v1/messages", json=MESSAGES_BODY).status_code == 200
+
+
+def test_oversized_body_gets_413(start_gateway, fake_upstream):
+    server = start_gateway(config={"server": {"maxBodyBytes": 2000}})
+    big = {**MESSAGES_BODY, "messages": [{"role": "user", "content": "x" * 5000}]}
+    response = post(server.url + "/v1/messages", json=big)
+    assert response.status_code == 413
+    assert "limit of 2000 bytes" in response.json()["error"]["message"]
+    # Chunked uploads (no Content-Length) are limited too.
+    chunked = post(server.url + "/v1/chat/completions", content=iter([b"x" * 1500, b"y" * 1500]))
+    assert chunked.status_code == 413
+    assert fake_upstream.api_requests() == []
+
+
+def test_client_disconnect_mid_stream_cancels_upstream_and_keeps_partial(
+    recorded_gateway, fake_upstream, recorder
+):
+    fake_upstream.enqueue(
+        Reply(text="one two three four five six seven eight", text_chunks=8, chunk_delay=0.3)
+    )
+    body = {**MESSAGES_BODY, "stream": True}
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", recorded_gateway.url + "/v1/messages", json=body) as r,
+    ):
+        received = b""
+        for chunk in r.iter_raw():
+            received += chunk
+            if b"text_delta" in received:
+                break  # leave mid-stream
+    recorder.wait()
+    exchange = recorder.exchanges[-1]
+    assert exchange.client_disconnected
+    assert exchange.response is not None and not exchange.response.complete
+    assert exchange.response.text.startswith("one")
+    assert exchange.response.text != "one two three four five six seven eight"
+    deadline = time.monotonic() + 10
+    while fake_upstream.disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake_upstream.disconnects == 1, "the upstream request was not cancelled"
+
+
+def test_other_v1_paths_are_forwarded_and_unknown_paths_404(gateway, fake_upstream):
+    with httpx.Client() as client:
+        files = client.get(gateway.url + "/v1/files?limit=3", headers={"authorization": "Bearer t"})
+        assert files.status_code == 200 and files.json() == {"echo": "/v1/files", "method": "GET"}
+        assert fake_upstream.requests[-1].query == "limit=3"
+        upload = client.post(
+            gateway.url + "/v1/uploads", content=b"raw bytes", headers={"content-type": "text/plain"}
+        )
+        assert upload.status_code == 200 and fake_upstream.requests[-1].body == b"raw bytes"
+        missing = client.get(gateway.url + "/nope")
+        assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]
+
+
+def test_health_reports_plugins_and_upstreams(gateway, fake_upstream):
+    with httpx.Client() as client:
+        health = client.get(gateway.url + "/health").json()
+    assert health["status"] == "ok"
+    assert health["upstreams"]["anthropic"] == fake_upstream.url
+    assert "lore_core.builtin.codecs" in health["plugins"]
