@@ -79,6 +79,12 @@ class StoreConfig:
     backend: str = ""
     # Store location; the default is the user's data directory (LORE_DB_PATH overrides).
     path: str = ""
+    # Longest wait (ms) of a finished exchange in the writer queue before it is written: an
+    # exchange is durable within about this delay plus one write. Keep it well under 1000.
+    flush_interval_ms: int = 250
+    # Messages held in memory while the store fails (disk full, locked file); past this the
+    # oldest pending writes are dropped and counted on /health, so memory stays bounded.
+    max_pending_messages: int = 200_000
 
 
 @attrs.define
@@ -157,22 +163,33 @@ def make_converter() -> cattrs.Converter:
 _CONVERTER = make_converter()
 
 
-def _error_lines(exc: Exception, path: str) -> list[str]:
+def _error_lines(exc: Exception, path: str, field_names: set[str]) -> list[str]:
     lines = []
     for msg in cattrs.transform_error(exc, path=path):
         # cattrs says "extra fields found (a, b) @ $.server"; say it per key, as a path.
         m = re.match(r"extra fields found \((.*)\) @ (.*)", msg)
         if m:
             for key in m.group(1).split(", "):
-                lines.append(f"{_display_path(m.group(2))}.{key}: unknown key")
+                lines.append(f"{_display_path(m.group(2), field_names)}.{key}: unknown key")
         else:
             text, _, where = msg.rpartition(" @ ")
-            lines.append(f"{_display_path(where)}: {text}")
+            lines.append(f"{_display_path(where, field_names)}: {text}")
     return lines
 
 
-def _display_path(path: str) -> str:
-    return re.sub(r"^\$\.?", "", path).replace("['", ".").replace("']", "")
+def _display_path(path: str, field_names: set[str]) -> str:
+    """``$.upstream.max_retries`` -> ``upstream.maxRetries`` (the key as written in JSON)."""
+    path = re.sub(r"^\$\.?", "", path).replace("['", ".").replace("']", "")
+    return ".".join(_camel(part) if part in field_names else part for part in path.split("."))
+
+
+def _field_names(cls: type) -> set[str]:
+    names: set[str] = set()
+    for field in attrs.fields(attrs.resolve_types(cls)):
+        names.add(field.name)
+        if isinstance(field.type, type) and attrs.has(field.type):
+            names |= _field_names(field.type)
+    return names
 
 
 def structure_section(raw: Any, cls: type, path: str) -> Any:
@@ -184,7 +201,7 @@ def structure_section(raw: Any, cls: type, path: str) -> Any:
     try:
         return _CONVERTER.structure(dict(raw), cls)
     except Exception as exc:
-        lines = _error_lines(exc, "$." + path)
+        lines = _error_lines(exc, "$." + path, _field_names(cls))
         raise ConfigError("; ".join(lines) or f"{path}: {exc}") from None
 
 
@@ -193,7 +210,10 @@ def structure_section(raw: Any, cls: type, path: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def user_config_path() -> Path:
+def user_config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("XDG_CONFIG_HOME"):
+        return Path(env["XDG_CONFIG_HOME"]) / "lore" / CONFIG_FILENAME
     return Path(platformdirs.user_config_dir("lore")) / CONFIG_FILENAME
 
 
@@ -272,7 +292,7 @@ def load_config(
         raw = _read_json(path)
         sources.append(str(path))
     else:
-        for path in (user_config_path(), find_project_config(cwd)):
+        for path in (user_config_path(env), find_project_config(cwd)):
             if path is not None and path.is_file():
                 raw = _deep_merge(raw, _read_json(path))
                 sources.append(str(path))

@@ -1,0 +1,115 @@
+"""`.lore.json`: strict, every key optional, errors name the key path, env overrides."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from lore_core.config import ConfigError, LoreConfig, load_config
+
+
+@attrs.define
+class PluginSection:
+    index_dir: str = "idx"
+    batch_size: int = 100
+
+
+def load(tmp_path, data, env=None, sections=None) -> LoreConfig:
+    path = tmp_path / ".lore.json"
+    path.write_text(json.dumps(data))
+    return load_config(sections, env={"LORE_CONFIG": str(path), **(env or {})})
+
+
+def test_defaults_without_any_file(tmp_path):
+    config = load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "none")}, cwd=tmp_path)
+    assert config.server.host == "127.0.0.1"
+    assert config.server.port == 8377
+    assert config.upstream.anthropic == "https://api.anthropic.com"
+
+
+def test_camel_case_keys_are_read(tmp_path):
+    config = load(
+        tmp_path, {"server": {"maxBodyBytes": 10}, "upstream": {"byModelPrefix": {"llama": "http://x"}}}
+    )
+    assert config.server.max_body_bytes == 10
+    assert config.upstream.by_model_prefix == {"llama": "http://x"}
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"sever": {}}, "sever: unknown key"),
+        ({"server": {"prot": 1}}, "server.prot: unknown key"),
+        ({"server": {"port": "eighty"}}, "server.port"),
+        ({"server": {"port": True}}, "server.port"),
+        ({"upstream": {"maxRetries": 1.5}}, "upstream.maxRetries"),
+        ({"upstream": {"byModelPrefix": {"a": 3}}}, "upstream.byModelPrefix.a"),
+        ({"server": []}, "server: expected an object"),
+    ],
+)
+def test_unknown_or_mistyped_keys_name_the_path(tmp_path, data, fragment):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, data)
+    assert fragment in str(info.value)
+
+
+def test_invalid_json_names_the_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text("{ nope")
+    with pytest.raises(ConfigError, match=r"broken\.json: not valid JSON"):
+        load_config(env={"LORE_CONFIG": str(path)})
+
+
+def test_environment_overrides_the_file(tmp_path):
+    config = load(
+        tmp_path,
+        {"server": {"port": 9000}},
+        env={"LORE_PORT": "9100", "LORE_HOST": "0.0.0.0", "LORE_UPSTREAM_OPENAI": "http://o"},
+    )
+    assert (config.server.port, config.server.host, config.upstream.openai) == (9100, "0.0.0.0", "http://o")
+
+
+def test_bad_environment_value_names_the_variable(tmp_path):
+    with pytest.raises(ConfigError, match="LORE_PORT"):
+        load(tmp_path, {}, env={"LORE_PORT": "lots"})
+
+
+def test_plugin_sections_are_structured_strictly(tmp_path):
+    config = load(tmp_path, {"my-plugin": {"batchSize": 5}}, sections={"my-plugin": PluginSection})
+    assert config.section("my-plugin") == PluginSection(batch_size=5)
+    with pytest.raises(ConfigError, match=r"my-plugin\.batchSise: unknown key"):
+        load(tmp_path, {"my-plugin": {"batchSise": 5}}, sections={"my-plugin": PluginSection})
+    # Without the plugin installed, its section is an unknown key.
+    with pytest.raises(ConfigError, match="my-plugin: unknown key"):
+        load(tmp_path, {"my-plugin": {}})
+
+
+def test_project_file_overrides_user_file(tmp_path):
+    user_dir = tmp_path / "xdg" / "lore"
+    user_dir.mkdir(parents=True)
+    (user_dir / ".lore.json").write_text(json.dumps({"server": {"port": 1111, "host": "::1"}}))
+    project = tmp_path / "repo" / "sub"
+    project.mkdir(parents=True)
+    (tmp_path / "repo" / ".lore.json").write_text(json.dumps({"server": {"port": 2222}}))
+    config = load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")}, cwd=project)
+    assert (config.server.port, config.server.host) == (2222, "::1")
+    assert len(config.sources) == 2
+
+
+def test_every_config_key_is_documented():
+    """docs/configuration.md must mention every key of every core section."""
+    from pathlib import Path
+
+    from lore_core.config import CORE_SECTIONS, ENV_OVERRIDES, _camel
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    missing = [
+        f"{section}.{_camel(field.name)}"
+        for section, cls in CORE_SECTIONS.items()
+        for field in attrs.fields(cls)
+        if f"`{section}.{_camel(field.name)}`" not in doc
+    ]
+    missing += [var for var in ENV_OVERRIDES if f"`{var}`" not in doc]
+    assert not missing, f"undocumented configuration keys: {missing}"
