@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import threading
 from collections.abc import Callable
 
@@ -14,9 +15,9 @@ from lore_core.app import create_app
 from lore_core.gateway import Gateway
 
 
-def hypercorn_config(gateway: Gateway, host: str, port: int) -> HypercornConfig:
+def hypercorn_config(gateway: Gateway, bind: str) -> HypercornConfig:
     cfg = HypercornConfig()
-    cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    cfg.bind = [bind]
     cfg.accesslog = None
     cfg.errorlog = "-"
     cfg.include_server_header = False
@@ -25,31 +26,55 @@ def hypercorn_config(gateway: Gateway, host: str, port: int) -> HypercornConfig:
     return cfg
 
 
-async def serve_until(gateway: Gateway, host: str, port: int, stop: asyncio.Event) -> None:
+def _bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve_until(gateway: Gateway, bind: str, stop: asyncio.Event) -> None:
+    """Serve ``bind`` (``host:port`` or ``fd://N``) until ``stop`` is set."""
     app = create_app(gateway)
-    await hypercorn_serve(app, hypercorn_config(gateway, host, port), shutdown_trigger=stop.wait)
+    await hypercorn_serve(app, hypercorn_config(gateway, bind), shutdown_trigger=stop.wait)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """Bind before serving, so a busy port fails at once with a clear error and the URL we
+    print is one that already accepts connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
 
 
 def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable[[str], None]) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly (in-flight work is flushed)."""
+    sock = listen_socket(host, port)
+    bound_port = sock.getsockname()[1]
+    shown_host = f"[{host}]" if ":" in host else host
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        server = asyncio.create_task(serve_until(gateway, host, port, stop))
-        # hypercorn binds before it starts serving; report once /health would answer.
-        await asyncio.sleep(0)
-        on_listening(f"http://{host}:{port}")
-        await server
+        on_listening(f"http://{shown_host}:{bound_port}")
+        await serve_until(gateway, f"fd://{sock.fileno()}", stop)
 
     try:
-        import uvloop  # optional: a faster event loop when installed
+        try:
+            import uvloop  # optional: a faster event loop when installed
 
-        uvloop.run(main())
-    except ImportError:
-        asyncio.run(main())
+            uvloop.run(main())
+        except ImportError:
+            asyncio.run(main())
+    finally:
+        sock.close()
 
 
 class ThreadedServer:
@@ -77,7 +102,7 @@ class ThreadedServer:
                 self._loop = asyncio.get_running_loop()
                 self._stop = asyncio.Event()
                 ready.set()
-                await serve_until(self.gateway, self.host, self.port, self._stop)
+                await serve_until(self.gateway, _bind_address(self.host, self.port), self._stop)
 
             try:
                 asyncio.run(main())
