@@ -21,6 +21,7 @@ from lore_core.interfaces import CompositionContext, Harness, RequestContext
 from lore_core.model import Exchange, RequestView
 from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.proxy import UpstreamClient
+from lore_core.storage import StoreWriter, choose_store
 
 log = logging.getLogger("lore.gateway")
 
@@ -44,6 +45,9 @@ class Gateway:
         self.stats: Counter[str] = Counter()
         self.cwd = os.getcwd()
         self._harnesses = sorted(registry.harnesses.values(), key=lambda h: h.name)
+        # The store is opened in start(); every finished exchange is queued to it.
+        self.store = choose_store(config, registry.stores)
+        self.writer = StoreWriter(self.store, config.store)
 
     @classmethod
     def load(
@@ -71,12 +75,16 @@ class Gateway:
 
     async def start(self) -> None:
         await self.upstream.start()
+        # A store that cannot open leaves the writer degraded (it retries); never fatal.
+        await self.writer.start()
         await await_all(self.pm.hook.lore_startup(gateway=self))
 
     async def stop(self) -> None:
         try:
             await await_all(self.pm.hook.lore_shutdown(gateway=self))
         finally:
+            # Flush every queued exchange before the process goes away.
+            await self.writer.stop(self.config.server.shutdown_grace_seconds)
             await self.upstream.close()
 
     # -- pipeline steps, in the order a request meets them ----------------------------------
@@ -105,6 +113,10 @@ class Gateway:
         if exchange.client_disconnected:
             self.stats["client_disconnects"] += 1
         try:
+            self.writer.submit(exchange)
+        except Exception:
+            log.exception("could not queue an exchange for the store")
+        try:
             self.pm.hook.lore_exchange_complete(gateway=self, exchange=exchange)
         except Exception:
             log.exception("an exchange_complete hook failed")
@@ -113,12 +125,14 @@ class Gateway:
 
     def health(self) -> dict[str, Any]:
         return {
-            "status": "ok",
+            # "degraded": the proxy passes traffic but the store fails (see "store").
+            "status": "degraded" if self.writer.degraded else "ok",
             "version": _version("lore-core"),
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "upstreams": dict(self.upstream.defaults),
             "plugins": sorted(name for name, _ in self.pm.list_name_plugin() if name),
             "stats": dict(self.stats),
+            "store": self.writer.health(),
         }
 
 

@@ -16,6 +16,7 @@ import attrs
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.model import AssistantMessage, RequestView
+    from lore_core.store import Project, SearchHit, Session, StoredMessage, WriteBatch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,15 +116,83 @@ class Harness(Protocol):
 
 
 class Store(Protocol):
-    """A storage backend. The full contract is written down by the conformance suite in
-    :mod:`lore_core.testing.store_conformance`; this lists the lifecycle every backend has."""
+    """A storage backend: the temporal store (tier 1) that every later tier derives from.
 
-    async def open(self) -> None: ...
+    The full contract is written down as tests by the conformance suite in
+    :mod:`lore_core.testing.store_conformance`; a backend proves itself by passing it. Records
+    are the attrs classes of :mod:`lore_core.store`; message ids are computed by the kernel
+    (:func:`lore_core.store.message_id`), never by a backend, so every backend agrees.
 
-    async def close(self) -> None: ...
+    Methods are coroutines and must not block the event loop (run blocking I/O in a thread).
+    Only one gateway writes at a time; all writes arrive through :meth:`write` from the
+    kernel's writer queue (:mod:`lore_core.storage`), except :meth:`set_state`.
+
+    Later tiers (distillations, knowledge versions, entities, the event log) add their own
+    methods here together with a schema migration; a backend that does not implement them
+    yet raises ``NotImplementedError``, which callers treat as "not available".
+    """
+
+    #: Registered backend name (``"duckdb"``, ``"memory"``, ...).
+    name: str
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open (creating and migrating the schema when needed). Raise
+        :class:`~lore_core.store.StoreUnavailable` with a one-line reason on failure."""
+
+    async def close(self) -> None:
+        """Make everything written durable and release files and locks."""
 
     def health(self) -> dict[str, Any]:
         """``{"ok": bool, "detail": str, ...}`` for ``/health`` and ``lore status``."""
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def write(self, batch: WriteBatch) -> int:
+        """Apply a batch atomically and durably; return how many new messages were stored.
+
+        Idempotent: a message whose id is stored is skipped, sessions and projects are
+        upserted with :func:`lore_core.store.merge_session`. Raise on failure (the writer
+        keeps the batch and retries); a partial batch must never become visible."""
+
+    async def set_state(self, session_id: str, key: str, value: Any) -> None:
+        """Persist one per-session value (JSON-serialisable), e.g. ``forceMinLayer``."""
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get_state(self, session_id: str, key: str, default: Any = None) -> Any: ...
+
+    async def session_state(self, session_id: str) -> dict[str, Any]:
+        """Every state value of a session."""
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """The session with ``message_count`` and ``branch_count`` filled in."""
+
+    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
+        """Most recently updated first, optionally only one project's."""
+
+    async def list_projects(self) -> list[Project]: ...
+
+    async def session_messages(self, session_id: str) -> list[StoredMessage]:
+        """Every message of a session, every branch, ordered by position then creation."""
+
+    async def get_messages(self, ids: Sequence[str]) -> list[StoredMessage]:
+        """The messages with these ids that exist (in the order given)."""
+
+    async def search(
+        self,
+        query: str,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        """BM25 full-text search over message text, best first. A message is searchable as
+        soon as :meth:`write` returned. An empty or stop-word-only query returns ``[]``."""
+
+    async def stats(self) -> dict[str, Any]:
+        """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,
+        ``schema_version`` and backend-specific figures, for ``lore status``."""
 
 
 StoreFactory = Callable[["LoreConfig"], Store]

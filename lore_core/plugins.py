@@ -20,6 +20,7 @@ log = logging.getLogger("lore.plugins")
 BUILTIN_PLUGINS = (
     "lore_core.builtin.codecs",
     "lore_core.builtin.generic_harness",
+    "lore_core.builtin.memory_store",
 )
 
 

@@ -1,0 +1,175 @@
+"""The kernel's reference store: everything in memory, nothing survives a restart.
+
+It is the executable reading of the :class:`~lore_core.interfaces.Store` contract (it passes
+the same conformance suite as real backends) and the fallback when no persistent backend is
+installed. Search is a plain BM25 over lower-cased word tokens; fine for thousands of
+messages, not for millions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.config import LoreConfig
+from lore_core.hookspecs import hookimpl
+from lore_core.interfaces import StoreFactory
+from lore_core.store import (
+    Project,
+    SearchHit,
+    Session,
+    StoredMessage,
+    WriteBatch,
+    count_branches,
+    merge_project,
+    merge_session,
+)
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+# A handful of English stop words, so that queries behave like the real backends' analysers.
+_STOP = frozenset("a an and are as at be by for from in is it of on or that the this to was with".split())
+_K1, _B = 1.2, 0.75
+
+
+def tokens(text: str) -> list[str]:
+    return [t for t in _TOKEN.findall(text.lower()) if t not in _STOP]
+
+
+class MemoryStore:
+    name = "memory"
+    schema_version = 1
+
+    def __init__(self, config: LoreConfig | None = None) -> None:
+        self._projects: dict[str, Project] = {}
+        self._sessions: dict[str, Session] = {}
+        self._messages: dict[str, StoredMessage] = {}
+        self._by_session: dict[str, list[str]] = {}
+        self._state: dict[tuple[str, str], Any] = {}
+        self._terms: dict[str, Counter[str]] = {}
+        self._lengths: dict[str, int] = {}
+        self._df: Counter[str] = Counter()
+        self._open = False
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": self._open, "detail": "in memory: nothing survives a restart", "persistent": False}
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def write(self, batch: WriteBatch) -> int:
+        batch = batch.merged()
+        for p in batch.projects:
+            old = self._projects.get(p.id)
+            self._projects[p.id] = p if old is None else merge_project(old, p)
+        for s in batch.sessions:
+            old_s = self._sessions.get(s.id)
+            self._sessions[s.id] = attrs.evolve(s) if old_s is None else merge_session(old_s, s)
+        added = 0
+        for m in batch.messages:
+            if m.id in self._messages:
+                continue
+            self._messages[m.id] = copy.deepcopy(m)
+            self._by_session.setdefault(m.session_id, []).append(m.id)
+            terms = Counter(tokens(m.text))
+            self._terms[m.id] = terms
+            self._lengths[m.id] = sum(terms.values())
+            self._df.update(terms.keys())
+            added += 1
+        await asyncio.sleep(0)
+        return added
+
+    async def set_state(self, session_id: str, key: str, value: Any) -> None:
+        self._state[(session_id, key)] = copy.deepcopy(value)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
+        return copy.deepcopy(self._state.get((session_id, key), default))
+
+    async def session_state(self, session_id: str) -> dict[str, Any]:
+        return {k: copy.deepcopy(v) for (s, k), v in self._state.items() if s == session_id}
+
+    def _filled(self, session: Session) -> Session:
+        msgs = [self._messages[i] for i in self._by_session.get(session.id, [])]
+        return attrs.evolve(session, message_count=len(msgs), branch_count=count_branches(msgs))
+
+    async def get_session(self, session_id: str) -> Session | None:
+        s = self._sessions.get(session_id)
+        return self._filled(s) if s else None
+
+    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
+        rows = [s for s in self._sessions.values() if project is None or s.project == project]
+        rows.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
+        return [self._filled(s) for s in rows[:limit]]
+
+    async def list_projects(self) -> list[Project]:
+        return sorted((attrs.evolve(p) for p in self._projects.values()), key=lambda p: p.id)
+
+    async def session_messages(self, session_id: str) -> list[StoredMessage]:
+        msgs = [copy.deepcopy(self._messages[i]) for i in self._by_session.get(session_id, [])]
+        return sorted(msgs, key=lambda m: (m.position, m.created_at, m.id))
+
+    async def get_messages(self, ids: Sequence[str]) -> list[StoredMessage]:
+        return [copy.deepcopy(self._messages[i]) for i in ids if i in self._messages]
+
+    async def search(
+        self,
+        query: str,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        terms = set(tokens(query))
+        if not terms or limit <= 0:
+            return []
+        n = len(self._messages)
+        avg = (sum(self._lengths.values()) / n) if n else 1.0
+        hits: list[SearchHit] = []
+        for mid, tf in self._terms.items():
+            if not terms & tf.keys():
+                continue
+            m = self._messages[mid]
+            if session_id is not None and m.session_id != session_id:
+                continue
+            if project is not None and m.project != project:
+                continue
+            score = 0.0
+            for t in terms:
+                f = tf.get(t, 0)
+                if not f:
+                    continue
+                idf = math.log(1 + (n - self._df[t] + 0.5) / (self._df[t] + 0.5))
+                score += idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self._lengths[mid] / avg))
+            hits.append(
+                SearchHit(mid, m.session_id, m.project, m.role, score, m.text, m.position, m.created_at)
+            )
+        hits.sort(key=lambda h: (-h.score, h.id))
+        return hits[:limit]
+
+    async def stats(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "path": None,
+            "size_bytes": 0,
+            "schema_version": self.schema_version,
+            "projects": len(self._projects),
+            "sessions": len(self._sessions),
+            "messages": len(self._messages),
+        }
+
+
+@hookimpl
+def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
+    register("memory", MemoryStore)

@@ -1,0 +1,286 @@
+"""The store writer: finished exchanges go through an async queue, in batches, off the hot path.
+
+``submit`` only appends to a queue (the response to the client never waits for the store).
+A background task wakes on the first queued exchange, waits at most
+``store.flushIntervalMs`` for more, turns them into records (message ids, masking) in a
+worker thread and hands the store one :class:`~lore_core.store.WriteBatch`. So an exchange
+whose response finished is durable within about the flush interval plus one write, and
+``stop`` flushes everything on a clean shutdown.
+
+Store failures never reach the proxy. The first failure makes the writer *degraded*: one
+error line in the log, the reason on ``/health``; the batch stays pending and is retried with
+backoff (a store that could not open is reopened), with at most ``store.maxPendingMessages``
+held in memory. The first success after that logs one line saying the store recovered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Container, Mapping
+from typing import Any
+
+from lore_core.config import ConfigError, LoreConfig, StoreConfig
+from lore_core.interfaces import Store, StoreFactory
+from lore_core.model import Exchange
+from lore_core.store import StoreUnavailable, WriteBatch, records_from_exchange
+
+log = logging.getLogger("lore.store")
+
+#: Exchanges turned into records per write at most, so one write stays short.
+MAX_BATCH_EXCHANGES = 2000
+#: Message ids remembered as stored, so a resent history is not even converted to rows.
+KNOWN_IDS = 500_000
+_BACKOFF = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class StoreWriter:
+    """Owns the store for the gateway: opens it, writes batches, reports its health."""
+
+    def __init__(self, store: Store, config: StoreConfig) -> None:
+        self.store = store
+        self.flush_interval = max(0.0, config.flush_interval_ms / 1000.0)
+        self.max_pending = max(1, config.max_pending_messages)
+        self._queue: asyncio.Queue[Exchange] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pending = WriteBatch()
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._opened = False
+        self._stopping = False
+        self._failures = 0
+        self._idle: asyncio.Event | None = None
+        self._wakeup = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self.error: str | None = None
+        self.stats: dict[str, Any] = {
+            "exchanges": 0,
+            "messages_written": 0,
+            "batches": 0,
+            "dropped_messages": 0,
+            "last_flush_at": None,
+        }
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        await self._try_open()
+        self._task = asyncio.create_task(self._run(), name="lore-store-writer")
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Flush everything queued, then close the store."""
+        self._stopping = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._drain(), timeout)
+            except TimeoutError:
+                log.error("store: shutdown flush timed out; %d exchanges not written", self.queued)
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._opened:
+            try:
+                await self.store.close()
+            except Exception as exc:
+                log.error("store: closing %s failed: %s", self.store.name, exc)
+            self._opened = False
+
+    async def _drain(self) -> None:
+        assert self._queue is not None
+        while self._queue.qsize() or self._pending:
+            if not self._opened and not await self._try_open():
+                return  # nothing can be written; stop() reports it
+            await self._flush_once()
+            if self.error:
+                return
+
+    # -- the hot path's side ---------------------------------------------------------------
+
+    def submit(self, exchange: Exchange) -> None:
+        """Queue a finished exchange. Never blocks, never raises into the proxy."""
+        if self._queue is None:
+            return
+        self.stats["exchanges"] += 1
+        self._queue.put_nowait(exchange)
+        if self._idle is not None:
+            self._idle.clear()
+        self._wakeup.set()
+
+    @property
+    def queued(self) -> int:
+        return (self._queue.qsize() if self._queue else 0) + len(self._pending.messages)
+
+    async def wait_idle(self, timeout: float = 10.0) -> None:
+        """Wait until everything submitted so far is written (tests, ``/lore/api``)."""
+        if self._idle is not None:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # -- the background task ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            if not self._pending and not self._queue.qsize():
+                # Sleep until an exchange arrives, without taking it off the queue.
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                # Give the exchanges that finish together a chance to share one write.
+                await asyncio.sleep(self.flush_interval)
+            if not self._opened and not await self._try_open():
+                await asyncio.sleep(self._backoff())
+                continue
+            await self._flush_once()
+            if self.error:
+                await asyncio.sleep(self._backoff())
+
+    async def _flush_once(self) -> None:
+        async with self._lock:  # the run loop and stop() may both flush
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
+        exchanges = self._collect()
+        if exchanges:
+            try:
+                # _known is only changed under the lock, after the conversion finished.
+                batch = await asyncio.to_thread(_convert, exchanges, self._known)
+            except Exception:
+                log.exception("store: could not turn %d exchanges into records; skipped", len(exchanges))
+                batch = WriteBatch()
+            self._pending.extend(batch)
+            self._pending = self._pending.merged()
+            self._bound_pending()
+        if not self._pending:
+            self._mark_idle()
+            return
+        batch = self._pending
+        try:
+            added = await self.store.write(batch)
+        except Exception as exc:
+            self._degrade(f"writing to the {self.store.name} store failed: {_one_line(exc)}")
+            return
+        self._pending = WriteBatch()
+        for m in batch.messages:
+            self._known[m.id] = None
+        while len(self._known) > KNOWN_IDS:
+            self._known.popitem(last=False)
+        self.stats["messages_written"] += int(added or 0)
+        self.stats["batches"] += 1
+        self.stats["last_flush_at"] = time.time()
+        self._recovered()
+        self._mark_idle()
+
+    def _collect(self) -> list[Exchange]:
+        assert self._queue is not None
+        out: list[Exchange] = []
+        while len(out) < MAX_BATCH_EXCHANGES:
+            try:
+                out.append(self._queue.get_nowait())
+            except asyncio.QueueEmpty:
+                break
+        return out
+
+    def _mark_idle(self) -> None:
+        if (
+            self._idle is not None
+            and self._queue is not None
+            and not self._queue.qsize()
+            and not self._pending
+        ):
+            self._idle.set()
+
+    def _bound_pending(self) -> None:
+        extra = len(self._pending.messages) - self.max_pending
+        if extra > 0:
+            # Oldest first: the newest messages are the ones the next turn resends anyway.
+            del self._pending.messages[:extra]
+            self.stats["dropped_messages"] += extra
+            log.error("store: %d pending messages dropped (the store has been failing)", extra)
+
+    # -- failure handling ------------------------------------------------------------------
+
+    async def _try_open(self) -> bool:
+        try:
+            await self.store.open()
+        except Exception as exc:
+            reason = str(exc) if isinstance(exc, StoreUnavailable) else _one_line(exc)
+            self._degrade(f"the {self.store.name} store cannot be opened: {reason}")
+            return False
+        self._opened = True
+        self._recovered()
+        return True
+
+    def _degrade(self, reason: str) -> None:
+        self._failures += 1
+        if self.error != reason:
+            # One line per distinct problem, not one per retry.
+            log.error("store degraded (the proxy keeps passing traffic): %s", reason)
+        self.error = reason
+
+    def _recovered(self) -> None:
+        if self.error is not None:
+            log.warning("store recovered: %s works again", self.store.name)
+        self.error = None
+        self._failures = 0
+
+    def _backoff(self) -> float:
+        return _BACKOFF[min(self._failures, len(_BACKOFF)) - 1] if self._failures else self.flush_interval
+
+    # -- reporting -------------------------------------------------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        return self.error is not None
+
+    def health(self) -> dict[str, Any]:
+        try:
+            backend = self.store.health()
+        except Exception as exc:
+            backend = {"ok": False, "detail": _one_line(exc)}
+        return {
+            "backend": self.store.name,
+            "status": "degraded" if self.degraded else "ok",
+            "error": self.error,
+            "queued": self.queued,
+            "flush_interval_ms": round(self.flush_interval * 1000),
+            **self.stats,
+            "store": backend,
+        }
+
+
+def _convert(exchanges: list[Exchange], known: Container[str]) -> WriteBatch:
+    batch = WriteBatch()
+    for exchange in exchanges:
+        try:
+            batch.extend(records_from_exchange(exchange, known))
+        except Exception:
+            log.exception("store: could not turn an exchange of session %s into records", exchange.session_id)
+    return batch
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, StoreUnavailable) else text
+
+
+def choose_store(config: LoreConfig, stores: Mapping[str, StoreFactory]) -> Store:
+    """The configured backend; by default ``duckdb`` when installed, else the in-memory
+    reference store (with a warning: nothing persists)."""
+    name = config.store.backend
+    if not name:
+        name = "duckdb" if "duckdb" in stores else "memory"
+        if name == "memory":
+            log.warning(
+                "no persistent store installed (pip install lore-store-duckdb): "
+                "messages are kept in memory only"
+            )
+    factory = stores.get(name)
+    if factory is None:
+        known = ", ".join(sorted(stores)) or "none"
+        raise ConfigError(f"store.backend: no store backend named {name!r} is installed (installed: {known})")
+    return factory(config)

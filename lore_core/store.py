@@ -1,0 +1,487 @@
+"""Records of the temporal store, and the rules every backend shares: message identity,
+secret masking and turning a proxied exchange into records.
+
+The kernel owns these so that every backend agrees on them: a message resent by any client
+to any backend gets the same id, and the same text is indexed for search.
+
+Message identity is a hash chain over the conversation::
+
+    id[i] = sha256(session, id[i-1], canonical(message[i]))[:32]
+
+``canonical`` is built from the wire-neutral blocks (type, text, tool name and id, tool input
+as sorted JSON, is_error), never from raw wire JSON: Claude Code moves its ``cache_control``
+marker to the newest block every turn, so the raw JSON of the same message changes between
+turns, and the assistant message assembled from a response must get the same id as the same
+message resent by the client on the next turn. Consequences:
+
+* a resent history re-derives the same ids, so every message is stored once;
+* an edited message (or anything before it) changes every id from that point on: the new
+  history is stored as a new branch that forks from the last common message, and the old
+  branch is kept;
+* consecutive assistant messages are one logical message, because the Responses API resends
+  one response as several items (reasoning, message, function calls) that were assembled as
+  one assistant message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Container, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.model import IMAGE, OTHER, TEXT, THINKING, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message
+
+#: Bumped when the identity rule changes (it never should: ids are stored forever).
+IDENTITY_VERSION = 1
+#: Session state key of the persisted minimum context layer (see MISSION section 6).
+FORCE_MIN_LAYER = "forceMinLayer"
+
+ORIGIN_REQUEST = "request"
+ORIGIN_RESPONSE = "response"
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be used (locked, corrupt, unwritable); the message is one line that
+    says what and where, fit for the gateway log and ``/health``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class Project:
+    """A project is identified by the directory (or name) the harness reported."""
+
+    id: str
+    name: str = ""
+    created_at: float = 0.0
+    last_seen_at: float = 0.0
+
+
+@attrs.define
+class Session:
+    """One conversation of one client. Upserted on every exchange: ``created_at`` keeps the
+    earliest value, ``updated_at``/``model``/``harness`` the latest, ``title`` the first."""
+
+    id: str
+    project: str = ""
+    harness: str = ""
+    model: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    title: str = ""
+    # Filled in by the store when read.
+    message_count: int = 0
+    branch_count: int = 0
+
+
+@attrs.define
+class StoredMessage:
+    """One message, stored once. ``blocks`` keep the structure (block types, tool names and
+    ids, tool input); ``text`` is the searchable rendering, with obvious secrets masked."""
+
+    id: str
+    session_id: str
+    parent_id: str | None
+    position: int
+    role: str
+    blocks: list[dict[str, Any]] = attrs.field(factory=list)
+    text: str = ""
+    model: str | None = None
+    usage: dict[str, int] | None = None
+    harness: str = ""
+    project: str = ""
+    api: str = ""
+    created_at: float = 0.0
+    # False for a partial assistant message (client disconnect, stream cut, error event).
+    complete: bool = True
+    # "request" (the client sent it) or "response" (assembled from the upstream's answer).
+    origin: str = ORIGIN_REQUEST
+    stop_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [b["tool_name"] for b in self.blocks if b.get("tool_name")]
+
+
+@attrs.define
+class SearchHit:
+    id: str
+    session_id: str
+    project: str
+    role: str
+    score: float
+    text: str
+    position: int = 0
+    created_at: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "session": self.session_id,
+            "project": self.project,
+            "role": self.role,
+            "score": round(float(self.score), 6),
+            "text": self.text,
+            "position": self.position,
+            "created_at": self.created_at,
+        }
+
+
+@attrs.define
+class WriteBatch:
+    """What the writer hands a store in one call; the store applies it in one transaction.
+
+    Applying a batch is idempotent: a message id already stored is skipped (the first
+    version stored wins), sessions and projects are upserted.
+    """
+
+    projects: list[Project] = attrs.field(factory=list)
+    sessions: list[Session] = attrs.field(factory=list)
+    messages: list[StoredMessage] = attrs.field(factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.projects or self.sessions or self.messages)
+
+    def extend(self, other: WriteBatch) -> None:
+        self.projects.extend(other.projects)
+        self.sessions.extend(other.sessions)
+        self.messages.extend(other.messages)
+
+    def merged(self) -> WriteBatch:
+        """One record per id: sessions and projects merged, and for a message seen twice the
+        response-assembled version wins (it carries usage, model and stop reason)."""
+        projects: dict[str, Project] = {}
+        for p in self.projects:
+            old = projects.get(p.id)
+            projects[p.id] = p if old is None else merge_project(old, p)
+        sessions: dict[str, Session] = {}
+        for s in self.sessions:
+            old_s = sessions.get(s.id)
+            sessions[s.id] = s if old_s is None else merge_session(old_s, s)
+        messages: dict[str, StoredMessage] = {}
+        for m in self.messages:
+            old_m = messages.get(m.id)
+            if old_m is None or (m.origin == ORIGIN_RESPONSE and old_m.origin != ORIGIN_RESPONSE):
+                messages[m.id] = m
+        return WriteBatch(list(projects.values()), list(sessions.values()), list(messages.values()))
+
+
+def merge_project(old: Project, new: Project) -> Project:
+    return Project(
+        id=old.id,
+        name=old.name or new.name,
+        created_at=min(old.created_at, new.created_at) if old.created_at else new.created_at,
+        last_seen_at=max(old.last_seen_at, new.last_seen_at),
+    )
+
+
+def merge_session(old: Session, new: Session) -> Session:
+    """The upsert rule every backend applies (``old`` is what is stored)."""
+    newer = new.updated_at >= old.updated_at
+    return Session(
+        id=old.id,
+        project=old.project or new.project,
+        harness=(new.harness if newer and new.harness else old.harness) or new.harness,
+        model=(new.model if newer and new.model else old.model) or new.model,
+        created_at=min(old.created_at, new.created_at) if old.created_at else new.created_at,
+        updated_at=max(old.updated_at, new.updated_at),
+        title=old.title or new.title,
+    )
+
+
+def main_branch(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    """The conversation as the client sees it now: the chain ending at the deepest leaf
+    (the latest one among equally deep leaves). Side requests (titles, quota probes) and
+    abandoned edits are other, shorter or older, branches."""
+    by_id = {m.id: m for m in messages}
+    parents = {m.parent_id for m in messages if m.parent_id}
+    leaves = [m for m in messages if m.id not in parents]
+    if not leaves:
+        return []
+    tip: StoredMessage | None = max(leaves, key=lambda m: (m.position, m.created_at, m.id))
+    chain: list[StoredMessage] = []
+    while tip is not None:
+        chain.append(tip)
+        tip = by_id.get(tip.parent_id) if tip.parent_id else None
+    chain.reverse()
+    return chain
+
+
+def count_branches(messages: Iterable[StoredMessage]) -> int:
+    """Leaves of the message tree: 1 for a straight conversation, more after forks."""
+    messages = list(messages)
+    parents = {m.parent_id for m in messages if m.parent_id}
+    return sum(1 for m in messages if m.id not in parents)
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets
+# ---------------------------------------------------------------------------------------------
+
+# Provider and platform key shapes, private key blocks and bearer headers pasted into
+# content. Deliberately conservative: a false positive only masks text in the store.
+_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "private-key",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY"
+            r"(?: BLOCK)?-----",
+            re.S,
+        ),
+    ),
+    ("anthropic-key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{16,}")),
+    ("openai-key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}")),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
+    ("slack-token", re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}")),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
+    ("stripe-key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{20,}")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    ("bearer-token", re.compile(r"(?i)(?<=\bbearer )[A-Za-z0-9_\-\.=+/]{20,}")),
+]
+
+
+def mask_secrets(text: str) -> str:
+    """Replace obvious secrets with ``[REDACTED:<kind>]``. Cheap when there are none."""
+    if not text:
+        return text
+    for kind, pattern in _SECRET_PATTERNS:
+        text = pattern.sub(f"[REDACTED:{kind}]", text)
+    return text
+
+
+def mask_deep(value: Any) -> Any:
+    """:func:`mask_secrets` applied to every string inside a JSON value."""
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, list):
+        return [mask_deep(v) for v in value]
+    if isinstance(value, dict):
+        return {k: mask_deep(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity
+# ---------------------------------------------------------------------------------------------
+
+# Keys that carry transport or cache bookkeeping, not content.
+_VOLATILE_KEYS = frozenset({"cache_control", "citations", "signature", "status", "id"})
+
+
+def _strip_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_volatile(v) for k, v in value.items() if k not in _VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [_strip_volatile(v) for v in value]
+    return value
+
+
+def canonical_block(block: Block) -> dict[str, Any]:
+    """The parts of a block that make it the same block, whatever the wire shape."""
+    out: dict[str, Any] = {"t": block.type}
+    text = block.text.strip()
+    if text:
+        out["x"] = text
+    if block.tool_name:
+        out["n"] = block.tool_name
+    if block.tool_call_id:
+        out["i"] = block.tool_call_id
+    if block.tool_input not in (None, {}, ""):
+        out["a"] = block.tool_input
+    if block.is_error:
+        out["e"] = True
+    if block.type in (IMAGE, OTHER):
+        out["w"] = block.wire_type
+        out["r"] = _strip_volatile(block.raw)
+    return out
+
+
+def canonical_message(role: str, blocks: Sequence[Block]) -> str:
+    """Sorted-key JSON of the role and canonical blocks: the hashed content of a message."""
+    payload = {"r": role, "b": [canonical_block(b) for b in blocks]}
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def message_id(session_id: str, parent_id: str | None, canonical: str) -> str:
+    digest = hashlib.sha256()
+    for part in (f"v{IDENTITY_VERSION}", session_id, parent_id or "", canonical):
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()[:32]
+
+
+@attrs.define
+class LogicalMessage:
+    """A message as identity sees it: consecutive assistant items coalesced into one."""
+
+    role: str
+    blocks: list[Block]
+
+
+def logical_messages(messages: Iterable[Message]) -> list[LogicalMessage]:
+    """Conversation messages in order. Items without a role (Codex's ``configuration_update``
+    and similar harness housekeeping) are not conversation and never shift identities."""
+    out: list[LogicalMessage] = []
+    for msg in messages:
+        if not msg.role:
+            continue
+        if msg.role == "assistant" and out and out[-1].role == "assistant":
+            out[-1].blocks.extend(msg.blocks)
+        else:
+            out.append(LogicalMessage(msg.role, list(msg.blocks)))
+    return out
+
+
+def chain_ids(session_id: str, messages: Sequence[LogicalMessage]) -> list[str]:
+    ids: list[str] = []
+    parent: str | None = None
+    for msg in messages:
+        parent = message_id(session_id, parent, canonical_message(msg.role, msg.blocks))
+        ids.append(parent)
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Exchange -> records
+# ---------------------------------------------------------------------------------------------
+
+# Inline payloads (base64 images, documents) are not kept: the store keeps the structure.
+_MAX_RAW_STRING = 2048
+
+
+def _elide(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > _MAX_RAW_STRING:
+        return f"[{len(value)} chars elided]"
+    if isinstance(value, list):
+        return [_elide(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _elide(v) for k, v in value.items()}
+    return value
+
+
+def block_record(block: Block) -> dict[str, Any]:
+    """The stored form of a block (secrets masked, inline payloads elided)."""
+    out: dict[str, Any] = {"type": block.type}
+    if block.wire_type:
+        out["wire_type"] = block.wire_type
+    if block.text:
+        out["text"] = mask_secrets(block.text)
+    if block.tool_name:
+        out["tool_name"] = block.tool_name
+    if block.tool_call_id:
+        out["tool_call_id"] = block.tool_call_id
+    if block.tool_input is not None:
+        out["tool_input"] = mask_deep(block.tool_input)
+    if block.is_error:
+        out["is_error"] = True
+    if block.type in (IMAGE, OTHER) and block.raw is not None:
+        out["raw"] = mask_deep(_elide(_strip_volatile(block.raw)))
+    return out
+
+
+def search_text(blocks: Sequence[Block]) -> str:
+    """What full-text search sees of a message: text, thinking, tool calls as
+    ``name {input}``, tool results; secrets masked."""
+    parts: list[str] = []
+    for b in blocks:
+        if b.type in (TEXT, THINKING, TOOL_RESULT) and b.text:
+            parts.append(b.text)
+        elif b.type == TOOL_CALL:
+            args = b.tool_input if isinstance(b.tool_input, str) else json.dumps(b.tool_input, sort_keys=True)
+            parts.append(f"{b.tool_name or 'tool'} {args}")
+    return mask_secrets("\n".join(parts))
+
+
+def _title(messages: Sequence[LogicalMessage]) -> str:
+    for msg in messages:
+        if msg.role == "user":
+            text = " ".join(b.text for b in msg.blocks if b.type == TEXT and b.text).strip()
+            if text:
+                return mask_secrets(" ".join(text.split()))[:120]
+    return ""
+
+
+def records_from_exchange(exchange: Exchange, skip_ids: Container[str] = frozenset()) -> WriteBatch:
+    """The records one exchange produces: its project and session (upserted), every request
+    message (skipped when its id is in ``skip_ids``: already stored), and the assistant
+    answer with model, usage, stop reason and the ``complete`` flag."""
+    now = exchange.finished_at or time.time()
+    started = exchange.started_at or now
+    response = exchange.response
+    model = (response.model if response else None) or exchange.request.model
+    logical = logical_messages(exchange.request.messages)
+    ids = chain_ids(exchange.session_id, logical)
+
+    batch = WriteBatch()
+    project_name = exchange.project.rstrip("/").rsplit("/", 1)[-1] if exchange.project else ""
+    batch.projects.append(Project(exchange.project, project_name, started, now))
+    batch.sessions.append(
+        Session(
+            id=exchange.session_id,
+            project=exchange.project,
+            harness=exchange.harness,
+            model=model,
+            created_at=started,
+            updated_at=now,
+            title=_title(logical),
+        )
+    )
+
+    def record(
+        position: int, parent: str | None, ident: str, msg: LogicalMessage, **extra: Any
+    ) -> StoredMessage:
+        return StoredMessage(
+            id=ident,
+            session_id=exchange.session_id,
+            parent_id=parent,
+            position=position,
+            role=msg.role,
+            blocks=[block_record(b) for b in msg.blocks],
+            text=search_text(msg.blocks),
+            model=exchange.request.model,
+            harness=exchange.harness,
+            project=exchange.project,
+            api=exchange.api,
+            created_at=started,
+            **extra,
+        )
+
+    parent: str | None = None
+    for position, (ident, msg) in enumerate(zip(ids, logical, strict=True)):
+        if ident not in skip_ids:
+            batch.messages.append(record(position, parent, ident, msg))
+        parent = ident
+
+    if response is not None and (response.blocks or response.error):
+        # The answer continues the chain, exactly as the client will resend it next turn.
+        answer = LogicalMessage("assistant", list(response.blocks))
+        if logical and logical[-1].role == "assistant":
+            # A prefilled assistant turn: the answer is resent merged into it.
+            answer = LogicalMessage("assistant", logical[-1].blocks + list(response.blocks))
+            parent = ids[-2] if len(ids) > 1 else None
+        position = len(logical) - 1 if logical and logical[-1].role == "assistant" else len(logical)
+        ident = message_id(exchange.session_id, parent, canonical_message("assistant", answer.blocks))
+        complete = bool(response.complete) and not exchange.client_disconnected
+        batch.messages.append(
+            attrs.evolve(
+                record(position, parent, ident, answer),
+                model=model,
+                usage=response.usage.as_dict(),
+                created_at=now,
+                complete=complete,
+                origin=ORIGIN_RESPONSE,
+                stop_reason=response.stop_reason,
+                error=mask_secrets(response.error) if response.error else None,
+            )
+        )
+    return batch

@@ -1,0 +1,434 @@
+"""The store conformance suite: the contract of :class:`lore_core.interfaces.Store` as tests.
+
+Every store plugin subclasses :class:`StoreConformance` in its own tests and must pass it,
+as the kernel's in-memory reference store does (``tests/test_memory_store.py``)::
+
+    from lore_core.testing.store_conformance import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        persistent = True  # data must survive close() and a fresh open()
+
+        @pytest.fixture
+        def make_store(self, tmp_path):
+            # Each call returns a new, unopened store object on the same location.
+            return lambda: MyStore(path=tmp_path / "store")
+
+Tests are plain functions that drive the store's coroutines with ``asyncio.run``, so the
+suite needs no async pytest plugin. Records are built from real wire-neutral exchanges with
+:func:`lore_core.store.records_from_exchange`, exactly as the gateway's writer does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from lore_core.interfaces import Store
+from lore_core.model import (
+    TEXT,
+    TOOL_CALL,
+    TOOL_RESULT,
+    AssistantMessage,
+    Block,
+    Exchange,
+    Message,
+    RequestView,
+    Usage,
+)
+from lore_core.store import WriteBatch, main_branch, records_from_exchange
+
+# -- building exchanges ----------------------------------------------------------------------
+
+
+def text(role: str, content: str) -> Message:
+    return Message(role, [Block(TEXT, text=content)])
+
+
+def tool_call(name: str, call_id: str, args: dict[str, Any], say: str = "") -> Message:
+    blocks = [Block(TEXT, text=say)] if say else []
+    return Message(
+        "assistant", [*blocks, Block(TOOL_CALL, tool_name=name, tool_call_id=call_id, tool_input=args)]
+    )
+
+
+def tool_result(call_id: str, output: str, is_error: bool = False) -> Message:
+    return Message("user", [Block(TOOL_RESULT, text=output, tool_call_id=call_id, is_error=is_error)])
+
+
+def answer(
+    content: str, complete: bool = True, input_tokens: int = 10, output_tokens: int = 5
+) -> AssistantMessage:
+    return AssistantMessage(
+        blocks=[Block(TEXT, text=content)],
+        usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+        stop_reason="end_turn" if complete else None,
+        model="test-model-1",
+        complete=complete,
+    )
+
+
+def exchange(
+    messages: list[Message],
+    response: AssistantMessage | None = None,
+    session: str = "s-1",
+    project: str = "/work/alpha",
+    harness: str = "claude",
+    at: float = 1_700_000_000.0,
+) -> Exchange:
+    view = RequestView(api="anthropic-messages", raw={}, body=b"", model="test-model", messages=messages)
+    ex = Exchange(
+        api="anthropic-messages",
+        path="/v1/messages",
+        request=view,
+        harness=harness,
+        session_id=session,
+        project=project,
+        upstream="http://upstream.invalid",
+        status=200,
+        response=response,
+        started_at=at,
+    )
+    ex.finished_at = at + 1
+    return ex
+
+
+def batch_of(*exchanges: Exchange) -> WriteBatch:
+    out = WriteBatch()
+    for ex in exchanges:
+        out.extend(records_from_exchange(ex))
+    return out
+
+
+class StoreConformance:
+    """Subclass in a ``test_*.py`` module and provide the ``make_store`` fixture."""
+
+    #: Set to True when data must survive ``close()`` and a fresh ``open()``.
+    persistent: bool = False
+
+    @pytest.fixture
+    def make_store(self) -> Callable[[], Store]:
+        raise NotImplementedError("a store's test class provides the make_store fixture")
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def run(self, make_store: Callable[[], Store], body: Callable[[Store], Awaitable[None]]) -> None:
+        async def main() -> None:
+            store = make_store()
+            await store.open()
+            try:
+                await body(store)
+            finally:
+                await store.close()
+
+        asyncio.run(main())
+
+    def reopen(self, make_store: Callable[[], Store], body: Callable[[Store], Awaitable[None]]) -> None:
+        self.run(make_store, body)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def test_empty_store(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            stats = await store.stats()
+            assert (stats["projects"], stats["sessions"], stats["messages"]) == (0, 0, 0)
+            assert "schema_version" in stats and "size_bytes" in stats
+            assert await store.list_sessions() == []
+            assert await store.get_session("nope") is None
+            assert await store.session_messages("nope") == []
+            assert await store.search("anything") == []
+            assert store.health()["ok"] is True
+            assert isinstance(store.name, str) and store.name
+
+        self.run(make_store, body)
+
+    # -- writes and identity ---------------------------------------------------------------
+
+    def test_roundtrip_structure(self, make_store: Callable[[], Store]) -> None:
+        msgs = [
+            text("user", "list the files please"),
+            tool_call("Bash", "call_1", {"command": "ls -la", "opts": {"b": 2, "a": 1}}, say="Running ls"),
+            tool_result("call_1", "README.md\nsetup.py", is_error=True),
+        ]
+        ex = exchange(msgs, answer("There are two files.", input_tokens=123, output_tokens=45))
+
+        async def body(store: Store) -> None:
+            added = await store.write(batch_of(ex))
+            assert added == 4
+            session = await store.get_session("s-1")
+            assert session is not None
+            assert (session.project, session.harness, session.model) == (
+                "/work/alpha",
+                "claude",
+                "test-model-1",
+            )
+            assert session.title == "list the files please"
+            assert (session.message_count, session.branch_count) == (4, 1)
+            stored = await store.session_messages("s-1")
+            assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+            assert [m.position for m in stored] == [0, 1, 2, 3]
+            assert stored[0].parent_id is None
+            assert [m.parent_id for m in stored[1:]] == [m.id for m in stored[:-1]]
+            call = stored[1].blocks[1]
+            assert (
+                call["type"] == TOOL_CALL and call["tool_name"] == "Bash" and call["tool_call_id"] == "call_1"
+            )
+            assert call["tool_input"] == {"command": "ls -la", "opts": {"b": 2, "a": 1}}
+            result = stored[2].blocks[0]
+            assert result["type"] == TOOL_RESULT and result["is_error"] is True
+            assert result["tool_call_id"] == "call_1" and result["text"] == "README.md\nsetup.py"
+            last = stored[3]
+            assert last.origin == "response" and last.complete is True
+            assert (
+                last.usage is not None
+                and last.usage["input_tokens"] == 123
+                and last.usage["output_tokens"] == 45
+            )
+            assert last.model == "test-model-1" and last.stop_reason == "end_turn"
+            assert last.text == "There are two files."
+            assert stored[0].harness == "claude" and stored[0].created_at == 1_700_000_000.0
+            assert "Bash" in stored[1].text and "ls -la" in stored[1].text
+            again = await store.get_messages([stored[2].id, "missing", stored[0].id])
+            assert [m.id for m in again] == [stored[2].id, stored[0].id]
+
+        self.run(make_store, body)
+
+    def test_write_is_idempotent(self, make_store: Callable[[], Store]) -> None:
+        ex = exchange([text("user", "hello there")], answer("hi"))
+
+        async def body(store: Store) -> None:
+            assert await store.write(batch_of(ex)) == 2
+            assert await store.write(batch_of(ex)) == 0
+            assert (await store.stats())["messages"] == 2
+
+        self.run(make_store, body)
+
+    def test_resent_history_is_stored_once(self, make_store: Callable[[], Store]) -> None:
+        turn1 = exchange([text("user", "first question")], answer("first answer"), at=1000.0)
+        turn2 = exchange(
+            [
+                text("user", "first question"),
+                text("assistant", "first answer"),
+                text("user", "second question"),
+            ],
+            answer("second answer"),
+            at=2000.0,
+        )
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(turn1))
+            assert await store.write(batch_of(turn2)) == 2
+            stored = await store.session_messages("s-1")
+            assert [m.text for m in stored] == [
+                "first question",
+                "first answer",
+                "second question",
+                "second answer",
+            ]
+            # The stored answer is the one assembled from the response: usage is kept.
+            assert stored[1].origin == "response" and stored[1].usage is not None
+            session = await store.get_session("s-1")
+            assert session is not None and session.updated_at == 2001.0 and session.created_at == 1000.0
+
+        self.run(make_store, body)
+
+    def test_edited_history_forks(self, make_store: Callable[[], Store]) -> None:
+        base = [text("user", "question one"), text("assistant", "answer one")]
+        original = exchange([*base, text("user", "use postgres")], answer("ok postgres"), at=1000.0)
+        edited = exchange([*base, text("user", "use sqlite")], answer("ok sqlite"), at=2000.0)
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(original))
+            await store.write(batch_of(edited))
+            stored = await store.session_messages("s-1")
+            assert len(stored) == 6  # the shared prefix once, both branches kept
+            session = await store.get_session("s-1")
+            assert session is not None and session.branch_count == 2
+            branch = main_branch(stored)
+            assert [m.text for m in branch] == ["question one", "answer one", "use sqlite", "ok sqlite"]
+            forks = [m for m in stored if m.position == 2]
+            assert len({m.parent_id for m in forks}) == 1
+
+        self.run(make_store, body)
+
+    def test_partial_answer_is_marked_incomplete(self, make_store: Callable[[], Store]) -> None:
+        ex = exchange([text("user", "stream something long")], answer("half of the ans", complete=False))
+        ex.client_disconnected = True
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(ex))
+            stored = await store.session_messages("s-1")
+            assert stored[-1].text == "half of the ans" and stored[-1].complete is False
+            assert stored[0].complete is True
+
+        self.run(make_store, body)
+
+    def test_unicode_and_large_text(self, make_store: Callable[[], Store]) -> None:
+        big = "ünïcødé 日本語 🚀 " + "lorem ipsum " * 20_000
+        ex = exchange([text("user", big)], answer("quote: \"'\\ \x01"))
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(ex))
+            stored = await store.session_messages("s-1")
+            assert stored[0].text == big.strip() or stored[0].text == big
+            assert stored[1].text == "quote: \"'\\ \x01"
+
+        self.run(make_store, body)
+
+    # -- sessions, projects and state ------------------------------------------------------
+
+    def test_sessions_by_project_newest_first(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(
+                batch_of(
+                    exchange([text("user", "a")], session="old", project="/p/one", at=100.0),
+                    exchange([text("user", "b")], session="new", project="/p/one", at=300.0),
+                    exchange([text("user", "c")], session="other", project="/p/two", at=200.0),
+                )
+            )
+            assert [s.id for s in await store.list_sessions()] == ["new", "other", "old"]
+            assert [s.id for s in await store.list_sessions(project="/p/one")] == ["new", "old"]
+            assert [s.id for s in await store.list_sessions(limit=1)] == ["new"]
+            projects = await store.list_projects()
+            assert [p.id for p in projects] == ["/p/one", "/p/two"]
+            assert projects[0].name == "one"
+            # A later exchange updates the session (model, updated_at) but not its creation.
+            await store.write(
+                batch_of(
+                    exchange(
+                        [text("user", "a"), text("assistant", "x"), text("user", "y")],
+                        answer("z"),
+                        session="old",
+                        project="/p/one",
+                        at=400.0,
+                    )
+                )
+            )
+            assert (await store.list_sessions())[0].id == "old"
+            old = await store.get_session("old")
+            assert old is not None and old.created_at == 100.0 and old.model == "test-model-1"
+
+        self.run(make_store, body)
+
+    def test_session_state(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            assert await store.get_state("s-1", "forceMinLayer") is None
+            assert await store.get_state("s-1", "forceMinLayer", 0) == 0
+            await store.set_state("s-1", "forceMinLayer", 2)
+            await store.set_state("s-1", "forceMinLayer", 3)
+            await store.set_state("s-1", "calibration", {"ratio": 1.25, "turns": [1, 2]})
+            await store.set_state("s-2", "forceMinLayer", 1)
+            assert await store.get_state("s-1", "forceMinLayer") == 3
+            assert await store.session_state("s-1") == {
+                "forceMinLayer": 3,
+                "calibration": {"ratio": 1.25, "turns": [1, 2]},
+            }
+
+        self.run(make_store, body)
+
+    def test_persistence_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+        ex = exchange([text("user", "remember the flamingo")], answer("noted"))
+
+        async def write(store: Store) -> None:
+            await store.write(batch_of(ex))
+            await store.set_state("s-1", "forceMinLayer", 2)
+
+        async def read(store: Store) -> None:
+            assert (await store.stats())["messages"] == 2
+            assert await store.get_state("s-1", "forceMinLayer") == 2
+            assert [h.text for h in await store.search("flamingo")] == ["remember the flamingo"]
+            assert await store.write(batch_of(ex)) == 0
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)
+
+    # -- search ----------------------------------------------------------------------------
+
+    def _corpus(self) -> WriteBatch:
+        return batch_of(
+            exchange(
+                [text("user", "the migration to postgres failed with a deadlock error")],
+                answer("deadlock again: retry the postgres migration with a lock timeout"),
+                session="s-a",
+                project="/p/one",
+                at=100.0,
+            ),
+            exchange(
+                [text("user", "write a haiku about autumn leaves")],
+                answer("crisp leaves drift"),
+                session="s-b",
+                project="/p/one",
+                at=200.0,
+            ),
+            exchange(
+                [text("user", "why does the build fail on arm64")],
+                answer("the postgres driver has no arm64 wheel"),
+                session="s-c",
+                project="/p/two",
+                at=300.0,
+            ),
+        )
+
+    def test_search_ranks_by_bm25(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            hits = await store.search("deadlock")
+            assert len(hits) == 2 and {h.session_id for h in hits} == {"s-a"}
+            assert all(h.score > 0 for h in hits)
+            assert hits[0].score >= hits[1].score
+            hits = await store.search("postgres deadlock")
+            assert hits[0].session_id == "s-a" and len(hits) == 3
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+            haiku = await store.search("haiku")
+            assert len(haiku) == 1
+            h = haiku[0]
+            assert (h.session_id, h.project, h.role, h.position) == ("s-b", "/p/one", "user", 0)
+            assert h.text == "write a haiku about autumn leaves"
+            assert h.id == (await store.session_messages("s-b"))[0].id
+            assert await store.search("zebra") == []
+            assert await store.search("") == []
+            assert await store.search("   ") == []
+
+        self.run(make_store, body)
+
+    def test_search_filters_and_limit(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            assert {h.session_id for h in await store.search("postgres", project="/p/two")} == {"s-c"}
+            assert {h.session_id for h in await store.search("postgres", session_id="s-a")} == {"s-a"}
+            assert await store.search("postgres", session_id="s-b") == []
+            assert await store.search("postgres", project="/p/none") == []
+            assert len(await store.search("postgres", limit=1)) == 1
+            assert len(await store.search("postgres", limit=10)) == 3
+
+        self.run(make_store, body)
+
+    def test_search_sees_new_messages_at_once(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            assert await store.search("kumquat") == []
+            for i in range(5):
+                await store.write(
+                    batch_of(exchange([text("user", f"kumquat number {i}")], session=f"k-{i}", at=1000.0 + i))
+                )
+                hits = await store.search("kumquat")
+                assert len(hits) == i + 1
+
+        self.run(make_store, body)
+
+    def test_search_text_masks_secrets(self, make_store: Callable[[], Store]) -> None:
+        key = "sk-ant-api03-" + "Q" * 40
+        ex = exchange([text("user", f"my key is {key} keep it secret")], answer("I will not repeat it"))
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(ex))
+            stored = await store.session_messages("s-1")
+            assert key not in stored[0].text and key not in repr(stored[0].blocks)
+            assert "[REDACTED:anthropic-key]" in stored[0].text
+            assert [h.id for h in await store.search("secret")] == [stored[0].id]
+
+        self.run(make_store, body)
