@@ -4,29 +4,48 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Callable
+from typing import Any
 
 from lore_core import hookimpl
 from lore_core.harness import resolve_project
 from lore_core.interfaces import Harness, LaunchPlan, RequestContext
 
 SESSION_HEADER = "x-claude-code-session-id"
+USER_AGENT_PREFIX = "claude-cli/"
 # Claude Code describes its environment in the system prompt:
 #   " - Primary working directory: /home/dev/project"
 CWD_PATTERNS = (
     re.compile(r"Primary working directory:\s*(/[^\n]+)"),
-    re.compile(r"Working directory:\s*(/[^\n]+)"),
+    re.compile(r"^\s*-?\s*Working directory:\s*(/[^\n]+)", re.MULTILINE),
 )
+# Before metadata.user_id became a JSON string it read "user_<hash>_account_<id>_session_<uuid>".
+_LEGACY_SESSION = re.compile(r"_session_([0-9a-fA-F-]{36})\b")
+
+# What `lore run claude` sets, and why.
+LAUNCH_ENV = {
+    # Without this Claude Code also sends the user's API key straight to the provider's own
+    # hosts (bootstrap, metrics, event logging), bypassing the gateway.
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    # Lore manages the context window; Claude Code must not summarise the conversation on its
+    # own (proactively, or reactively after "prompt is too long"). Its check reads
+    # `if (isTruthy(process.env.DISABLE_AUTO_COMPACT)) return false` before the
+    # autoCompactEnabled setting; the e2e tests prove it holds against the real client.
+    "DISABLE_AUTO_COMPACT": "1",
+}
 
 
 class ClaudeCodeHarness:
     name = "claude"
+    display_name = "Claude Code"
+    npm_package = "@anthropic-ai/claude-code"
 
     def recognise(self, ctx: RequestContext) -> int:
         if SESSION_HEADER in ctx.headers:
             return 100
-        if ctx.headers.get("user-agent", "").startswith("claude-cli/"):
+        if ctx.headers.get("user-agent", "").startswith(USER_AGENT_PREFIX):
             return 90
         return 0
 
@@ -34,31 +53,32 @@ class ClaudeCodeHarness:
         value = ctx.headers.get(SESSION_HEADER, "").strip()
         if value:
             return value
-        # metadata.user_id is a JSON string that carries the same session id.
-        metadata = (ctx.view.raw.get("metadata") if ctx.view else None) or {}
-        try:
-            return json.loads(metadata.get("user_id", "")).get("session_id") or None
-        except (ValueError, AttributeError):
-            return None
+        # metadata.user_id carries the same id: a JSON string in current versions.
+        raw = ctx.view.raw if ctx.view is not None else {}
+        metadata = raw.get("metadata")
+        user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+        return session_from_user_id(user_id)
 
     def project(self, ctx: RequestContext) -> str | None:
         return resolve_project(ctx, CWD_PATTERNS)
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
-        exe = shutil.which("claude") or "claude"
-        return LaunchPlan(
-            argv=[exe, *args],
-            env={
-                "ANTHROPIC_BASE_URL": gateway_url,
-                # Without this Claude Code sends the API key to the provider's own hosts
-                # on the side, bypassing the gateway.
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_TELEMETRY": "1",
-                "DISABLE_AUTOUPDATER": "1",
-                # Lore manages the context window; the client must not compact on its own.
-                "DISABLE_AUTO_COMPACT": "1",
-            },
-        )
+        return LaunchPlan(argv=["claude", *args], env={"ANTHROPIC_BASE_URL": gateway_url, **LAUNCH_ENV})
+
+
+def session_from_user_id(user_id: Any) -> str | None:
+    """The session id inside Claude Code's ``metadata.user_id`` (either format), or None."""
+    if not isinstance(user_id, str) or not user_id:
+        return None
+    try:
+        decoded = json.loads(user_id)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict):
+        session = decoded.get("session_id")
+        return session if isinstance(session, str) and session else None
+    match = _LEGACY_SESSION.search(user_id)
+    return match.group(1) if match else None
 
 
 @hookimpl
