@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import re
-import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from lore_core import hookimpl
-from lore_core.harness import resolve_project
+from lore_core.harness import header_project
 from lore_core.interfaces import Harness, LaunchPlan, RequestContext
+from lore_core.model import TEXT, RequestView
 
-# Codex sends an <environment_context> user item: "<cwd>/home/dev/project</cwd>".
-CWD_PATTERNS = (re.compile(r"<cwd>\s*(/[^<]+?)\s*</cwd>"),)
+# Codex sends an <environment_context> user item: "<cwd>/home/dev/project</cwd>". The
+# built-in provider puts it after four developer items, so look further than the first few.
+CWD_PATTERN = re.compile(r"<cwd>\s*(/[^<]+?)\s*</cwd>")
+MAX_ITEMS_SCANNED = 50
+# Every request carries its turn metadata as JSON (header and body): session and workspaces.
+TURN_METADATA = "x-codex-turn-metadata"
 
 
 class CodexHarness:
     name = "codex"
+    display_name = "Codex CLI"
+    npm_package = "@openai/codex"
 
     def recognise(self, ctx: RequestContext) -> int:
-        originator = ctx.headers.get("originator", "")
-        if originator.startswith("codex"):
+        # originator is "codex_exec", "codex_cli_rs", "codex_vscode", ...
+        if ctx.headers.get("originator", "").startswith("codex") or TURN_METADATA in ctx.headers:
             return 100
         if ctx.headers.get("user-agent", "").startswith("codex"):
             return 90
@@ -30,15 +38,74 @@ class CodexHarness:
             value = ctx.headers.get(header, "").strip()
             if value:
                 return value
-        key = ctx.view.raw.get("prompt_cache_key") if ctx.view else None
-        return key if isinstance(key, str) and key else None
+        raw = ctx.view.raw if ctx.view is not None else {}
+        for candidate in (raw.get("prompt_cache_key"), _client_metadata(raw).get("session_id")):
+            if isinstance(candidate, str) and candidate:
+                return candidate
+        session = turn_metadata(ctx).get("session_id")
+        return session if isinstance(session, str) and session else None
 
     def project(self, ctx: RequestContext) -> str | None:
-        return resolve_project(ctx, CWD_PATTERNS)
+        """``X-Lore-Project``, then the ``<cwd>`` Codex tells the model, then the workspace
+        in its turn metadata, then the gateway's working directory."""
+        found = header_project(ctx) or find_cwd(ctx.view)
+        if found:
+            return found
+        workspaces = turn_metadata(ctx).get("workspaces")
+        if isinstance(workspaces, dict):
+            for path in workspaces:
+                if isinstance(path, str) and path.startswith("/"):
+                    return path
+        return ctx.gateway_cwd
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
-        exe = shutil.which("codex") or "codex"
-        return LaunchPlan(argv=[exe, "-c", f"openai_base_url={gateway_url}/v1", *args])
+        # The built-in OpenAI provider follows openai_base_url (it ignores OPENAI_BASE_URL).
+        # It first tries a WebSocket upgrade, which the gateway answers 426 so it falls back
+        # to HTTP at once. Codex 0.171 has no switch that turns auto-compaction off:
+        # model_auto_compact_token_limit and model_context_window can only lower the
+        # threshold (min with 90% of the model's window), so the gateway must keep the usage
+        # it reports below it instead.
+        return LaunchPlan(argv=["codex", "-c", f"openai_base_url={gateway_url}/v1", *args])
+
+
+def find_cwd(view: RequestView | None) -> str | None:
+    """The first ``<cwd>`` in the instructions or the first items of the conversation."""
+    if view is None:
+        return None
+    for text in _texts(view):
+        match = CWD_PATTERN.search(text)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _texts(view: RequestView) -> Iterable[str]:
+    for block in view.system:
+        if block.type == TEXT:
+            yield block.text
+    for msg in view.messages[:MAX_ITEMS_SCANNED]:
+        for block in msg.blocks:
+            if block.type == TEXT and "<cwd>" in block.text:
+                yield block.text
+
+
+def _client_metadata(raw: dict[str, Any]) -> dict[str, Any]:
+    value = raw.get("client_metadata")
+    return value if isinstance(value, dict) else {}
+
+
+def turn_metadata(ctx: RequestContext) -> dict[str, Any]:
+    """Codex's turn metadata (session, thread, workspaces), from the header or the body."""
+    raw = ctx.view.raw if ctx.view is not None else {}
+    for text in (ctx.headers.get(TURN_METADATA), _client_metadata(raw).get(TURN_METADATA)):
+        if isinstance(text, str) and text:
+            try:
+                value = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return {}
 
 
 @hookimpl
