@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
-import shutil
 from collections.abc import Callable
+from typing import Any
 
 from lore_core import hookimpl
 from lore_core.harness import resolve_project
@@ -13,10 +14,27 @@ from lore_core.interfaces import Harness, LaunchPlan, RequestContext
 
 # OpenCode's system prompt has an <env> block: "  Working directory: /home/dev/project".
 CWD_PATTERNS = (re.compile(r"Working directory:\s*(/[^\n<]+)"),)
+# Its own session id ("ses_..."), sent on every request of the session, the title request
+# to the small model included.
+SESSION_HEADERS = ("x-session-id", "x-session-affinity", "session-id")
+# Providers whose upstreams the gateway knows; OpenCode appends the API path to baseURL.
+GATEWAY_PROVIDERS = ("anthropic", "openai")
+CONFIG_ENV = "OPENCODE_CONFIG_CONTENT"
+
+# What `lore run opencode` sets besides the provider configuration. OpenCode applies these
+# after every configuration file: Lore manages the context window, so OpenCode must neither
+# summarise the conversation (compaction.auto) nor drop old tool outputs from it
+# (compaction.prune), which would also rewrite history the provider has cached.
+LAUNCH_ENV = {
+    "OPENCODE_DISABLE_AUTOCOMPACT": "1",
+    "OPENCODE_DISABLE_PRUNE": "1",
+}
 
 
 class OpenCodeHarness:
     name = "opencode"
+    display_name = "OpenCode"
+    npm_package = "opencode-ai"
 
     def recognise(self, ctx: RequestContext) -> int:
         if ctx.headers.get("user-agent", "").startswith("opencode/"):
@@ -26,7 +44,7 @@ class OpenCodeHarness:
         return 0
 
     def session_id(self, ctx: RequestContext) -> str | None:
-        for header in ("x-session-id", "session-id"):
+        for header in SESSION_HEADERS:
             value = ctx.headers.get(header, "").strip()
             if value:
                 return value
@@ -37,17 +55,36 @@ class OpenCodeHarness:
         return resolve_project(ctx, CWD_PATTERNS)
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
-        exe = shutil.which("opencode") or "opencode"
-        # OpenCode reads extra configuration from OPENCODE_CONFIG_CONTENT; point every
-        # provider it knows at the gateway.
-        config = {
-            "$schema": "https://opencode.ai/config.json",
-            "provider": {
-                "anthropic": {"options": {"baseURL": f"{gateway_url}/v1"}},
-                "openai": {"options": {"baseURL": f"{gateway_url}/v1"}},
-            },
-        }
-        return LaunchPlan(argv=[exe, *args], env={"OPENCODE_CONFIG_CONTENT": json.dumps(config)})
+        # OpenCode merges OPENCODE_CONFIG_CONTENT over its global and project configuration
+        # files, so the providers point at the gateway whatever opencode.json says.
+        config = gateway_config(gateway_url, os.environ.get(CONFIG_ENV))
+        return LaunchPlan(argv=["opencode", *args], env={CONFIG_ENV: config, **LAUNCH_ENV})
+
+
+def gateway_config(gateway_url: str, existing: str | None = None) -> str:
+    """``OPENCODE_CONFIG_CONTENT`` with the gateway's providers, merged over the user's own
+    inline configuration when there is one (their keys and models survive)."""
+    try:
+        base = json.loads(existing) if existing else {}
+    except ValueError:
+        base = {}
+    if not isinstance(base, dict):
+        base = {}
+    ours: dict[str, Any] = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {name: {"options": {"baseURL": f"{gateway_url}/v1"}} for name in GATEWAY_PROVIDERS},
+    }
+    return json.dumps(_merge(base, ours))
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 @hookimpl
