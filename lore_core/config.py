@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import cattrs
@@ -93,12 +93,43 @@ class EmbeddingConfig:
     provider: str = ""
 
 
+WorkerAPI = Literal["", "anthropic-messages", "openai-chat", "openai-responses"]
+
+
+@attrs.define
+class WorkerConfig:
+    """The worker model for background LLM calls (observer, reflector, curator, ...)."""
+
+    # Empty: the model of the session whose data is being processed.
+    model: str = ""
+    # Base URL of a separate worker upstream; empty: the session's own upstream.
+    upstream: str = ""
+    # Key for ``upstream`` (or for the provider's default upstream). repr=False: the
+    # configuration object is printed in errors and debug logs, the key must never be.
+    api_key: str = attrs.field(default="", repr=False)
+    # Wire API of the worker; empty: the session's own API, or inferred from the model name
+    # for a configured upstream.
+    api: WorkerAPI = ""
+    max_concurrency: int = 2
+    # Retries of one call on 429, 5xx, connect errors and timeouts.
+    max_retries: int = 3
+    # First retry delay when the upstream gives no Retry-After; doubles each retry.
+    retry_backoff_seconds: float = 1.0
+    # Consecutive failed calls that open the circuit breaker (calls then fail fast) ...
+    circuit_breaker_threshold: int = 5
+    # ... and how long it stays open before one trial call is let through.
+    circuit_breaker_cooldown_seconds: float = 300.0
+    timeout_seconds: float = 120.0
+    max_output_tokens: int = 4096
+
+
 @attrs.define
 class LoreConfig:
     server: ServerConfig = attrs.field(factory=ServerConfig)
     upstream: UpstreamConfig = attrs.field(factory=UpstreamConfig)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     embedding: EmbeddingConfig = attrs.field(factory=EmbeddingConfig)
+    worker: WorkerConfig = attrs.field(factory=WorkerConfig)
     # Plugin sections, structured by each plugin's own class (see ``lore_config_sections``).
     plugin_sections: dict[str, Any] = attrs.field(factory=dict)
     # Files the configuration was read from, for ``lore status``.
@@ -114,6 +145,7 @@ CORE_SECTIONS: dict[str, type] = {
     "upstream": UpstreamConfig,
     "store": StoreConfig,
     "embedding": EmbeddingConfig,
+    "worker": WorkerConfig,
 }
 
 # Environment variable -> (section, field). Plugins document their own variables.
@@ -126,6 +158,9 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_STORE": ("store", "backend"),
     "LORE_DB_PATH": ("store", "path"),
     "LORE_EMBEDDING_PROVIDER": ("embedding", "provider"),
+    "LORE_WORKER_MODEL": ("worker", "model"),
+    "LORE_WORKER_UPSTREAM": ("worker", "upstream"),
+    "LORE_WORKER_API_KEY": ("worker", "apiKey"),
 }
 
 
@@ -331,6 +366,7 @@ def load_config(
         upstream=values["upstream"],
         store=values["store"],
         embedding=values["embedding"],
+        worker=values["worker"],
         plugin_sections={k: values[k] for k in plugin_sections},
         sources=sources,
     )
