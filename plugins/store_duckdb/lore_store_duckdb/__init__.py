@@ -1,0 +1,1 @@
+"""Lore store plugin: DuckDB as the store of record, a LanceDB full-text index beside it."""

@@ -1,0 +1,39 @@
+"""Registers the ``duckdb`` store backend.
+
+Importing this module must stay cheap: ``lore`` loads every plugin at start-up, and DuckDB
+(~0.1 s) and LanceDB (~2.3 s) are imported only when a store is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from lore_core import hookimpl
+from lore_core.config import LoreConfig, default_data_dir
+from lore_core.interfaces import Store, StoreFactory
+
+DEFAULT_FILENAME = "lore.duckdb"
+
+
+def store_path(config: LoreConfig) -> Path:
+    """``store.path`` (``LORE_DB_PATH``) or ``<user data dir>/lore.duckdb``. A directory
+    (existing, or written with a trailing slash) gets ``lore.duckdb`` inside it."""
+    raw = config.store.path
+    if not raw:
+        return default_data_dir() / DEFAULT_FILENAME
+    path = Path(raw).expanduser()
+    if raw.endswith(("/", "\\")) or path.is_dir():
+        return path / DEFAULT_FILENAME
+    return path
+
+
+def make_store(config: LoreConfig) -> Store:
+    from lore_store_duckdb.store import DuckDBStore
+
+    return DuckDBStore(store_path(config))
+
+
+@hookimpl
+def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
+    register("duckdb", make_store)

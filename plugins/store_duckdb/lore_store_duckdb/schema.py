@@ -1,0 +1,158 @@
+"""The DuckDB schema and its migrations.
+
+``lore_meta.schema_version`` records the applied version. Migrations are append-only: each
+entry upgrades from the version before it, inside one transaction, so a crash mid-migration
+leaves the previous version intact. Never edit a released migration; add the next one.
+
+Version 1 holds tier 1 (projects, sessions, per-session state, messages) and the tables the
+later tiers will fill, shaped after MISSION sections 4, 5 and 8, so that they arrive as
+migrations that add columns rather than as a second database.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+V1 = [
+    """CREATE TABLE projects (
+        id VARCHAR PRIMARY KEY,
+        name VARCHAR NOT NULL DEFAULT '',
+        created_at DOUBLE NOT NULL,
+        last_seen_at DOUBLE NOT NULL
+    )""",
+    """CREATE TABLE sessions (
+        id VARCHAR PRIMARY KEY,
+        project VARCHAR NOT NULL DEFAULT '',
+        harness VARCHAR NOT NULL DEFAULT '',
+        model VARCHAR,
+        created_at DOUBLE NOT NULL,
+        updated_at DOUBLE NOT NULL,
+        title VARCHAR NOT NULL DEFAULT ''
+    )""",
+    # Per-session key/value state that must survive restarts (forceMinLayer, calibration).
+    """CREATE TABLE session_state (
+        session_id VARCHAR NOT NULL,
+        key VARCHAR NOT NULL,
+        value VARCHAR NOT NULL,
+        updated_at DOUBLE NOT NULL,
+        PRIMARY KEY (session_id, key)
+    )""",
+    "CREATE SEQUENCE message_seq START 1",
+    # seq: commit order, the full-text indexer's watermark. blocks/usage: JSON text.
+    """CREATE TABLE messages (
+        seq BIGINT NOT NULL DEFAULT nextval('message_seq'),
+        id VARCHAR PRIMARY KEY,
+        session_id VARCHAR NOT NULL,
+        parent_id VARCHAR,
+        position INTEGER NOT NULL,
+        role VARCHAR NOT NULL,
+        blocks VARCHAR NOT NULL,
+        text VARCHAR NOT NULL,
+        model VARCHAR,
+        usage VARCHAR,
+        harness VARCHAR NOT NULL DEFAULT '',
+        project VARCHAR NOT NULL DEFAULT '',
+        api VARCHAR NOT NULL DEFAULT '',
+        created_at DOUBLE NOT NULL,
+        complete BOOLEAN NOT NULL,
+        origin VARCHAR NOT NULL,
+        stop_reason VARCHAR,
+        error VARCHAR
+    )""",
+    # Tier 2: observation logs (generation 0) and their consolidations (generation 1+).
+    """CREATE TABLE distillations (
+        id VARCHAR PRIMARY KEY,
+        session_id VARCHAR NOT NULL,
+        project VARCHAR NOT NULL DEFAULT '',
+        generation INTEGER NOT NULL DEFAULT 0,
+        first_message_id VARCHAR,
+        last_message_id VARCHAR,
+        content VARCHAR NOT NULL,
+        token_count INTEGER,
+        archived BOOLEAN NOT NULL DEFAULT false,
+        worker_provider VARCHAR,
+        worker_model VARCHAR,
+        created_at DOUBLE NOT NULL
+    )""",
+    # Tier 3: immutable knowledge versions (one current per logical_id; deletes append a
+    # version with is_deleted) and the mutable metric register beside them.
+    """CREATE TABLE knowledge_versions (
+        version_id VARCHAR PRIMARY KEY,
+        logical_id VARCHAR NOT NULL,
+        version INTEGER NOT NULL,
+        is_current BOOLEAN NOT NULL,
+        is_deleted BOOLEAN NOT NULL DEFAULT false,
+        category VARCHAR NOT NULL,
+        title VARCHAR NOT NULL,
+        content VARCHAR NOT NULL,
+        scope VARCHAR NOT NULL DEFAULT 'project',
+        project VARCHAR,
+        sensitivity VARCHAR NOT NULL DEFAULT 'normal',
+        created_by VARCHAR,
+        source_session VARCHAR,
+        source_ref VARCHAR,
+        worker_provider VARCHAR,
+        worker_model VARCHAR,
+        approval VARCHAR,
+        created_at DOUBLE NOT NULL
+    )""",
+    """CREATE TABLE knowledge_metrics (
+        logical_id VARCHAR PRIMARY KEY,
+        confidence DOUBLE NOT NULL,
+        last_reinforced_at DOUBLE
+    )""",
+    """CREATE TABLE entities (
+        id VARCHAR PRIMARY KEY,
+        kind VARCHAR NOT NULL,
+        canonical_name VARCHAR NOT NULL,
+        aliases VARCHAR NOT NULL DEFAULT '[]',
+        relations VARCHAR NOT NULL DEFAULT '[]',
+        project VARCHAR,
+        created_at DOUBLE NOT NULL,
+        updated_at DOUBLE NOT NULL
+    )""",
+    # The multi-agent event log: append-only, seq is monotonic per run.
+    """CREATE TABLE events (
+        run_id VARCHAR NOT NULL,
+        seq BIGINT NOT NULL,
+        kind VARCHAR NOT NULL,
+        payload VARCHAR NOT NULL,
+        created_at DOUBLE NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    )""",
+]
+
+#: Index i upgrades the schema from version i to version i + 1.
+MIGRATIONS: list[list[str]] = [V1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    con.execute("CREATE TABLE IF NOT EXISTS lore_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)")
+    row = con.execute("SELECT value FROM lore_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Bring the database to :data:`SCHEMA_VERSION`; return the version found before."""
+    found = current_version(con)
+    if found > SCHEMA_VERSION:
+        raise duckdb.Error(
+            f"the database has schema version {found}, newer than this lore-store-duckdb "
+            f"({SCHEMA_VERSION}): upgrade the plugin"
+        )
+    for version in range(found, SCHEMA_VERSION):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in MIGRATIONS[version]:
+                con.execute(statement)
+            con.execute(
+                """INSERT INTO lore_meta (key, value) VALUES ('schema_version', ?)
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
+                (str(version + 1),),
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return found
