@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from quart import Quart, Response, request
 
+from lore_core.api import api as lore_api
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
@@ -50,6 +51,7 @@ def create_app(gateway: Gateway) -> Quart:
     # legitimately run for many minutes.
     app.config.update(MAX_CONTENT_LENGTH=None, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=300)
     app.extensions["lore"] = gateway
+    app.register_blueprint(lore_api)  # /lore/api: the local read API for the CLI
 
     @app.before_serving
     async def _start() -> None:

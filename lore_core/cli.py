@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from lore_core.config import ConfigError
 
@@ -57,6 +58,310 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_agent(args.agent, list(args.agent_args))
 
 
+# ---------------------------------------------------------------------------------------------
+# Reading the store: through the running gateway's API, or the file directly
+# ---------------------------------------------------------------------------------------------
+#
+# DuckDB lets one process hold the database file (even read-only opens fail while the gateway
+# has it), so when a gateway answers on the configured host/port the commands below ask it
+# (GET /lore/api/...); otherwise they open the store themselves. stderr says which.
+
+
+class _ApiReader:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = f"via the running gateway at {url}"
+
+    def _get(self, path: str, **params: Any) -> Any:
+        import json
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        try:
+            with urllib.request.urlopen(f"{self.url}/lore/api{path}?{query}", timeout=30) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error", str(exc))
+            except ValueError:
+                message = str(exc)
+            raise _CommandError(message, 1 if exc.code == 404 else 3) from None
+
+    def sessions(self, project: str | None, limit: int) -> list[dict[str, Any]]:
+        return self._get("/sessions", project=project, limit=limit)
+
+    def show(self, session: str, all_branches: bool) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        return self._get(f"/sessions/{quote(session, safe='')}", branches="all" if all_branches else None)
+
+    def search(
+        self, query: str, session: str | None, project: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        return self._get("/search", q=query, session=session, project=project, limit=limit)
+
+    def status(self) -> dict[str, Any]:
+        return self._get("/status")
+
+    def close(self) -> None:
+        pass
+
+
+class _DirectReader:
+    """Opens the configured store in this process (only when no gateway holds it)."""
+
+    def __init__(self, store: Any) -> None:
+        import asyncio
+
+        self.store = store
+        self._loop = asyncio.new_event_loop()
+        stats_path = getattr(store, "path", None)
+        self.where = f"gateway not running: reading the {store.name} store directly" + (
+            f" at {stats_path}" if stats_path else ""
+        )
+        try:
+            self._run(store.open())
+        except Exception as exc:
+            self._loop.close()
+            raise _CommandError(f"cannot open the store: {exc}", 3) from None
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def sessions(self, project: str | None, limit: int) -> list[dict[str, Any]]:
+        import attrs
+
+        return [attrs.asdict(s) for s in self._run(self.store.list_sessions(project=project, limit=limit))]
+
+    def show(self, session: str, all_branches: bool) -> dict[str, Any]:
+        import attrs
+
+        from lore_core.store import main_branch
+
+        found = self._run(self.store.get_session(session))
+        if found is None:
+            raise _CommandError(f"no session {session!r}", 1)
+        messages = self._run(self.store.session_messages(session))
+        if not all_branches:
+            messages = main_branch(messages)
+        return {
+            "session": attrs.asdict(found),
+            "state": self._run(self.store.session_state(session)),
+            "messages": [attrs.asdict(m) for m in messages],
+        }
+
+    def search(
+        self, query: str, session: str | None, project: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        hits = self._run(self.store.search(query, session_id=session, project=project, limit=limit))
+        return [h.as_json() for h in hits]
+
+    def status(self) -> dict[str, Any]:
+        return {"gateway": "not running", "store": self._run(self.store.stats())}
+
+    def close(self) -> None:
+        try:
+            self._run(self.store.close())
+        finally:
+            self._loop.close()
+
+
+class _CommandError(Exception):
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _gateway_url(host: str, port: int) -> str | None:
+    """The URL of a Lore gateway answering on host:port, or None."""
+    import json
+    import urllib.request
+
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+            health = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return url if isinstance(health, dict) and "store" in health else None
+
+
+def _open_reader() -> _ApiReader | _DirectReader:
+    from lore_core.config import load_config
+    from lore_core.plugins import Registry, make_plugin_manager
+    from lore_core.storage import choose_store
+
+    # The same plugins and configuration the gateway would load, without starting one.
+    pm = make_plugin_manager()
+    sections: dict[str, type] = {}
+    for result in pm.hook.lore_config_sections():
+        sections.update(result or {})
+    config = load_config(sections)
+    url = _gateway_url(config.server.host, config.server.port)
+    if url is not None:
+        return _ApiReader(url)
+    return _DirectReader(choose_store(config, Registry.collect(pm).stores))
+
+
+def _with_reader(args: argparse.Namespace, action: Any) -> int:
+    try:
+        reader = _open_reader()
+    except _CommandError as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return exc.code
+    print(f"lore: {reader.where}", file=sys.stderr)
+    try:
+        return action(reader)
+    except _CommandError as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return exc.code
+    finally:
+        reader.close()
+
+
+def _when(ts: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _print_json(payload: Any) -> None:
+    import json
+
+    print(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        rows = reader.sessions(args.project, args.limit)
+        if args.json:
+            _print_json(rows)
+            return 0
+        if not rows:
+            print("no sessions stored" + (f" for project {args.project}" if args.project else ""))
+            return 0
+        for s in rows:
+            branches = f", {s['branch_count']} branches" if s["branch_count"] > 1 else ""
+            print(
+                f"{_when(s['updated_at'])}  {s['id']}  {s['harness'] or '-'}  "
+                f"{s['message_count']} messages{branches}  {s['model'] or '-'}"
+            )
+            print(f"    {s['project'] or '-'}  {s['title']}")
+        return 0
+
+    return _with_reader(args, action)
+
+
+def _render_message(m: dict[str, Any]) -> list[str]:
+    import json
+
+    facts = [m["role"]]
+    if m.get("model") and m["role"] == "assistant":
+        facts.append(m["model"])
+    usage = m.get("usage") or {}
+    if usage:
+        facts.append(f"in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)} tokens")
+    if not m.get("complete", True):
+        facts.append("INCOMPLETE")
+    lines = [f"[{m['position']}] {', '.join(facts)}  {_when(m.get('created_at'))}  {m['id']}"]
+    for b in m.get("blocks") or []:
+        kind = b.get("type")
+        if kind == "tool_call":
+            args = json.dumps(b.get("tool_input"), ensure_ascii=False)
+            lines.append(f"    -> {b.get('tool_name')} ({b.get('tool_call_id')}) {args}")
+        elif kind == "tool_result":
+            flag = " ERROR" if b.get("is_error") else ""
+            lines.append(f"    <- result for {b.get('tool_call_id')}{flag}:")
+            lines.extend("       " + line for line in (b.get("text") or "").splitlines())
+        elif b.get("text"):
+            prefix = "    (thinking) " if kind == "thinking" else "    "
+            lines.extend(prefix + line for line in b["text"].splitlines())
+        else:
+            lines.append(f"    [{b.get('wire_type') or kind}]")
+    if m.get("error"):
+        lines.append(f"    error: {m['error']}")
+    return lines
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        data = reader.show(args.session, args.all_branches)
+        if args.json:
+            _print_json(data)
+            return 0
+        s = data["session"]
+        print(f"session {s['id']}  ({s['harness'] or '-'}, {s['model'] or '-'})")
+        print(f"project {s['project'] or '-'}")
+        print(
+            f"{s['message_count']} messages stored, {s['branch_count']} branch(es); "
+            f"{_when(s['created_at'])} .. {_when(s['updated_at'])}"
+        )
+        if data.get("state"):
+            print(f"state {data['state']}")
+        if s["branch_count"] > 1 and not args.all_branches:
+            print("(showing the current branch; --all-branches shows every stored message)")
+        print()
+        for m in data["messages"]:
+            print("\n".join(_render_message(m)))
+        return 0
+
+    return _with_reader(args, action)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        hits = reader.search(args.query, args.session, args.project, args.limit)
+        if args.json:
+            _print_json(
+                [{k: h[k] for k in ("id", "session", "role", "score", "text", "project")} for h in hits]
+            )
+            return 0
+        if not hits:
+            print("no matches")
+            return 0
+        for h in hits:
+            snippet = " ".join(h["text"].split())
+            snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
+            print(f"{h['score']:7.3f}  {h['session']}  [{h['role']}]  {h['id']}")
+            print(f"         {snippet}")
+        return 0
+
+    return _with_reader(args, action)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        data = reader.status()
+        if args.json:
+            _print_json(data)
+            return 0
+        store = data.get("store") or {}
+        if isinstance(reader, _ApiReader):
+            health = data["health"]
+            print(f"gateway: running at {reader.url} ({health['status']}, up {health['uptime_seconds']} s)")
+            writer = health.get("store") or {}
+            if writer.get("error"):
+                print(f"store:   DEGRADED: {writer['error']}")
+        else:
+            print("gateway: not running")
+        if "error" in store:
+            print(f"store:   unavailable: {store['error']}")
+            return 3
+        size = store.get("size_bytes") or 0
+        print(f"store:   {store.get('backend')} at {store.get('path') or '(memory)'} ({size / 1e6:.1f} MB)")
+        print(
+            f"         {store.get('projects', 0)} projects, {store.get('sessions', 0)} sessions, "
+            f"{store.get('messages', 0)} messages (schema v{store.get('schema_version')})"
+        )
+        return 0
+
+    return _with_reader(args, action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lore", description="Lore: a memory layer for AI coding agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -75,6 +380,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = sub.add_parser("plugins", help="list installed plugins with their versions")
     plugins.set_defaults(func=cmd_plugins)
+
+    # Store readers: through the running gateway's API, else the store file directly.
+    sessions = sub.add_parser("sessions", help="list stored sessions, newest first")
+    sessions.add_argument("--project", default=None, help="only this project (its directory)")
+    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--json", action="store_true", help="print JSON")
+    sessions.set_defaults(func=cmd_sessions)
+
+    show = sub.add_parser("show", help="print a stored session's conversation")
+    show.add_argument("session", help="session id (see lore sessions)")
+    show.add_argument(
+        "--all-branches", action="store_true", help="every stored message, not only the current branch"
+    )
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=cmd_show)
+
+    search = sub.add_parser("search", help="full-text (BM25) search over stored messages")
+    search.add_argument("query")
+    search.add_argument("--session", default=None, help="only this session")
+    search.add_argument("--project", default=None, help="only this project")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument(
+        "--json", action="store_true", help="print a JSON array: id, session, role, score, text"
+    )
+    search.set_defaults(func=cmd_search)
+
+    status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=cmd_status)
     return parser
 
 

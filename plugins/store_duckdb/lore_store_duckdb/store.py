@@ -167,8 +167,11 @@ class DuckDBStore:
                 f"{self.path}: schema migration failed: {' '.join(str(exc).split())}"
             ) from None
         self._con = con
+        # The index thread (and the ~2 s LanceDB import) starts on the first write or search,
+        # or now when the index lags behind DuckDB (a crash): `lore sessions` never pays it.
         self._index = _Index(self.index_path, con)
-        self._index.start()
+        if self._index.lagging():
+            self._index.wake()
         self._opened_at = time.time()
 
     async def close(self) -> None:
@@ -442,6 +445,7 @@ class _Index:
         self._table: Any = None
         self._append_lock = threading.Lock()
         self._optimize_lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -452,10 +456,14 @@ class _Index:
         self.last_optimize_seconds: float | None = None
         self.optimizations = 0
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="lore-fts-index", daemon=True)
-        self._thread.start()
-        self._wake.set()
+    def lagging(self) -> bool:
+        cur = self._con.cursor()
+        try:
+            (newest,) = cur.execute("SELECT coalesce(max(seq), 0) FROM messages").fetchone() or (0,)
+            row = cur.execute("SELECT value FROM lore_meta WHERE key = 'fts_watermark'").fetchone()
+        finally:
+            cur.close()
+        return int(newest) > (int(row[0]) if row else 0)
 
     def stop(self) -> None:
         self._stop.set()
@@ -467,6 +475,10 @@ class _Index:
             self._db = None
 
     def wake(self) -> None:
+        with self._start_lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="lore-fts-index", daemon=True)
+                self._thread.start()
         self._wake.set()
 
     # -- opening ---------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""The gateway's local read API (``/lore/api/...``) used by ``lore sessions/show/search/status``.
+
+DuckDB lets one process hold the database file, so while the gateway runs every other
+process reads the store through here. Read-only, and answered only to loopback clients (the
+gateway binds 127.0.0.1 by default; this holds even when it is bound wider).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+from quart import Blueprint, Response, current_app, request
+
+from lore_core.store import main_branch
+
+api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
+
+_LOOPBACK = ("127.", "::1", "localhost")
+
+
+def _json(status: int, payload: Any) -> Response:
+    return Response(json.dumps(payload, default=str), status=status, content_type="application/json")
+
+
+def _gateway() -> Any:
+    return current_app.extensions["lore"]
+
+
+@api.before_request
+async def _loopback_only() -> Response | None:
+    remote = request.remote_addr or ""
+    if not remote.startswith(_LOOPBACK) and remote != "<local>":
+        return _json(403, {"error": "the Lore API answers loopback clients only"})
+    return None
+
+
+def _int_arg(name: str, default: int, low: int = 1, high: int = 10_000) -> int:
+    try:
+        return max(low, min(high, int(request.args.get(name, default))))
+    except ValueError:
+        return default
+
+
+async def _settled() -> None:
+    """Let exchanges that already finished reach the store first (read-your-writes)."""
+    try:
+        await _gateway().writer.wait_idle(timeout=2.0)
+    except TimeoutError:
+        pass
+
+
+@api.get("/status")
+async def status() -> Response:
+    gateway = _gateway()
+    payload: dict[str, Any] = {"gateway": "running", "health": gateway.health()}
+    try:
+        payload["store"] = await gateway.store.stats()
+    except Exception as exc:
+        payload["store"] = {"error": str(exc)}
+    return _json(200, payload)
+
+
+@api.get("/sessions")
+async def sessions() -> Response:
+    await _settled()
+    rows = await _gateway().store.list_sessions(
+        project=request.args.get("project") or None, limit=_int_arg("limit", 50)
+    )
+    return _json(200, [attrs.asdict(s) for s in rows])
+
+
+@api.get("/sessions/<path:session_id>")
+async def session(session_id: str) -> Response:
+    await _settled()
+    store = _gateway().store
+    found = await store.get_session(session_id)
+    if found is None:
+        return _json(404, {"error": f"no session {session_id!r}"})
+    messages = await store.session_messages(session_id)
+    if request.args.get("branches") != "all":
+        messages = main_branch(messages)
+    return _json(
+        200,
+        {
+            "session": attrs.asdict(found),
+            "state": await store.session_state(session_id),
+            "messages": [attrs.asdict(m) for m in messages],
+        },
+    )
+
+
+@api.get("/search")
+async def search() -> Response:
+    query = request.args.get("q", "")
+    if not query.strip():
+        return _json(400, {"error": "missing query: /lore/api/search?q=..."})
+    await _settled()
+    hits = await _gateway().store.search(
+        query,
+        session_id=request.args.get("session") or None,
+        project=request.args.get("project") or None,
+        limit=_int_arg("limit", 10, high=1000),
+    )
+    return _json(200, [h.as_json() for h in hits])
+
+
+@api.errorhandler(Exception)
+async def _store_error(exc: Exception) -> Response:
+    # A failing store must not turn into an HTML 500: say what failed, as JSON.
+    return _json(503, {"error": f"the store failed: {' '.join(str(exc).split())}"})
