@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -124,12 +125,52 @@ class WorkerConfig:
 
 
 @attrs.define
+class BudgetConfig:
+    # What the cache reads of one turn may cost (USD) before the context manager prefers
+    # compressing to sending the full raw conversation: the layer-0 cap is
+    # max(target / cache-read price per token, 40K tokens).
+    target_cache_read_cost_per_turn: float = 0.10
+    # Pins the layer-0 cap (tokens); 0 disables it; null computes it from the target.
+    max_layer0_tokens: int | None = None
+    # Spend (USD) per local day; 0 means no budget. Projected overspend compresses earlier
+    # and delays upstream calls.
+    daily_budget_usd: float = 0.0
+    # Longest delay added before one upstream call when spend is projected past the budget.
+    max_delay_seconds: float = 30.0
+
+
+@attrs.define
+class ModelConfig:
+    """One entry of ``models``: overrides of the shipped price table for a model-name prefix.
+
+    Prices are USD per million tokens; an unset field keeps what the table says for the
+    longest shipped prefix that matches this one (or the documented default).
+    """
+
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    # Cache write with the 5-minute TTL (OpenAI: the input price, writes are not billed extra).
+    cache_write: float | None = None
+    # Cache write with the 1-hour TTL, where the provider has one.
+    cache_write_hour: float | None = None
+    context_window: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    # How long an unused prompt-cache entry lives upstream.
+    cache_ttl_seconds: int | None = None
+
+
+@attrs.define
 class LoreConfig:
     server: ServerConfig = attrs.field(factory=ServerConfig)
     upstream: UpstreamConfig = attrs.field(factory=UpstreamConfig)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     embedding: EmbeddingConfig = attrs.field(factory=EmbeddingConfig)
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
+    budget: BudgetConfig = attrs.field(factory=BudgetConfig)
+    # Model-name prefix -> price/limit overrides (the longest matching prefix wins).
+    models: dict[str, ModelConfig] = attrs.field(factory=dict)
     # Plugin sections, structured by each plugin's own class (see ``lore_config_sections``).
     plugin_sections: dict[str, Any] = attrs.field(factory=dict)
     # Files the configuration was read from, for ``lore status``.
@@ -140,12 +181,15 @@ class LoreConfig:
         return self.plugin_sections[key]
 
 
-CORE_SECTIONS: dict[str, type] = {
+CORE_SECTIONS: dict[str, Any] = {
     "server": ServerConfig,
     "upstream": UpstreamConfig,
     "store": StoreConfig,
     "embedding": EmbeddingConfig,
     "worker": WorkerConfig,
+    "budget": BudgetConfig,
+    # Keyed by model-name prefix rather than by fixed field names.
+    "models": dict[str, ModelConfig],
 }
 
 # Environment variable -> (section, field). Plugins document their own variables.
@@ -161,6 +205,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_WORKER_MODEL": ("worker", "model"),
     "LORE_WORKER_UPSTREAM": ("worker", "upstream"),
     "LORE_WORKER_API_KEY": ("worker", "apiKey"),
+    "LORE_DAILY_BUDGET": ("budget", "dailyBudgetUsd"),
 }
 
 
@@ -218,7 +263,10 @@ def _display_path(path: str, field_names: set[str]) -> str:
     return ".".join(_camel(part) if part in field_names else part for part in path.split("."))
 
 
-def _field_names(cls: type) -> set[str]:
+def _field_names(cls: Any) -> set[str]:
+    if not attrs.has(cls):
+        # A dict section (``models``): its keys are the value class's fields.
+        return set().union(*(_field_names(arg) for arg in typing.get_args(cls)))
     names: set[str] = set()
     for field in attrs.fields(attrs.resolve_types(cls)):
         names.add(field.name)
@@ -367,6 +415,8 @@ def load_config(
         store=values["store"],
         embedding=values["embedding"],
         worker=values["worker"],
+        budget=values["budget"],
+        models=values["models"],
         plugin_sections={k: values[k] for k in plugin_sections},
         sources=sources,
     )
