@@ -1,0 +1,642 @@
+"""The worker model client: background LLM calls (observer, reflector, curator, query
+expansion, judges), off the request path.
+
+Where a call goes, first match wins:
+
+1. a configured worker (``worker.upstream`` or ``worker.apiKey`` in ``.lore.json``, or
+   ``LORE_WORKER_UPSTREAM`` / ``LORE_WORKER_API_KEY``);
+2. the credentials of the session that produced the data, remembered in memory by
+   :meth:`WorkerClient.remember_credentials` (only the authorization headers are kept, never
+   written anywhere);
+3. nowhere: the call raises :class:`NoWorker` at once and the skip is counted for
+   ``/health``.
+
+Every call is bounded (a semaphore), retried with exponential backoff on 408/409/429/5xx,
+connect errors and timeouts (a ``Retry-After`` header wins over the backoff), and guarded by
+a circuit breaker: after ``circuitBreakerThreshold`` consecutive failed calls, calls fail
+fast with :class:`CircuitOpen` for ``circuitBreakerCooldownSeconds``, then one trial call is
+let through. Nothing is ever retried in a tight loop. Spend is counted per UTC day from the
+reported usage and a ``price_for(model, usage)`` callable.
+
+Requests are built with the built-in codecs' ``render`` from a tiny synthetic view, and
+answers read with their ``parse_response``, so the worker speaks exactly the wire shapes the
+gateway does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+import httpx
+
+from lore_core.codecs.anthropic import AnthropicMessagesCodec
+from lore_core.codecs.openai_chat import OpenAIChatCodec
+from lore_core.codecs.openai_responses import OpenAIResponsesCodec
+from lore_core.config import UpstreamConfig, WorkerConfig
+from lore_core.model import TEXT, Block, Message, RequestView, Usage
+from lore_core.proxy import join_url, validate_base_url
+from lore_core.store import mask_secrets
+
+log = logging.getLogger("lore.worker")
+
+ANTHROPIC_VERSION = "2023-06-01"
+# Statuses worth another attempt: timeouts, conflicts, rate limits, overload and server errors
+# (529 is Anthropic's "overloaded").
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+# A Retry-After longer than this is not slept through holding a concurrency slot: the call
+# fails and the breaker opens for that long instead.
+MAX_RETRY_AFTER_SECONDS = 60.0
+# Sessions whose credentials are remembered at once (oldest forgotten first).
+MAX_REMEMBERED_SESSIONS = 256
+# Headers kept from a session: what authenticates the call, plus what the provider needs
+# to accept those credentials (API version, OAuth beta flag, organisation/project/account).
+CREDENTIAL_HEADERS = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "anthropic-version",
+        "anthropic-beta",
+        "openai-organization",
+        "openai-project",
+        "chatgpt-account-id",
+    }
+)
+
+CODECS: dict[str, Any] = {
+    "anthropic-messages": AnthropicMessagesCodec(),
+    "openai-chat": OpenAIChatCodec(),
+    "openai-responses": OpenAIResponsesCodec(),
+}
+API_PATHS = {
+    "anthropic-messages": "/v1/messages",
+    "openai-chat": "/v1/chat/completions",
+    "openai-responses": "/v1/responses",
+}
+PROVIDER_OF_API = {"anthropic-messages": "anthropic", "openai-chat": "openai", "openai-responses": "openai"}
+DEFAULT_API_OF_PROVIDER = {"anthropic": "anthropic-messages", "openai": "openai-chat"}
+
+PriceFor = Callable[[str, Usage], float]
+
+
+class WorkerUnavailable(Exception):
+    """No worker call was attempted: there is no usable worker right now. Callers skip the
+    work (or fall back, like the extractive observer) and must not retry in a loop."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NoWorker(WorkerUnavailable):
+    """Nothing is configured and no session credentials are known (or no model is)."""
+
+
+class CircuitOpen(WorkerUnavailable):
+    """The worker failed too often; calls fail fast until the cooldown ends."""
+
+    def __init__(self, reason: str, retry_in: float) -> None:
+        super().__init__(reason)
+        self.retry_in = retry_in
+
+
+class WorkerError(Exception):
+    """A worker call was attempted and failed (after its retries)."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+@attrs.define
+class WorkerResult:
+    """One successful worker call."""
+
+    text: str
+    usage: Usage
+    model: str
+    api: str
+    provider: str
+    # Scheme and host of the upstream that answered (never a path, query or credential).
+    upstream: str
+    cost: float = 0.0
+    attempts: int = 1
+    seconds: float = 0.0
+
+
+@attrs.define(repr=False)
+class _Credentials:
+    """Authorization headers of one session, held in memory only.
+
+    ``repr`` is redacted so that an accidental ``log.debug("%r", ...)`` or a traceback with
+    locals never prints a key.
+    """
+
+    provider: str
+    api: str
+    upstream: str
+    headers: dict[str, str]
+    model: str | None = None
+    seen_at: float = 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"<credentials {self.provider} {_origin(self.upstream)} ({len(self.headers)} headers, redacted)>"
+        )
+
+
+@attrs.define(repr=False)
+class _Target:
+    """Where one call goes; carries credentials, so it is never logged whole."""
+
+    api: str
+    url: str
+    model: str
+    headers: dict[str, str]
+    source: str  # "configured" | "session"
+
+    @property
+    def provider(self) -> str:
+        return PROVIDER_OF_API[self.api]
+
+    def __repr__(self) -> str:
+        return f"<worker target {self.api} {self.model} {_origin(self.url)} ({self.source})>"
+
+
+@attrs.define
+class _Spend:
+    day: str = ""
+    cost: float = 0.0
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP
+    date (RFC 9110 section 10.2.3); ``None`` when absent or unreadable."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(float(millis) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def default_price_for(model: str, usage: Usage) -> float:
+    """The kernel's pricing table when it is installed, else 0 (spend is then counted in
+    tokens only). Any failure counts as 0: pricing must never fail a worker call."""
+    try:
+        from lore_core.context import pricing  # type: ignore[attr-defined]
+
+        value = pricing.price_for(model, usage)
+    except Exception:
+        return 0.0
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def guess_api(model: str) -> str:
+    """The wire API for a configured upstream with no ``worker.api``: Anthropic for Claude
+    models, Chat Completions (what local servers speak) for anything else."""
+    return "anthropic-messages" if model.lower().startswith("claude") else "openai-chat"
+
+
+def build_request(api: str, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """The JSON body of a one-turn, non-streamed request, rendered by the API's codec."""
+    codec = CODECS[api]
+    raw: dict[str, Any] = {"model": model}
+    if api == "anthropic-messages":
+        raw["max_tokens"] = max_tokens
+    elif api == "openai-chat":
+        raw["max_completion_tokens"] = max_tokens
+    else:
+        raw["max_output_tokens"] = max_tokens
+        # Background calls must not leave conversations stored at the provider.
+        raw["store"] = False
+    user = Message(role="user", blocks=[Block(TEXT, text=prompt)], synthetic=True)
+    view = RequestView(api=api, raw=raw, body=b"", model=model)
+    if api == "openai-chat":
+        # The Chat codec has no separate system field: the system prompt is a message.
+        view.messages = [Message(role="system", blocks=[Block(TEXT, text=system)], synthetic=True), user]
+    else:
+        view.system = [Block(TEXT, text=system)] if system else []
+        view.messages = [user]
+    return codec.render(view)
+
+
+class WorkerClient:
+    """Bounded, retrying, circuit-broken client for the worker model. Async; one per gateway.
+
+    ``price_for(model, usage) -> float`` prices a call in dollars for the spend counter.
+    ``clock`` (monotonic seconds) and ``sleep`` are parameters so the breaker and retries can
+    be driven by tests; production uses the real ones.
+    """
+
+    def __init__(
+        self,
+        config: WorkerConfig | None = None,
+        upstream: UpstreamConfig | None = None,
+        *,
+        price_for: PriceFor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config or WorkerConfig()
+        self.upstream = upstream or UpstreamConfig()
+        self.price_for = price_for or default_price_for
+        self._clock = clock
+        self._sleep = sleep
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._sessions: OrderedDict[str, _Credentials] = OrderedDict()
+        # Circuit breaker state.
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._open_for = 0.0
+        self._trial_in_flight = False
+        self._last_error: str | None = None
+        # Counters for /health and tests.
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.counts: dict[str, int] = {"calls": 0, "ok": 0, "failed": 0, "retries": 0, "skipped": 0}
+        self.skipped_by_purpose: dict[str, int] = {}
+        self._spend = _Spend()
+
+    def __repr__(self) -> str:
+        # Deliberately no headers, no key: only what /health shows.
+        return f"<WorkerClient {self.status()['state']} sessions={len(self._sessions)}>"
+
+    __str__ = __repr__
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            cfg = self.config
+            timeout = httpx.Timeout(cfg.timeout_seconds, connect=min(10.0, cfg.timeout_seconds))
+            self._client = httpx.AsyncClient(
+                timeout=timeout, follow_redirects=False, transport=self._transport
+            )
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # -- credentials -------------------------------------------------------------------------
+
+    def remember_credentials(
+        self,
+        session_id: str,
+        provider: str,
+        upstream_url: str,
+        headers: Mapping[str, str] | list[tuple[str, str]],
+        *,
+        model: str | None = None,
+        api: str | None = None,
+    ) -> None:
+        """Keep a session's credentials in memory so its background work can use them.
+
+        Only :data:`CREDENTIAL_HEADERS` are kept; nothing is logged or stored. ``api`` is the
+        session's wire API (default: the provider's usual one), ``model`` its model.
+        """
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        kept = {k.lower(): v for k, v in items if k.lower() in CREDENTIAL_HEADERS}
+        if api not in CODECS:
+            api = DEFAULT_API_OF_PROVIDER.get(provider, "openai-chat")
+        self._sessions[session_id] = _Credentials(
+            provider=PROVIDER_OF_API[api],
+            api=api,
+            upstream=validate_base_url(upstream_url),
+            headers=kept,
+            model=model,
+            seen_at=time.time(),
+        )
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > MAX_REMEMBERED_SESSIONS:
+            self._sessions.popitem(last=False)
+
+    def forget_credentials(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def _target(self, session_id: str | None) -> _Target:
+        cfg = self.config
+        creds = self._sessions.get(session_id) if session_id else None
+        if creds is None and self._sessions:
+            # Work not tied to one session (query expansion, ...) uses the latest one seen.
+            creds = next(reversed(self._sessions.values()))
+        if cfg.upstream or cfg.api_key:
+            model = cfg.model or (creds.model if creds else None) or ""
+            if not model:
+                raise NoWorker("worker.model is not set (needed with worker.upstream / worker.apiKey)")
+            api = cfg.api or (creds.api if creds and not cfg.upstream else guess_api(model))
+            provider = PROVIDER_OF_API[api]
+            url = validate_base_url(cfg.upstream or getattr(self.upstream, provider))
+            headers: dict[str, str] = {}
+            if cfg.api_key:
+                if provider == "anthropic":
+                    headers["x-api-key"] = cfg.api_key
+                else:
+                    headers["authorization"] = f"Bearer {cfg.api_key}"
+            return _Target(api, url, model, headers, "configured")
+        if creds is None:
+            raise NoWorker("no worker configured and no session credentials seen yet")
+        model = cfg.model or creds.model or ""
+        if not model:
+            raise NoWorker("the session's model is unknown and worker.model is not set")
+        api = cfg.api or creds.api
+        return _Target(api, creds.upstream, model, dict(creds.headers), "session")
+
+    # -- the call ----------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        system: str,
+        prompt: str,
+        *,
+        session_id: str | None = None,
+        purpose: str = "worker",
+        max_tokens: int | None = None,
+    ) -> WorkerResult:
+        """One non-streamed completion: ``system`` instructions, one user ``prompt``.
+
+        Raises :class:`NoWorker` / :class:`CircuitOpen` (both :class:`WorkerUnavailable`)
+        without touching the network, or :class:`WorkerError` when the call failed.
+        """
+        try:
+            target = self._target(session_id)
+            self._admit()
+        except WorkerUnavailable:
+            self.counts["skipped"] += 1
+            self.skipped_by_purpose[purpose] = self.skipped_by_purpose.get(purpose, 0) + 1
+            raise
+        body = build_request(
+            target.api, target.model, system, prompt, max_tokens or self.config.max_output_tokens
+        )
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(max(1, self.config.max_concurrency))
+        async with self._semaphore:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self.counts["calls"] += 1
+            started = time.monotonic()
+            try:
+                result = await self._attempts(target, body, purpose)
+            except WorkerError as exc:
+                self.counts["failed"] += 1
+                self._record_failure(exc.reason, getattr(exc, "open_for", None))
+                raise
+            except BaseException:
+                # Cancellation: not the worker's fault, but a half-open trial must not stick.
+                self._trial_in_flight = False
+                raise
+            finally:
+                self.in_flight -= 1
+        result.seconds = time.monotonic() - started
+        self.counts["ok"] += 1
+        self._record_success()
+        self._count_spend(result)
+        return result
+
+    async def _attempts(self, target: _Target, body: dict[str, Any], purpose: str) -> WorkerResult:
+        cfg = self.config
+        url = join_url(target.url, API_PATHS[target.api], "")
+        headers = {"content-type": "application/json", "accept": "application/json", **target.headers}
+        if target.provider == "anthropic":
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        origin = _origin(target.url)
+        attempts = max(0, cfg.max_retries) + 1
+        for attempt in range(attempts):
+            retry_after: float | None = None
+            try:
+                response = await self._http().post(url, json=body, headers=headers)
+            except httpx.TimeoutException as exc:
+                reason, status = f"timed out ({exc.__class__.__name__})", None
+            except httpx.TransportError as exc:
+                # The message of a transport error names host and port at most, never headers.
+                reason, status = f"cannot connect ({exc.__class__.__name__})", None
+            else:
+                status = response.status_code
+                if status == 200:
+                    return self._result(target, response, origin, attempt + 1)
+                reason = f"HTTP {status}: {_error_message(response)}"
+                if status not in RETRY_STATUSES:
+                    raise WorkerError(reason, status)
+                retry_after = parse_retry_after(response.headers)
+            if attempt == attempts - 1:
+                raise WorkerError(reason, status)
+            if retry_after is not None and retry_after > MAX_RETRY_AFTER_SECONDS:
+                err = WorkerError(f"{reason}; asked to retry in {retry_after:.0f}s", status)
+                err.open_for = retry_after  # type: ignore[attr-defined]
+                raise err
+            if retry_after is not None:
+                delay = retry_after
+            else:
+                delay = cfg.retry_backoff_seconds * (2**attempt) * (0.5 + random.random())
+            self.counts["retries"] += 1
+            log.warning(
+                "worker %s (%s) at %s: %s; retry %d/%d in %.2fs",
+                purpose,
+                target.model,
+                origin,
+                reason,
+                attempt + 1,
+                attempts - 1,
+                delay,
+            )
+            await self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _result(self, target: _Target, response: httpx.Response, origin: str, attempts: int) -> WorkerResult:
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise WorkerError("answer is not JSON", 200) from exc
+        if not isinstance(data, dict):
+            raise WorkerError("answer is not a JSON object", 200)
+        message = CODECS[target.api].parse_response(data)
+        if message.error or not message.complete:
+            raise WorkerError(f"answer reports an error: {message.error or 'incomplete'}", 200)
+        text = message.text.strip()
+        if not text:
+            raise WorkerError("empty answer", 200)
+        model = message.model or target.model
+        try:
+            cost = float(self.price_for(model, message.usage))
+        except Exception:
+            log.exception("price_for(%s) failed; counting 0", model)
+            cost = 0.0
+        return WorkerResult(
+            text=text,
+            usage=message.usage,
+            model=model,
+            api=target.api,
+            provider=target.provider,
+            upstream=origin,
+            cost=cost,
+            attempts=attempts,
+        )
+
+    # -- circuit breaker ---------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """Let a call through, or raise :class:`CircuitOpen`. After the cooldown exactly one
+        trial call passes (half-open); the others keep failing fast until it succeeds."""
+        if self._opened_at is None:
+            return
+        waited = self._clock() - self._opened_at
+        if waited < self._open_for:
+            raise CircuitOpen(
+                f"worker circuit open after repeated failures (last: {self._last_error})",
+                self._open_for - waited,
+            )
+        if self._trial_in_flight:
+            raise CircuitOpen("worker circuit half-open: a trial call is in flight", 0.0)
+        self._trial_in_flight = True
+
+    def _record_success(self) -> None:
+        if self._opened_at is not None:
+            log.info("worker circuit closed: the trial call succeeded")
+        self._failures = 0
+        self._opened_at = None
+        self._trial_in_flight = False
+        self._last_error = None
+
+    def _record_failure(self, reason: str, open_for: float | None = None) -> None:
+        self._failures += 1
+        self._last_error = reason
+        was_trial = self._trial_in_flight
+        self._trial_in_flight = False
+        if (
+            was_trial
+            or open_for is not None
+            or self._failures >= max(1, self.config.circuit_breaker_threshold)
+        ):
+            self._opened_at = self._clock()
+            self._open_for = max(open_for or 0.0, self.config.circuit_breaker_cooldown_seconds)
+            log.warning(
+                "worker circuit open for %.0fs after %d consecutive failures (last: %s)",
+                self._open_for,
+                self._failures,
+                reason,
+            )
+
+    # -- spend -------------------------------------------------------------------------------
+
+    def _count_spend(self, result: WorkerResult) -> None:
+        today = datetime.now(UTC).date().isoformat()
+        if self._spend.day != today:
+            self._spend = _Spend(day=today)
+        spend = self._spend
+        spend.calls += 1
+        spend.cost += result.cost
+        spend.input_tokens += result.usage.input_tokens
+        spend.output_tokens += result.usage.output_tokens
+        spend.cache_read_tokens += result.usage.cache_read_tokens
+        spend.cache_write_tokens += result.usage.cache_write_tokens
+
+    def spend_today(self) -> dict[str, Any]:
+        """Calls, tokens and dollars spent on worker calls since 00:00 UTC."""
+        today = datetime.now(UTC).date().isoformat()
+        spend = self._spend if self._spend.day == today else _Spend(day=today)
+        out = attrs.asdict(spend)
+        out["cost"] = round(spend.cost, 6)
+        return out
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """For ``/health`` and ``lore status``: ``state`` is ``"available"``,
+        ``"circuit_open"``, ``"half_open"`` or ``"no_worker"``, with a ``reason``."""
+        target: _Target | None = None
+        try:
+            target = self._target(None)
+        except NoWorker as exc:
+            state, reason = "no_worker", exc.reason
+        else:
+            state, reason = "available", ""
+        if target is not None and self._opened_at is not None:
+            remaining = self._open_for - (self._clock() - self._opened_at)
+            if remaining > 0:
+                state = "circuit_open"
+                reason = (
+                    f"{self._failures} consecutive failures (last: {self._last_error}); "
+                    f"retry in {remaining:.0f}s"
+                )
+            else:
+                state, reason = "half_open", f"cooldown over; next call is a trial (last: {self._last_error})"
+        out: dict[str, Any] = {
+            "state": state,
+            "available": state in ("available", "half_open"),
+            "reason": reason,
+            "consecutive_failures": self._failures,
+            "sessions_with_credentials": len(self._sessions),
+            "in_flight": self.in_flight,
+            "counts": dict(self.counts),
+            "skipped_by_purpose": dict(self.skipped_by_purpose),
+            "spend_today": self.spend_today(),
+        }
+        if target is not None:
+            out["target"] = {
+                "source": target.source,
+                "api": target.api,
+                "model": target.model,
+                "upstream": _origin(target.url),
+            }
+        return out
+
+
+def _error_message(response: httpx.Response) -> str:
+    """A short error text from an error body of any of the three APIs, secrets masked (some
+    providers echo part of a rejected key back)."""
+    return mask_secrets(_raw_error_message(response))
+
+
+def _raw_error_message(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:200]
+        if isinstance(error, str):
+            return error[:200]
+    return response.reason_phrase or "error"
