@@ -53,6 +53,7 @@ async def _settled() -> None:
 
 @api.get("/status")
 async def status() -> Response:
+    await _settled()
     gateway = _gateway()
     payload: dict[str, Any] = {"gateway": "running", "health": gateway.health()}
     try:
