@@ -1,0 +1,108 @@
+"""What distillation consumes and produces, independent of the store's record types.
+
+The store adapts its records to :class:`DistillInput` (a message) and
+:class:`ObservationInput` (a stored distillation); distillation returns a
+:class:`Distillation` whose :class:`Provenance` says where it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from lore_core.model import OTHER, Block, Usage
+
+
+@attrs.define
+class DistillInput:
+    """One message to distil: its stable id, role, wall-clock time (epoch seconds, UTC) and
+    wire-neutral content blocks."""
+
+    id: str
+    role: str
+    timestamp: float
+    blocks: list[Block] = attrs.field(factory=list)
+
+    @classmethod
+    def from_block_dicts(
+        cls, id: str, role: str, timestamp: float, blocks: Iterable[Mapping[str, Any]]
+    ) -> DistillInput:
+        """Build from blocks stored as dicts (``type``, ``text``, ``tool_name``,
+        ``tool_call_id``, ``tool_input``, ``is_error``), the shape the store keeps."""
+        return cls(
+            id=id,
+            role=role,
+            timestamp=timestamp,
+            blocks=[
+                Block(
+                    type=str(b.get("type", OTHER)),
+                    text=str(b.get("text") or ""),
+                    tool_name=b.get("tool_name"),
+                    tool_call_id=b.get("tool_call_id"),
+                    tool_input=b.get("tool_input"),
+                    is_error=bool(b.get("is_error")),
+                )
+                for b in blocks
+            ],
+        )
+
+    @property
+    def raw_text(self) -> str:
+        """The content as the client sent it (texts, tool inputs, full tool outputs), for
+        measuring what a distillation saves."""
+        parts: list[str] = []
+        for block in self.blocks:
+            if block.text:
+                parts.append(block.text)
+            if block.tool_input is not None:
+                parts.append(str(block.tool_input))
+        return "\n".join(parts)
+
+
+@attrs.define
+class ObservationInput:
+    """One stored distillation handed to the reflector."""
+
+    id: str
+    text: str
+    # Time range of the messages it was distilled from (epoch seconds, UTC).
+    start: float = 0.0
+    end: float = 0.0
+    generation: int = 0
+
+
+@attrs.define
+class Provenance:
+    """Where a distillation came from and what it cost."""
+
+    # Message ids (gen-0) or distillation ids (gen-1) it was made from, in order.
+    source_ids: list[str]
+    generation: int
+    # "llm" or "extractive".
+    method: str
+    start: float = 0.0
+    end: float = 0.0
+    # Estimated tokens of the source as sent (full tool outputs), of the rendered input the
+    # observer saw, and of the output.
+    source_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # source_tokens / output_tokens: how much prompt space the distillation saves.
+    compression_ratio: float = 0.0
+    worker_provider: str | None = None
+    worker_model: str | None = None
+    worker_api: str | None = None
+    # Usage and cost as the worker reported them (zeros for the extractive observer).
+    usage: Usage = attrs.field(factory=Usage)
+    cost: float = 0.0
+    # Why the extractive observer was used instead of the worker, when it was a fallback.
+    fallback_reason: str | None = None
+    warnings: list[str] = attrs.field(factory=list)
+
+
+@attrs.define
+class Distillation:
+    text: str
+    provenance: Provenance
