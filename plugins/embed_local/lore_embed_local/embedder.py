@@ -75,6 +75,7 @@ class LocalEmbedder:
 
     def __init__(self, settings: EmbedLocalConfig | None = None) -> None:
         self.settings = settings if settings is not None else EmbedLocalConfig()
+        self.settings.check()
         self.threads = self.settings.threads or min(os.cpu_count() or 1, 4)
         self._lock = threading.Lock()
         self._runtime: _Runtime | None = None

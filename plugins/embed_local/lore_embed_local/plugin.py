@@ -6,19 +6,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lore_core import hookimpl
-from lore_embed_local.config import EmbedLocalConfig
+from lore_embed_local.config import SECTION, EmbedLocalConfig
 from lore_embed_local.embedder import LocalEmbedder
 
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.interfaces import EmbedderFactory
 
-SECTION = "embed-local"
-
 
 @hookimpl
 def lore_config_sections() -> dict[str, type]:
     return {SECTION: EmbedLocalConfig}
+
+
+@hookimpl
+def lore_configure(config: LoreConfig) -> None:
+    # Ranges are checked here, once the file is read, so a bad value stops start-up with
+    # the key's path rather than surfacing at the first embedding.
+    _settings(config).check()
 
 
 @hookimpl
@@ -28,8 +33,11 @@ def lore_register_embedders(register: Callable[[str, EmbedderFactory], None]) ->
 
 def make_embedder(config: LoreConfig) -> LocalEmbedder:
     """Build the embedder from the ``embed-local`` section; loads nothing yet."""
+    return LocalEmbedder(_settings(config))
+
+
+def _settings(config: LoreConfig) -> EmbedLocalConfig:
     try:
-        settings = config.section(SECTION)
+        return config.section(SECTION)
     except KeyError:  # a configuration loaded without this plugin's sections
-        settings = EmbedLocalConfig()
-    return LocalEmbedder(settings)
+        return EmbedLocalConfig()

