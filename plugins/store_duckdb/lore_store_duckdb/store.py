@@ -227,20 +227,41 @@ class DuckDBStore:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN TRANSACTION")
+                # Arrow tables, not executemany: DuckDB runs executemany row by row (seconds
+                # for a few hundred rows); an INSERT ... SELECT over Arrow is one statement.
                 if batch.projects:
-                    cur.executemany(
-                        """INSERT INTO projects (id, name, created_at, last_seen_at) VALUES (?, ?, ?, ?)
+                    projects_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
+                        {
+                            "id": [p.id for p in batch.projects],
+                            "name": [p.name for p in batch.projects],
+                            "created_at": [p.created_at for p in batch.projects],
+                            "last_seen_at": [p.last_seen_at for p in batch.projects],
+                        }
+                    )
+                    cur.execute(
+                        """INSERT INTO projects (id, name, created_at, last_seen_at)
+                        SELECT id, name, created_at, last_seen_at FROM projects_rows
                         ON CONFLICT (id) DO UPDATE SET
                           name = CASE WHEN projects.name = '' THEN excluded.name ELSE projects.name END,
                           created_at = least(projects.created_at, excluded.created_at),
-                          last_seen_at = greatest(projects.last_seen_at, excluded.last_seen_at)""",
-                        [(p.id, p.name, p.created_at, p.last_seen_at) for p in batch.projects],
+                          last_seen_at = greatest(projects.last_seen_at, excluded.last_seen_at)"""
                     )
                 if batch.sessions:
+                    session_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
+                        {
+                            "id": [x.id for x in batch.sessions],
+                            "project": [x.project for x in batch.sessions],
+                            "harness": [x.harness for x in batch.sessions],
+                            "model": pa.array([x.model for x in batch.sessions], pa.string()),
+                            "created_at": [x.created_at for x in batch.sessions],
+                            "updated_at": [x.updated_at for x in batch.sessions],
+                            "title": [x.title for x in batch.sessions],
+                        }
+                    )
                     # The same rule as lore_core.store.merge_session.
-                    cur.executemany(
+                    cur.execute(
                         """INSERT INTO sessions (id, project, harness, model, created_at, updated_at, title)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        SELECT id, project, harness, model, created_at, updated_at, title FROM session_rows
                         ON CONFLICT (id) DO UPDATE SET
                           project = CASE WHEN sessions.project = '' THEN excluded.project
                                     ELSE sessions.project END,
@@ -254,11 +275,7 @@ class DuckDBStore:
                           created_at = least(sessions.created_at, excluded.created_at),
                           updated_at = greatest(sessions.updated_at, excluded.updated_at),
                           title = CASE WHEN sessions.title = '' THEN excluded.title
-                                  ELSE sessions.title END""",
-                        [
-                            (s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title)
-                            for s in batch.sessions
-                        ],
+                                  ELSE sessions.title END"""
                     )
                 added = 0
                 if batch.messages:
