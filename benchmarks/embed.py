@@ -147,6 +147,11 @@ def main() -> None:
             f"{chars:>7} ch {batch:>5} {p:>9.1f} {d:>9.1f} {s:>9.1f} {p / d:>9.0%} {p / s:>8.0%}"
             f"{'' if p / d >= 0.8 else '  < 80% target'}"
         )
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        # Each plugin call crosses to the inference thread and back: two wake-ups that wait
+        # for a free core when the machine is oversubscribed, so batch-1 figures suffer most.
+        print(f"note: load average {load:.1f} exceeds the {os.cpu_count()} CPUs; figures are noisy")
     loop.run_until_complete(plugin.close())
     loop.close()
 
