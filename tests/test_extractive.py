@@ -134,3 +134,27 @@ def test_extractive_observer_provenance():
     assert prov.start == T0 and prov.end == T0 + 360
     assert prov.output_tokens > 0 and prov.source_tokens > 0
     assert prov.compression_ratio == round(prov.source_tokens / prov.output_tokens, 2)
+
+
+def test_file_reads_contribute_paths_not_error_lines_and_paths_are_listed_once():
+    code = "def load():\n    # see app/core/config.py\n    raise ValueError('error: invalid config')\n"
+    session = [
+        m(0, "user", text("look at app/loader.py please")),
+        m(
+            1,
+            "assistant",
+            Block(TOOL_CALL, tool_name="Read", tool_call_id="r", tool_input={"file_path": "app/loader.py"}),
+        ),
+        m(2, "user", Block(TOOL_RESULT, tool_call_id="r", text=code)),
+        m(
+            3,
+            "assistant",
+            Block(TOOL_CALL, tool_name="Bash", tool_call_id="b", tool_input={"command": "ls app"}),
+        ),
+        m(4, "user", Block(TOOL_RESULT, tool_call_id="b", text="app/core/config.py\napp/main.py")),
+    ]
+    out = extractive_observe(session)
+    assert "invalid config" not in out
+    assert "tool <- Read: files: app/core/config.py" in out  # app/loader.py was named already
+    assert "tool <- Bash: files: app/main.py" in out  # only the path not seen before
+    assert out.count("app/core/config.py") == 1

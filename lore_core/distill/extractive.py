@@ -34,6 +34,9 @@ MAX_ERRORS_PER_OUTPUT = 12
 MAX_PATHS_PER_OUTPUT = 20
 # Keys of a tool call's input that say what it did (a shell command, the file it touched).
 GIST_KEYS = ("command", "cmd", "file_path", "path", "filePath", "pattern", "url", "query", "description")
+# Tools whose output is file content the agent looked at, not an event: an "error" in the
+# code it read is not an error that happened. Their outputs only contribute file paths.
+READ_TOOLS = frozenset({"Read", "read", "read_file", "View", "view", "NotebookRead", "cat"})
 
 
 def _clip(line: str, limit: int = MAX_LINE_CHARS) -> str:
@@ -74,9 +77,11 @@ def call_gist(tool: str, tool_input: object) -> str:
 class _Events:
     """The kept lines of one message, deduplicated against everything kept before."""
 
-    def __init__(self, stamp: str, seen: set[str]) -> None:
+    def __init__(self, stamp: str, seen: set[str], paths_seen: set[str]) -> None:
         self.stamp = stamp
         self.seen = seen
+        # Paths already in the log: a tool output's file list names only new ones.
+        self.paths_seen = paths_seen
         self.lines: list[str] = []
 
     def keep(self, who: str, line: str, limit: int = MAX_LINE_CHARS) -> None:
@@ -85,9 +90,19 @@ class _Events:
         if line and key not in self.seen:
             self.seen.add(key)
             self.lines.append(f"{self.stamp}{who}: {line}")
+            self.paths_seen.update(find_paths(line))
 
 
-def _tool_result_events(events: _Events, who: str, text: str, is_error: bool) -> None:
+def _tool_result_events(events: _Events, tool: str, text: str, is_error: bool) -> None:
+    who = f"tool <- {tool}"
+    paths = [p for p in find_paths(text) if p not in events.paths_seen]
+    if paths:
+        events.paths_seen.update(paths)
+        more = len(paths) - MAX_PATHS_PER_OUTPUT
+        listed = ", ".join(paths[:MAX_PATHS_PER_OUTPUT]) + (f" (+{more} more)" if more > 0 else "")
+        events.keep(who, f"files: {listed}", limit=4 * MAX_LINE_CHARS)
+    if tool in READ_TOOLS and not is_error:
+        return
     errors = find_error_lines(text)
     if is_error and not errors and text:
         errors = [text.splitlines()[0]]
@@ -98,17 +113,13 @@ def _tool_result_events(events: _Events, who: str, text: str, is_error: bool) ->
     # Test runners print their counts last; the last few summaries say how the run ended.
     for line in [line for line in text.splitlines() if is_test_summary(line)][-3:]:
         events.keep(who, line)
-    paths = find_paths(text)
-    if paths:
-        more = len(paths) - MAX_PATHS_PER_OUTPUT
-        listed = ", ".join(paths[:MAX_PATHS_PER_OUTPUT]) + (f" (+{more} more)" if more > 0 else "")
-        events.keep(who, f"files: {listed}", limit=4 * MAX_LINE_CHARS)
 
 
 def extractive_observe(messages: Sequence[DistillInput], previous: str = "") -> str:
     """An event log of ``messages``. Lines already in ``previous`` (earlier observations) or
     already kept are not repeated."""
     seen = {_key(line.split("] ", 1)[-1]) for line in previous.splitlines() if line.strip()}
+    paths_seen = set(find_paths(previous))
     names = tool_names_of(messages)
     out: list[str] = []
     day = None
@@ -116,7 +127,7 @@ def extractive_observe(messages: Sequence[DistillInput], previous: str = "") -> 
         if msg.role in SKIPPED_ROLES:
             continue
         when = datetime.fromtimestamp(msg.timestamp, UTC) if msg.timestamp > 0 else None
-        events = _Events(f"[{when:%H:%M}] " if when else "", seen)
+        events = _Events(f"[{when:%H:%M}] " if when else "", seen, paths_seen)
         for block in msg.blocks:
             if block.type == TEXT:
                 lines = [line for line in clean(block.text).splitlines() if line.strip()]
@@ -129,7 +140,7 @@ def extractive_observe(messages: Sequence[DistillInput], previous: str = "") -> 
                 events.keep(msg.role, "-> " + call_gist(block.tool_name or "tool", block.tool_input))
             elif block.type == TOOL_RESULT:
                 tool = block.tool_name or names.get(block.tool_call_id or "", "tool")
-                _tool_result_events(events, f"tool <- {tool}", clean(block.text), block.is_error)
+                _tool_result_events(events, tool, clean(block.text), block.is_error)
         if not events.lines:
             continue
         if when is not None and when.date() != day:

@@ -17,7 +17,7 @@ _EXTENSIONS = (
     "xml|proto|gradle|env|log|db|duckdb|sqlite|dockerfile|tf|lua|ex|exs|erl|zig|nim|dart|r"
 )
 _PATH = re.compile(
-    r"(?<![\w@:/.-])"
+    r"(?<![\w@:/.<-])"
     r"(?:(?:~/|\.{1,2}/|/)(?:[\w@+-][\w.@+-]*/)*|(?:[\w@+-][\w.@+-]*/)+)[\w.@+-]*\w"  # a slash
     r"|(?<![\w/.-])[\w-]+\.(?:" + _EXTENSIONS + r")\b",  # a bare file name with an extension
     re.IGNORECASE,
@@ -27,7 +27,7 @@ _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 _ERROR = re.compile(
     r"(?i)(?:\b(?:error|errors|exception|traceback|failed|failure|failing|fatal|panic(?:ked)?|"
     r"segmentation fault|denied|refused|not found|no such file|cannot|can't|unable to|"
-    r"timed out|timeout|undefined|invalid|warning)\b|^E\s{2,}\S|^\s*\w+(?:Error|Exception):)"
+    r"timed out|undefined|invalid|warning)\b|^E\s{2,}\S|^\s*\w+(?:Error|Exception):)"
 )
 _COMMAND = re.compile(
     r"(?:^\s*(?:\$|>>>|%|#)\s+\S"
