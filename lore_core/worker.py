@@ -216,13 +216,21 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
-def default_price_for(model: str, usage: Usage) -> float:
-    """The kernel's pricing table when it is installed, else 0 (spend is then counted in
-    tokens only). Any failure counts as 0: pricing must never fail a worker call."""
-    try:
-        from lore_core.context import pricing  # type: ignore[attr-defined]
+_PRICE_TABLE: Any = None
 
-        value = pricing.price_for(model, usage)
+
+def default_price_for(model: str, usage: Usage) -> float:
+    """Dollars for one call from the kernel's price table (``lore_core.context.pricing``)
+    when it is installed, else 0 (spend is then counted in tokens only). The gateway should
+    pass a ``price_for`` built from the configured table instead; this default only knows
+    the shipped prices. Any failure counts as 0: pricing must never fail a worker call."""
+    global _PRICE_TABLE
+    try:
+        if _PRICE_TABLE is None:
+            from lore_core.context.pricing import PriceTable
+
+            _PRICE_TABLE = PriceTable()
+        value = _PRICE_TABLE.lookup(model).cost(usage)
     except Exception:
         return 0.0
     return float(value) if isinstance(value, int | float) else 0.0

@@ -21,6 +21,7 @@ from lore_core.worker import (
     NoWorker,
     WorkerClient,
     WorkerError,
+    default_price_for,
     parse_retry_after,
 )
 
@@ -322,17 +323,19 @@ def test_spend_counter_uses_price_for(fake_upstream):
     assert spend["day"] == time.strftime("%Y-%m-%d", time.gmtime())
 
 
-def test_spend_is_zero_without_pricing_and_a_broken_price_never_fails_a_call(fake_upstream):
+def test_a_broken_price_never_fails_a_call_and_the_default_never_raises(fake_upstream):
     def broken(model, usage):
         raise KeyError(model)
 
-    fake_upstream.enqueue(Reply(text="ok"), Reply(text="ok"))
-    plain = worker_for(fake_upstream)
-    run(call_and_close(plain, "sys", "p"))
-    assert plain.spend_today()["cost"] == 0 and plain.spend_today()["calls"] == 1
+    fake_upstream.enqueue(Reply(text="ok"))
     priced = worker_for(fake_upstream)
     priced.price_for = broken
-    assert run(call_and_close(priced, "sys", "p")).cost == 0
+    result = run(call_and_close(priced, "sys", "p"))
+    assert result.cost == 0 and priced.spend_today()["calls"] == 1
+    # The default uses the kernel's price table when there is one, else 0.
+    for model in ("claude-sonnet-4-5", "no-such-model", ""):
+        cost = default_price_for(model, Usage(input_tokens=1000, output_tokens=100))
+        assert isinstance(cost, float) and cost >= 0
 
 
 # -- secrets -------------------------------------------------------------------------------------
