@@ -202,7 +202,10 @@ def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstre
         workers = [threading.Thread(target=load, args=(w,)) for w in range(4)]
         for w in workers:
             w.start()
-        time.sleep(3.0)
+        # Enough load to judge on a slow or busy machine: at least 3 s and 60 exchanges.
+        began = time.monotonic()
+        while time.monotonic() - began < 3.0 or (len(completed) < 60 and time.monotonic() - began < 90):
+            time.sleep(0.1)
         killed_at = time.monotonic()
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
