@@ -113,10 +113,13 @@ class CircuitOpen(WorkerUnavailable):
 class WorkerError(Exception):
     """A worker call was attempted and failed (after its retries)."""
 
-    def __init__(self, reason: str, status: int | None = None) -> None:
+    def __init__(self, reason: str, status: int | None = None, open_for: float | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
+        # Set when the upstream asked for a pause longer than we retry through: the breaker
+        # opens for at least this long.
+        self.open_for = open_for
 
 
 @attrs.define
@@ -409,33 +412,35 @@ class WorkerClient:
         """
         try:
             target = self._target(session_id)
+            body = build_request(
+                target.api, target.model, system, prompt, max_tokens or self.config.max_output_tokens
+            )
             self._admit()
         except WorkerUnavailable:
             self.counts["skipped"] += 1
             self.skipped_by_purpose[purpose] = self.skipped_by_purpose.get(purpose, 0) + 1
             raise
-        body = build_request(
-            target.api, target.model, system, prompt, max_tokens or self.config.max_output_tokens
-        )
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(max(1, self.config.max_concurrency))
-        async with self._semaphore:
-            self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            self.counts["calls"] += 1
-            started = time.monotonic()
-            try:
-                result = await self._attempts(target, body, purpose)
-            except WorkerError as exc:
-                self.counts["failed"] += 1
-                self._record_failure(exc.reason, getattr(exc, "open_for", None))
-                raise
-            except BaseException:
-                # Cancellation: not the worker's fault, but a half-open trial must not stick.
-                self._trial_in_flight = False
-                raise
-            finally:
-                self.in_flight -= 1
+        started = time.monotonic()
+        try:
+            async with self._semaphore:
+                self.in_flight += 1
+                self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                self.counts["calls"] += 1
+                try:
+                    result = await self._attempts(target, body, purpose)
+                finally:
+                    self.in_flight -= 1
+        except WorkerError as exc:
+            self.counts["failed"] += 1
+            self._record_failure(exc.reason, exc.open_for)
+            raise
+        except BaseException:
+            # Cancelled (shutdown, a caller's timeout): not the worker's fault, but a
+            # half-open trial must not stay "in flight" forever and block every later call.
+            self._trial_in_flight = False
+            raise
         result.seconds = time.monotonic() - started
         self.counts["ok"] += 1
         self._record_success()
@@ -470,9 +475,7 @@ class WorkerClient:
             if attempt == attempts - 1:
                 raise WorkerError(reason, status)
             if retry_after is not None and retry_after > MAX_RETRY_AFTER_SECONDS:
-                err = WorkerError(f"{reason}; asked to retry in {retry_after:.0f}s", status)
-                err.open_for = retry_after  # type: ignore[attr-defined]
-                raise err
+                raise WorkerError(f"{reason}; asked to retry in {retry_after:.0f}s", status, retry_after)
             if retry_after is not None:
                 delay = retry_after
             else:

@@ -273,6 +273,36 @@ def test_half_open_lets_exactly_one_trial_through(fake_upstream):
     assert len(fake_upstream.api_requests()) == 2
 
 
+def test_a_cancelled_trial_does_not_block_the_breaker_forever(fake_upstream):
+    clock = Clock()
+    worker = WorkerClient(
+        WorkerConfig(
+            upstream=fake_upstream.url,
+            model="m",
+            max_retries=0,
+            circuit_breaker_threshold=1,
+            circuit_breaker_cooldown_seconds=10,
+        ),
+        clock=clock,
+    )
+
+    async def scenario():
+        fake_upstream.enqueue(Reply(status=503))
+        with pytest.raises(WorkerError):
+            await worker.complete("sys", "p")
+        clock.now += 11
+        fake_upstream.enqueue(Reply(text="too late", delay_headers=2), Reply(text="next"))
+        trial = asyncio.ensure_future(worker.complete("sys", "p"))
+        await asyncio.sleep(0.3)
+        trial.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await trial
+        assert (await worker.complete("sys", "p")).text == "next"
+        await worker.close()
+
+    run(scenario())
+
+
 # -- concurrency and spend -----------------------------------------------------------------------
 
 
