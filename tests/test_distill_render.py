@@ -222,6 +222,18 @@ def test_token_cap_splits_and_uses_the_given_estimate():
 
 
 def test_a_segment_with_a_huge_tool_output_is_measured_after_annotation():
-    messages = [*chat(5), msg(5, "user", Block(TOOL_RESULT, tool_name="Bash", text=big_test_log(200000)))]
+    messages = [*chat(5), msg(5, "user", Block(TOOL_RESULT, tool_name="Bash", text=big_test_log(200_000)))]
     [segment] = split_segments(messages, SegmentPolicy(max_tokens=4000))
     assert segment.tokens < 4000  # the raw output alone would be ~50K tokens
+
+
+def test_inputs_from_stored_block_dicts():
+    stored = [
+        {"type": "tool_call", "tool_name": "Bash", "tool_call_id": "c9", "tool_input": {"command": "make"}},
+        {"type": "tool_result", "tool_call_id": "c9", "text": "make: *** [all] Error 2", "is_error": True},
+    ]
+    item = DistillInput.from_block_dicts("id1", "assistant", T0, stored)
+    assert [b.type for b in item.blocks] == [TOOL_CALL, TOOL_RESULT]
+    rendered = render_segment([item])
+    assert 'assistant -> Bash {"command": "make"}' in rendered
+    assert "tool <- Bash (error):\nmake: *** [all] Error 2" in rendered
