@@ -45,13 +45,14 @@ def call(report: str, code: str) -> int:
 
 def signals(record: str, ready: str, sentinel: str | None) -> int:
     if sentinel is not None:
+
+        def noticed(signum: int, frame: object) -> None:
+            Path(sentinel).write_text("SIGINT")
+            os._exit(0)
+
+        # Set before the fork, so the sentinel has it from its first instant on.
+        signal.signal(signal.SIGINT, noticed)
         if os.fork() == 0:
-
-            def noticed(signum: int, frame: object) -> None:
-                Path(sentinel).write_text("SIGINT")
-                os._exit(0)
-
-            signal.signal(signal.SIGINT, noticed)
             signal.alarm(60)  # never outlive the test
             while True:
                 signal.pause()

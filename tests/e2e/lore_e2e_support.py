@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -110,6 +111,27 @@ def run_client(
         result = ClientResult(list(argv), -9, stdout, stderr)
         pytest.fail(f"client did not finish within {timeout:g}s\n{result.describe()}")
     return ClientResult(list(argv), proc.returncode, stdout, stderr)
+
+
+def stop_background_gateway(pid_file: Path) -> None:
+    """Stop a gateway ``lore run`` left running, through its pid file, as a user would
+    (SIGTERM for a clean shutdown, SIGKILL if it does not go)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------------------------------

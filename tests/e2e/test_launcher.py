@@ -19,10 +19,12 @@ import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lore_e2e_support import ClientResult, run_client, stop_background_gateway
 
 from lore_core import launcher
 from lore_core.interfaces import LaunchPlan
@@ -48,26 +50,6 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) ->
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-def stop_gateway(pid_file: Path) -> None:
-    """Stop the background gateway through its pid file, as a user would."""
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -97,16 +79,8 @@ class LoreRun:
     def command(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "lore_core.cli", "run", *args]
 
-    def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(*args),
-            env=self.env,
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+    def __call__(self, *args: str) -> ClientResult:
+        return run_client(self.command(*args), self.env, self.cwd)
 
 
 @pytest.fixture
@@ -122,7 +96,7 @@ def lore_run(tmp_path: Path, lore_env: dict[str, str], fake_bin: Path) -> Iterat
         env.pop(name, None)
     runner = LoreRun(env, tmp_path, port, Path(lore_env["XDG_DATA_HOME"]) / "lore", fake_bin / "claude")
     yield runner
-    stop_gateway(runner.pid_file)
+    stop_background_gateway(runner.pid_file)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,20 +143,12 @@ def test_starts_a_shared_gateway_runs_the_client_and_returns_its_exit_code(
 def test_concurrent_runs_start_one_gateway(
     lore_run: LoreRun, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
-    procs = [
-        subprocess.Popen(
-            lore_run.command("claude", "call", str(tmp_path / f"r{i}.json"), "0"),
-            env=lore_run.env,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    with ThreadPoolExecutor(3) as pool:
+        results = list(
+            pool.map(lambda i: lore_run("claude", "call", str(tmp_path / f"r{i}.json"), "0"), range(3))
         )
-        for i in range(3)
-    ]
-    outputs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], outputs
-    lines = [err.strip() for _, err in outputs]
+    assert [r.returncode for r in results] == [0, 0, 0], [r.describe() for r in results]
+    lines = [r.stderr.strip() for r in results]
     assert sum(line.startswith("lore: started a gateway") for line in lines) == 1, lines
     assert sum(line.startswith("lore: using the gateway") for line in lines) == 2, lines
     assert len(fake_upstream.api_requests()) == 3
