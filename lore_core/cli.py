@@ -17,6 +17,8 @@ def _configure_logging(verbose: bool = False) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request URL at INFO: noise on a proxy, and a URL can carry credentials.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
