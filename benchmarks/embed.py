@@ -97,9 +97,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.5, help="time per cell per round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = plugin default)")
+    default_budget = EmbedLocalConfig().max_batch_tokens
+    parser.add_argument("--max-batch-tokens", type=int, default=default_budget, help="the plugin's budget")
     args = parser.parse_args()
 
-    plugin = LocalEmbedder(EmbedLocalConfig(batch_size=32, threads=args.threads))
+    settings = EmbedLocalConfig(batch_size=32, threads=args.threads, max_batch_tokens=args.max_batch_tokens)
+    plugin = LocalEmbedder(settings)
     loop = asyncio.new_event_loop()
     loop.run_until_complete(plugin.load())
     model = str(plugin.settings.model_path or _packaged("model"))
@@ -133,8 +136,9 @@ def main() -> None:
 
     print(
         f"lore-embed-local throughput, texts/s (median of {args.rounds} rounds x {args.seconds:g} s); "
-        f"{os.cpu_count()} CPUs, {plugin.threads} intra-op threads, maxTokens "
-        f"{plugin.settings.max_tokens}, onnxruntime {ort.__version__}, Python {platform.python_version()}"
+        f"{os.cpu_count()} CPUs, {plugin.threads} intra-op threads, maxTokens {settings.max_tokens}, "
+        f"maxBatchTokens {settings.max_batch_tokens}, onnxruntime {ort.__version__}, "
+        f"Python {platform.python_version()}"
     )
     columns = [("text", 10), ("batch", 5), ("plugin", 9), ("direct", 9), ("same-opts", 9)]
     columns += [("vs direct", 10), ("vs same", 8)]

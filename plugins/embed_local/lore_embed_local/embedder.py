@@ -142,23 +142,28 @@ class LocalEmbedder:
         """Embed in the calling thread; a float32 numpy array of shape (len(texts), 384).
 
         For batch jobs and benchmarks that own their thread; never call it on the event
-        loop. ``texts`` are run as one batch, in the given order.
+        loop. The texts are tokenised together, then run in model calls of at most
+        ``maxBatchTokens`` padded tokens each, texts of similar length together.
         """
         runtime = self._ensure_runtime()
         np = runtime.np
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         if not texts:
-            return np.zeros((0, DIMENSIONS), dtype=np.float32)
-        ids, mask = self._encode(runtime, list(texts))
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in runtime.input_names:
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = runtime.session.run([runtime.output], feeds)[0]
-        # Mean over the real tokens, then L2: what sentence-transformers' Pooling(mean) and
-        # Normalize modules do for this model (the ONNX file stops at the hidden states).
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+            return out
+        rows = self._tokenize(runtime, list(texts))
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        budget = self.settings.max_batch_tokens
+        start = 0
+        while start < len(order):
+            # Grow the run while its padded size (count x longest, the longest being the
+            # last since the order is by length) stays within the budget.
+            end = start + 1
+            while end < len(order) and (end + 1 - start) * len(rows[order[end]]) <= budget:
+                end += 1
+            picked = order[start:end]
+            out[picked] = self._run(runtime, [rows[i] for i in picked])
+            start = end
+        return out
 
     def chunk(
         self, text: str, max_tokens: int | None = None, overlap: int = DEFAULT_CHUNK_OVERLAP
@@ -303,9 +308,24 @@ class LocalEmbedder:
     def _embed_lists(self, texts: list[str]) -> list[list[float]]:
         return self.embed_blocking(texts).tolist()
 
-    def _encode(self, runtime: _Runtime, texts: list[str]) -> tuple[Any, Any]:
-        """Token ids and attention mask, truncated to maxTokens, padded to the longest."""
-        np, encoder = runtime.np, runtime.encoder
+    def _run(self, runtime: _Runtime, rows: list[list[int]]) -> Any:
+        """One model run over token rows: unit vectors, float32, shape (len(rows), 384)."""
+        np = runtime.np
+        ids, mask = _pad(np, rows)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in runtime.input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = runtime.session.run([runtime.output], feeds)[0]
+        # Mean over the real tokens, then L2: what sentence-transformers' Pooling(mean) and
+        # Normalize modules do for this model (the ONNX file stops at the hidden states).
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.maximum(norms, 1e-12)
+
+    def _tokenize(self, runtime: _Runtime, texts: list[str]) -> list[list[int]]:
+        """Token ids per text ([CLS] ... [SEP]), truncated to maxTokens."""
+        encoder = runtime.encoder
         bound = self.settings.max_tokens * _CHARS_PER_TOKEN_BOUND
         cut = [_cut_at_space(text, bound) for text in texts]
         encodings = encoder.encode_batch(cut)
@@ -314,14 +334,11 @@ class LocalEmbedder:
             # happened within it; otherwise (runs of whitespace, giant words) use the whole.
             if short is not text and not encodings[i].overflowing:
                 encodings[i] = encoder.encode(text)
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            n = len(encoding.ids)
-            ids[row, :n] = encoding.ids
-            mask[row, :n] = 1
-        return ids, mask
+        return [e.ids for e in encodings]
+
+    def _encode(self, runtime: _Runtime, texts: list[str]) -> tuple[Any, Any]:
+        """Token ids and attention mask, truncated to maxTokens, padded to the longest."""
+        return _pad(runtime.np, self._tokenize(runtime, texts))
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -341,6 +358,17 @@ class LocalEmbedder:
     @staticmethod
     def _unavailable_detail(reason: str) -> str:
         return f"local embeddings unavailable, recall uses full-text search only: {reason}"
+
+
+def _pad(np: Any, rows: list[list[int]]) -> tuple[Any, Any]:
+    """Ids and attention mask, padded with 0 ([PAD]) to the longest row."""
+    width = max(len(row) for row in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask
 
 
 def _cut_at_space(text: str, bound: int) -> str:

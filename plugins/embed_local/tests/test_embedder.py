@@ -73,6 +73,29 @@ def test_padding_is_to_the_longest_text_of_the_batch(embedder: LocalEmbedder) ->
     assert mask.tolist() == [[1, 1, 1, 0, 0, 0, 0, 0], [1] * 8]
 
 
+@pytest.mark.parametrize("budget", [64, 256, 1 << 20])
+def test_model_calls_stay_within_the_token_budget(prose: Callable[[int, int], str], budget: int) -> None:
+    emb = LocalEmbedder(EmbedLocalConfig(max_batch_tokens=budget))
+    texts = [prose(length, seed) for seed, length in enumerate([100, 30, 1500, 400, 100, 60] * 4)]
+    shapes: list[tuple[int, int]] = []
+    original = emb._run
+
+    def spy(runtime: object, rows: list[list[int]]) -> object:
+        shapes.append((len(rows), max(len(r) for r in rows)))
+        return original(runtime, rows)  # type: ignore[arg-type]
+
+    emb._run = spy  # type: ignore[method-assign]
+    vectors = emb.embed_blocking(texts)
+    assert vectors.shape == (len(texts), 384)
+    assert sum(count for count, _ in shapes) == len(texts)
+    # Within the budget, except a text longer than the budget, which runs alone.
+    assert all(count * width <= budget or count == 1 for count, width in shapes)
+    if budget >= 1 << 20:
+        assert len(shapes) == 1
+    else:
+        assert len(shapes) > 1
+
+
 def test_an_empty_string_and_a_100_kb_text_embed(
     embedder: LocalEmbedder, prose: Callable[[int, int], str]
 ) -> None:
