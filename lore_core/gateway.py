@@ -91,7 +91,10 @@ class Gateway:
 
     def identify(self, ctx: RequestContext) -> tuple[Harness, str, str]:
         """Which client sent this, which session and which project it belongs to."""
-        harness = max(self._harnesses, key=lambda h: _safe_score(h, ctx))
+        score, harness = max(((_safe_score(h, ctx), h) for h in self._harnesses), key=lambda pair: pair[0])
+        if score[0] <= 0:
+            # Nobody recognised it: the generic harness, not whichever name sorts last.
+            harness = self.registry.harnesses.get("generic", harness)
         session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
         project = _safe_call(harness.project, ctx) or self.cwd
         return harness, session, project

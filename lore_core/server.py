@@ -117,10 +117,13 @@ class ThreadedServer:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Stop serving and wait for the thread; calling it again is a no-op."""
+        loop, self._loop = self._loop, None
+        if loop is not None and self._stop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(30)
+            self._thread = None
 
     def __enter__(self) -> ThreadedServer:
         return self.start()

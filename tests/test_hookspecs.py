@@ -83,3 +83,34 @@ def test_importing_the_kernel_pulls_in_no_heavy_dependency():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_generic_harness_wins_when_nobody_recognises_a_request(tmp_path):
+    from lore_core.gateway import Gateway
+    from lore_core.interfaces import LaunchPlan, RequestContext
+
+    class Zed:
+        name = "zzz"
+
+        def recognise(self, ctx):
+            return 0
+
+        def session_id(self, ctx):
+            return "wrong"
+
+        def project(self, ctx):
+            return None
+
+        def launch(self, url, args):
+            return LaunchPlan(argv=[])
+
+    class Plugin:
+        @hookimpl
+        def lore_register_harnesses(self, register):
+            register(Zed())
+
+    (tmp_path / "lore.json").write_text("{}")
+    env = {"LORE_CONFIG": str(tmp_path / "lore.json")}
+    gw = Gateway.load(env=env, load_entrypoints=False, extra_plugins=[Plugin()])
+    harness, session, _ = gw.identify(RequestContext("/v1/messages", {"x-session-id": "s-1"}, None))
+    assert harness.name == "generic" and session == "s-1"
