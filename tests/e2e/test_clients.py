@@ -287,9 +287,13 @@ def test_codex_tool_use_turn(tmp_path: Path, tap: RecordingTap, fake_upstream: F
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def no_inline_opencode_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OpenCode's launch plan merges over an inline configuration the developer may have.
+    monkeypatch.delenv("OPENCODE_CONFIG_CONTENT", raising=False)
+
+
 def opencode_env(tmp_path: Path, base_url: str, **extra: str) -> dict[str, str]:
-    # The launch plan merges over an inline configuration the user already has.
-    os.environ.pop("OPENCODE_CONFIG_CONTENT", None)
     plan = OpenCodeHarness().launch(base_url, [])
     # Offline: no models.dev catalogue fetch.
     return client_env(tmp_path / "home", {**plan.env, "OPENCODE_DISABLE_MODELS_FETCH": "1", **extra})
