@@ -78,6 +78,8 @@ class LocalEmbedder:
         self.settings.check()
         self.threads = self.settings.threads or min(os.cpu_count() or 1, 4)
         self._lock = threading.Lock()
+        # Separate, so chunking (perhaps on the event loop) never waits for a model load.
+        self._splitter_lock = threading.Lock()
         self._runtime: _Runtime | None = None
         self._splitter: Any = None
         self._error: str | None = None
@@ -220,7 +222,7 @@ class LocalEmbedder:
 
     def _ensure_splitter(self) -> Any:
         if self._splitter is None:
-            with self._lock:
+            with self._splitter_lock:
                 if self._splitter is None:
                     try:
                         _, tokenizer_path = self._paths()
