@@ -114,7 +114,8 @@ class LocalEmbedder:
         return out
 
     def health(self) -> dict[str, Any]:
-        """``ok`` and a one-line ``detail``; never loads the model (it checks the files)."""
+        """``ok``, a one-line ``detail`` and, when not ok, the bare ``reason``. Never loads
+        the model: before the first load it only checks that the files exist."""
         report: dict[str, Any] = {
             "provider": self.name,
             "model": MODEL_ID,
@@ -124,13 +125,14 @@ class LocalEmbedder:
             "maxTokens": self.settings.max_tokens,
         }
         if self._error is not None:
-            return {**report, "ok": False, "detail": self._unavailable_detail(self._error)}
+            detail = self._unavailable_detail(self._error)
+            return {**report, "ok": False, "reason": self._error, "detail": detail}
         if self._runtime is not None:
             return {**report, "ok": True, "detail": f"{MODEL_ID} loaded ({self.threads} threads)"}
         try:
             self._paths()
         except ModelFileError as exc:
-            return {**report, "ok": False, "detail": self._unavailable_detail(str(exc))}
+            return {**report, "ok": False, "reason": str(exc), "detail": self._unavailable_detail(str(exc))}
         return {**report, "ok": True, "detail": f"{MODEL_ID} found; it loads on first use"}
 
     # -- extras ----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ def test_a_missing_model_file_is_reported_by_health_and_embed(tmp_path: Path) ->
     error = embed_error(emb, ["hello"])
     assert str(missing) in error.reason
     assert emb.health()["ok"] is False
+    assert emb.health()["reason"] == error.reason
 
 
 def test_a_corrupt_model_file_fails_on_load_then_health_says_why(
