@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,24 @@ def test_importing_the_plugin_loads_no_heavy_dependency() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_loading_and_embedding_touch_no_network() -> None:
+    # Nothing may be downloaded at run time: any connection attempt fails the run.
+    code = (
+        "import asyncio, socket\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise SystemExit('network used: %r' % (args,))\n"
+        "socket.socket.connect = refuse\n"
+        "socket.socket.connect_ex = refuse\n"
+        "socket.create_connection = refuse\n"
+        "from lore_embed_local import LocalEmbedder\n"
+        "emb = LocalEmbedder()\n"
+        "vectors = asyncio.run(emb.embed(['hello world']))\n"
+        "assert len(vectors[0]) == 384 and emb.chunk('a b c') == ['a b c']\n"
+        "print('ok')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
