@@ -129,6 +129,10 @@ class UpstreamClient:
                 ),
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
                 auto_decompress=False,
+                # No cookie jar either: a shared jar would keep cookies the upstream set for
+                # one client (e.g. load-balancer cookies) and send them with every later
+                # request of every client, and it costs a jar lookup and update per request.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
 
         # httpx's own pool was the bottleneck under concurrency (see docs/dependencies.md).
