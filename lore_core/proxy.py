@@ -175,9 +175,10 @@ class UpstreamClient:
             last = attempt == attempts - 1
             request = httpx.Request(method, url, headers=headers, content=body)
             try:
-                response = await asyncio.wait_for(
-                    self._client.send(request, stream=True), timeout=cfg.header_timeout_seconds
-                )
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the send in a
+                # task of its own, one more task and two more loop turns per request.
+                async with asyncio.timeout(cfg.header_timeout_seconds):
+                    response = await self._client.send(request, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
                 reason = f"cannot connect ({exc.__class__.__name__}: {exc or 'no detail'})"
             except (TimeoutError, httpx.ReadTimeout, httpx.PoolTimeout):
