@@ -31,7 +31,7 @@ from lore_core.config import default_data_dir
 from lore_core.interfaces import Harness, LaunchPlan
 
 # How long a freshly started gateway may take to answer /health (imports, store open).
-START_TIMEOUT_SECONDS = 30.0
+START_TIMEOUT_SECONDS = 60.0
 # A /health probe: a Lore gateway answers at once; something that does not is not Lore.
 PROBE_TIMEOUT_SECONDS = 3.0
 FORWARDED_SIGNALS = tuple(

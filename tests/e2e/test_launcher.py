@@ -44,7 +44,7 @@ from lore_core.testing.net import free_port
 FAKE_CLIENT = Path(__file__).with_name("fake_client.py")
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -169,6 +169,18 @@ PORTABLE = (
 PATHS = ["lore-run", "portable"]
 
 
+def finished(proc: subprocess.Popen[bytes]) -> int:
+    """The exit code, with what the process printed shown if it is not the expected one."""
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    if err:
+        sys.stderr.write(err.decode(errors="replace"))
+    return proc.returncode
+
+
 def start_signal_client(
     lore_run: LoreRun, tmp_path: Path, path: str, *extra: str, **popen: Any
 ) -> tuple[subprocess.Popen[bytes], Path]:
@@ -190,7 +202,7 @@ def test_terminating_signals_are_forwarded_and_the_exit_code_says_which(
 ) -> None:
     proc, record = start_signal_client(lore_run, tmp_path, path, stderr=subprocess.PIPE)
     proc.send_signal(sent)
-    assert proc.wait(60) == code
+    assert finished(proc) == code, record.read_text()
     assert record.read_text().split() == [sent.name]
 
 
@@ -200,7 +212,7 @@ def test_an_interrupt_sent_to_lore_is_forwarded(path: str, lore_run: LoreRun, tm
     proc.send_signal(signal.SIGINT)
     wait_for(lambda: record.exists() and "SIGINT" in record.read_text(), "the client to get SIGINT")
     proc.send_signal(signal.SIGTERM)  # the client keeps running after SIGINT
-    assert proc.wait(60) == 143
+    assert finished(proc) == 143, record.read_text()
     assert record.read_text().split() == ["SIGINT", "SIGTERM"]
 
 
