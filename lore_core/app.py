@@ -115,7 +115,7 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     harness, session_id, project = gateway.identify(ctx)
     view = gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
 
-    out_headers = forward_headers(list(request.headers.items()))
+    out_headers = forward_headers(_client_headers())
     if view.modified:
         try:
             out_body = json.dumps(codec.render(view), ensure_ascii=False).encode()
@@ -241,7 +241,7 @@ async def proxy_passthrough(gateway: Gateway, path: str, body: bytes | None = No
     url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
     try:
         upstream = await gateway.upstream.send(
-            request.method, url, forward_headers(list(request.headers.items())), body or None
+            request.method, url, forward_headers(_client_headers()), body or None
         )
     except UpstreamError as exc:
         gateway.stats["upstream_errors"] += 1
@@ -302,6 +302,13 @@ async def _read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any
     if not isinstance(raw, dict):
         raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
     return body, decoded, raw
+
+
+def _client_headers() -> list[tuple[str, str]]:
+    """The headers exactly as the client sent them (the raw ASGI list). Quart's
+    ``request.headers`` also holds headers it adds itself, such as ``Remote-Addr``, which
+    must not travel upstream."""
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.scope["headers"]]
 
 
 def _guess_provider(path: str, headers: dict[str, str]) -> str:

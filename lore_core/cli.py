@@ -23,7 +23,7 @@ def _configure_logging(verbose: bool = False) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from lore_core.gateway import Gateway
-    from lore_core.server import serve_forever
+    from lore_core.server import CannotListen, serve_forever
 
     _configure_logging(args.verbose)
     gateway = Gateway.load()
@@ -37,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         serve_forever(gateway, host, port, listening)
-    except OSError as exc:
+    except CannotListen as exc:
         print(f"lore: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import signal
 import socket
 import threading
@@ -20,7 +21,8 @@ def hypercorn_config(gateway: Gateway, bind: str) -> HypercornConfig:
     cfg = HypercornConfig()
     cfg.bind = [bind]
     cfg.accesslog = None
-    cfg.errorlog = "-"
+    # Through our logging configuration, so each line is printed once, in our format.
+    cfg.errorlog = logging.getLogger("hypercorn.error")
     cfg.include_server_header = False
     cfg.keep_alive_timeout = 75
     cfg.graceful_timeout = gateway.config.server.shutdown_grace_seconds
@@ -87,11 +89,21 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class CannotListen(OSError):
+    """The gateway's address could not be bound (port in use, bad host, ...)."""
+
+
 def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable[[str], None]) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly (in-flight work is flushed)."""
-    sock = listen_socket(host, port)
+    try:
+        sock = listen_socket(host, port)
+    except OSError as exc:
+        raise CannotListen(exc.errno, exc.strerror or str(exc)) from exc
     bound_port = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
+
+    # hypercorn takes ownership of the descriptor and closes it at shutdown.
+    fd = sock.detach()
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -99,19 +111,16 @@ def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         on_listening(f"http://{shown_host}:{bound_port}")
-        await serve_until(gateway, f"fd://{sock.fileno()}", stop, on_started=freeze_startup_heap)
+        await serve_until(gateway, f"fd://{fd}", stop, on_started=freeze_startup_heap)
 
     tune_gc_for_serving()
 
     try:
-        try:
-            import uvloop  # optional: a faster event loop when installed
-
-            uvloop.run(main())
-        except ImportError:
-            asyncio.run(main())
-    finally:
-        sock.close()
+        import uvloop  # optional: a faster event loop when installed
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
 
 
 class ThreadedServer:

@@ -83,6 +83,12 @@ def test_headers_forwarded_in_order_except_hop_by_hop_and_lore_headers(gateway, 
     assert seen.header("x-api-key") == "sk-ant-secret"
     assert seen.header("keep-alive") is None
     assert seen.header("x-lore-project") is None
+    # Nothing the client did not send is added (e.g. a framework's Remote-Addr).
+    sent = {k.lower() for k in response.request.headers} - {"keep-alive", "x-lore-project", "connection"}
+    assert {k.lower() for k, _ in seen.headers} - {"host", "content-length"} == sent - {
+        "host",
+        "content-length",
+    }
 
 
 def test_bearer_auth_is_forwarded(gateway, fake_upstream):

@@ -307,11 +307,11 @@ def parse_requests(data: bytes) -> list[SentRequest]:
 # ---------------------------------------------------------------------------------------------
 
 
-# Two known deviations of the current gateway, tolerated by default so the other checks keep
-# running, and each pinned by a strict xfail test (test_clients.py) that fails once fixed:
-# hypercorn hands the app lower-cased header names (the case the client sent is lost), and
-# Quart adds a "Remote-Addr" entry to request.headers, which the gateway forwards.
-GATEWAY_ADDED_HEADERS = frozenset({"remote-addr"})
+# One known deviation, tolerated by default so the other checks keep running and pinned by a
+# strict xfail test (test_clients.py) that fails once it is gone: hypercorn hands the app
+# lower-cased header names, so the case the client sent is lost (HTTP header names are
+# case-insensitive). The gateway adds no header of its own.
+GATEWAY_ADDED_HEADERS: frozenset[str] = frozenset()
 
 
 def comparable_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
