@@ -259,13 +259,21 @@ _SECRET_HINTS = (
 )  # fmt: skip
 
 
-def mask_secrets(text: str) -> str:
-    """Replace obvious secrets with ``[REDACTED:<kind>]``. Cheap when there are none."""
-    if not text or not any(hint in text for hint in _SECRET_HINTS):
-        return text
+def _may_hold_secret(text: str) -> bool:
+    return any(hint in text for hint in _SECRET_HINTS)
+
+
+def _mask_hinted(text: str) -> str:
     for kind, pattern in _SECRET_PATTERNS:
         text = pattern.sub(f"[REDACTED:{kind}]", text)
     return text
+
+
+def mask_secrets(text: str) -> str:
+    """Replace obvious secrets with ``[REDACTED:<kind>]``. Cheap when there are none."""
+    if not text or not _may_hold_secret(text):
+        return text
+    return _mask_hinted(text)
 
 
 def mask_deep(value: Any) -> Any:
@@ -315,18 +323,24 @@ def canonical_block(block: Block) -> dict[str, Any]:
     return out
 
 
+# One encoder for every message: json.dumps with options builds a new encoder per call,
+# which was a quarter of the cost of canonicalising a short message. Same output.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def canonical_message(role: str, blocks: Sequence[Block]) -> str:
     """Sorted-key JSON of the role and canonical blocks: the hashed content of a message."""
-    payload = {"r": role, "b": [canonical_block(b) for b in blocks]}
-    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _CANONICAL_JSON.encode({"r": role, "b": [canonical_block(b) for b in blocks]})
+
+
+_ID_PREFIX = f"v{IDENTITY_VERSION}\x00"
 
 
 def message_id(session_id: str, parent_id: str | None, canonical: str) -> str:
-    digest = hashlib.sha256()
-    for part in (f"v{IDENTITY_VERSION}", session_id, parent_id or "", canonical):
-        digest.update(part.encode("utf-8", "surrogatepass"))
-        digest.update(b"\x00")
-    return digest.hexdigest()[:32]
+    # The parts, each followed by a NUL, hashed in one call (the same bytes as one update
+    # per part, which is how ids were first defined: they are stored forever).
+    data = f"{_ID_PREFIX}{session_id}\x00{parent_id or ''}\x00{canonical}\x00"
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 @attrs.define
@@ -378,13 +392,14 @@ def _elide(value: Any) -> Any:
     return value
 
 
-def block_record(block: Block) -> dict[str, Any]:
-    """The stored form of a block (secrets masked, inline payloads elided)."""
+def block_record(block: Block, masked_text: str | None = None) -> dict[str, Any]:
+    """The stored form of a block (secrets masked, inline payloads elided). ``masked_text``
+    is ``mask_secrets(block.text)`` when the caller already has it."""
     out: dict[str, Any] = {"type": block.type}
     if block.wire_type:
         out["wire_type"] = block.wire_type
     if block.text:
-        out["text"] = mask_secrets(block.text)
+        out["text"] = mask_secrets(block.text) if masked_text is None else masked_text
     if block.tool_name:
         out["tool_name"] = block.tool_name
     if block.tool_call_id:
@@ -398,9 +413,7 @@ def block_record(block: Block) -> dict[str, Any]:
     return out
 
 
-def search_text(blocks: Sequence[Block]) -> str:
-    """What full-text search sees of a message: text, thinking, tool calls as
-    ``name {input}``, tool results; secrets masked."""
+def _search_parts(blocks: Sequence[Block]) -> list[str]:
     parts: list[str] = []
     for b in blocks:
         if b.type in (TEXT, THINKING, TOOL_RESULT) and b.text:
@@ -408,7 +421,38 @@ def search_text(blocks: Sequence[Block]) -> str:
         elif b.type == TOOL_CALL:
             args = b.tool_input if isinstance(b.tool_input, str) else json.dumps(b.tool_input, sort_keys=True)
             parts.append(f"{b.tool_name or 'tool'} {args}")
-    return mask_secrets("\n".join(parts))
+    return parts
+
+
+def search_text(blocks: Sequence[Block]) -> str:
+    """What full-text search sees of a message: text, thinking, tool calls as
+    ``name {input}``, tool results; secrets masked."""
+    return mask_secrets("\n".join(_search_parts(blocks)))
+
+
+def _masked_message(blocks: Sequence[Block]) -> tuple[list[dict[str, Any]], str]:
+    """``[block_record(b) ...]`` and ``search_text(blocks)``, scanning each text for secrets
+    once instead of twice (the scan was the largest cost of turning a message into a row)."""
+    masked: dict[int, str] = {}  # block text by id(): the same str feeds both outputs
+    hinted = False
+    for b in blocks:
+        if b.text and id(b.text) not in masked:
+            if _may_hold_secret(b.text):
+                hinted = True
+                masked[id(b.text)] = _mask_hinted(b.text)
+            else:
+                masked[id(b.text)] = b.text
+    records = [block_record(b, masked.get(id(b.text))) for b in blocks]
+    parts = _search_parts(blocks)
+    if not hinted and len(parts) == 1 and id(parts[0]) in masked:
+        return records, parts[0]  # the common case: one text block, no secret
+    # Hints never contain a newline, so no hint can straddle two joined parts: when no
+    # part has one, the joined text has none. Otherwise mask the whole joined text, as
+    # search_text does (a private key block may span parts).
+    text = "\n".join(parts)
+    if hinted or any(_may_hold_secret(p) for p in parts if id(p) not in masked):
+        text = _mask_hinted(text)
+    return records, text
 
 
 def _title(messages: Sequence[LogicalMessage]) -> str:
@@ -449,14 +493,15 @@ def records_from_exchange(exchange: Exchange, skip_ids: Container[str] = frozens
     def record(
         position: int, parent: str | None, ident: str, msg: LogicalMessage, **extra: Any
     ) -> StoredMessage:
+        blocks, text = _masked_message(msg.blocks)
         return StoredMessage(
             id=ident,
             session_id=exchange.session_id,
             parent_id=parent,
             position=position,
             role=msg.role,
-            blocks=[block_record(b) for b in msg.blocks],
-            text=search_text(msg.blocks),
+            blocks=blocks,
+            text=text,
             model=exchange.request.model,
             harness=exchange.harness,
             project=exchange.project,
