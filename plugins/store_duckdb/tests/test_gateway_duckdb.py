@@ -1,6 +1,9 @@
 """lore-store-duckdb behind a real gateway: credentials never reach the files, a locked or
 corrupted database degrades the store while traffic flows, and a gateway killed with SIGKILL
-mid-load keeps every exchange that finished at least the durability delay before the kill."""
+mid-load keeps every exchange that finished before a flush it reported.
+
+No test asserts a wall-clock limit: a busy machine may make anything slow, so the tests
+poll with generous deadlines and judge durability by the writer's own flush count."""
 
 from __future__ import annotations
 
@@ -28,7 +31,20 @@ from lore_core.testing.net import free_port, wait_for_http
 
 API_KEY = "sk-ant-api03-DuckStoreKey-" + "Pq7Z" * 8
 BEARER = "duck-bearer-token-" + "m4W" * 10
-DURABILITY_SECONDS = 1.0
+#: How long a poll may wait for the gateway: far beyond what a working one needs, so that
+#: only a broken one fails, however busy the machine.
+DEADLINE_SECONDS = 120.0
+
+
+def poll(probe: Callable[[], Any], what: str, deadline: float = DEADLINE_SECONDS) -> Any:
+    """``probe()`` until it returns something truthy; fail after ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while True:
+        result = probe()
+        if result:
+            return result
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.2)
 
 
 def get_json(url: str) -> Any:
@@ -79,7 +95,8 @@ def test_credentials_never_reach_the_store_files(
     post(server.url, "second with bearer", "s-key", {"authorization": f"Bearer {BEARER}"}, stream=True)
     # A key pasted into content is masked in what is stored.
     post(server.url, f"my other key is {API_KEY} oops", "s-key", {"x-api-key": API_KEY})
-    hits = get_json(server.url + "/lore/api/search?q=oops")
+    # The read API waits only briefly for the writer: poll, a busy machine may be slower.
+    hits = poll(lambda: get_json(server.url + "/lore/api/search?q=oops"), "the message to be searchable")
     assert len(hits) == 1 and "[REDACTED:anthropic-key]" in hits[0]["text"]
     server.stop()
 
@@ -128,11 +145,15 @@ def test_locked_database_degrades_then_recovers_without_loss(
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.wait(10)
-    # The writer retries opening; what was queued meanwhile is written, nothing lost.
-    deadline = time.monotonic() + 30
-    while get_json(server.url + "/health")["status"] != "ok":
-        assert time.monotonic() < deadline, "store never recovered"
-        time.sleep(0.2)
+    # The writer retries opening (with backoff up to 30 s); what was queued meanwhile is
+    # written, nothing lost. Recovery is reported on open, the write follows: poll both.
+    poll(lambda: get_json(server.url + "/health")["status"] == "ok", "the store to recover")
+
+    def written() -> bool:
+        health = get_json(server.url + "/health")
+        return health["store"]["queued"] == 0 and health["store"]["messages_written"] >= 6
+
+    poll(written, "the pending messages to be written")
     detail = get_json(server.url + "/lore/api/sessions/s-locked")
     assert detail["session"]["message_count"] == 6  # three one-turn branches of one session
     every = get_json(server.url + "/lore/api/sessions/s-locked?branches=all")["messages"]
@@ -204,9 +225,17 @@ def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstre
             w.start()
         # Enough load to judge on a slow or busy machine: at least 3 s and 60 exchanges.
         began = time.monotonic()
-        while time.monotonic() - began < 3.0 or (len(completed) < 60 and time.monotonic() - began < 90):
+        while time.monotonic() - began < 3.0 or (
+            len(completed) < 60 and time.monotonic() - began < DEADLINE_SECONDS
+        ):
             time.sleep(0.1)
-        killed_at = time.monotonic()
+        # Every exchange finished by now was queued before its response ended. The flush
+        # running now may have collected its batch earlier, but the one after it collects
+        # later: once the writer reports two more batches written, all of them are durable.
+        # (Judged by the writer's own count, not by a delay that a busy machine could exceed.)
+        durable = sorted(completed.copy())  # copy: the load threads keep adding
+        batches = get_json(url + "/health")["store"]["batches"]
+        poll(lambda: get_json(url + "/health")["store"]["batches"] >= batches + 2, "two more flushes")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         stop.set()
@@ -217,7 +246,6 @@ def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstre
             proc.kill()
         log.close()
 
-    durable = sorted(i for i, at in completed.items() if at <= killed_at - DURABILITY_SECONDS)
     assert len(durable) > 20, f"too little load to judge: {len(completed)} exchanges"
 
     async def check(store: DuckDBStore) -> tuple[list[int], int]:
