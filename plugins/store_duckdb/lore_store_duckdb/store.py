@@ -62,6 +62,10 @@ OPTIMIZE_IDLE_SECONDS = 30.0
 OPTIMIZE_PAUSE_FACTOR = 4.0
 #: How often the index thread re-checks the optimize schedule without a write waking it.
 _TICK_SECONDS = 1.0
+#: Scalar indexes beside the full-text one, for the filters of `lore search --project` and
+#: `--session`: measured at 300K rows, project p50 20 -> 4 ms, session 12 -> 3 ms; they build
+#: in well under a second and new rows stay visible (the unindexed part is scanned).
+_SCALAR_INDEXES = (("project", "bitmap"), ("session_id", "btree"))
 #: Old LanceDB versions kept this long after an optimize (a running query may still use one).
 CLEANUP_OLDER_THAN = timedelta(minutes=2)
 
@@ -527,6 +531,7 @@ class _Index:
         finally:
             meta.close()
         watermark = int(row[0]) if row else 0
+        self._fts_ready = False
         try:
             db = lancedb.connect(str(self.path))
             if "messages" in db.list_tables().tables:
@@ -536,6 +541,8 @@ class _Index:
                 if newest.num_rows:
                     watermark = max(watermark, int(pa.compute.max(newest["seq"]).as_py()))
                 self.unmerged = _unindexed_rows(table)
+                if self._has_fts(table):
+                    _ensure_scalar_indexes(table)  # an index built before they existed
                 if self.unmerged:
                     # Appended before the last shutdown but never merged: merge them soon.
                     self.pending_since = time.monotonic() - OPTIMIZE_IDLE_SECONDS
@@ -546,11 +553,12 @@ class _Index:
             # The index is derived data: rebuild it from DuckDB rather than fail.
             log.warning("full-text index at %s unreadable (%s); rebuilding it from DuckDB", self.path, exc)
             shutil.rmtree(self.path, ignore_errors=True)
+            self._fts_ready = False
+            self.unmerged, self.pending_since = 0, None
             db = lancedb.connect(str(self.path))
             table = db.create_table("messages", schema=_INDEX_SCHEMA)
             watermark = 0
         self._db, self._table, self.watermark = db, table, watermark
-        self._fts_ready = False
         return table
 
     def _has_fts(self, table: Any) -> bool:
@@ -615,6 +623,7 @@ class _Index:
 
             table.create_index("text", config=FTS(with_position=False), replace=True)
             self._fts_ready = True
+            _ensure_scalar_indexes(table)
         return added
 
     def optimize(self) -> None:
@@ -730,6 +739,19 @@ def _unindexed_rows(table: Any) -> int:
     except Exception:  # statistics are an optimisation hint, never a reason to fail
         return 0
     return 0
+
+
+def _ensure_scalar_indexes(table: Any) -> None:
+    """Create the missing filter indexes; a failure only costs filtered searches speed."""
+    try:
+        from lancedb.index import Bitmap, BTree
+
+        have = {column for ix in table.list_indices() for column in getattr(ix, "columns", ())}
+        for column, kind in _SCALAR_INDEXES:
+            if column not in have:
+                table.create_index(column, config=Bitmap() if kind == "bitmap" else BTree(), replace=True)
+    except Exception as exc:
+        log.warning("full-text index: could not create the filter indexes (%s)", " ".join(str(exc).split()))
 
 
 def _sql_str(value: str) -> str:
