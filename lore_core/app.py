@@ -36,6 +36,11 @@ log = logging.getLogger("lore.app")
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
+class UpstreamStreamBroken(Exception):
+    """The upstream cut a stream off; raised into the server so the client's connection is
+    aborted rather than ended as if the stream were complete."""
+
+
 class ClientError(Exception):
     """A client mistake, answered with a 4xx in the API's own error shape."""
 
@@ -186,6 +191,10 @@ def _stream_response(
             raise
         except httpx.HTTPError as exc:
             log.warning("upstream stream from %s broke off: %s", exchange.upstream, exc)
+            gateway.stats["upstream_errors"] += 1
+            # Abort the client's connection too: ending the response cleanly would make a
+            # cut stream look complete.
+            raise UpstreamStreamBroken(str(exc)) from None
         finally:
             exchange.response = assembler.result()
             # Closing the upstream response also cancels the upstream request when the

@@ -13,8 +13,16 @@ from collections.abc import Awaitable, Callable
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
-from lore_core.app import create_app
+from lore_core.app import UpstreamStreamBroken, create_app
 from lore_core.gateway import Gateway
+
+
+class _QuietExpectedAborts(logging.Filter):
+    """A stream the upstream cut off is aborted on purpose (and logged once by the app);
+    hypercorn would add a traceback for it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], UpstreamStreamBroken))
 
 
 def hypercorn_config(gateway: Gateway, bind: str) -> HypercornConfig:
@@ -23,7 +31,11 @@ def hypercorn_config(gateway: Gateway, bind: str) -> HypercornConfig:
     cfg.accesslog = None
     # Through our logging configuration, so each line is printed once, in our format.
     cfg.errorlog = logging.getLogger("hypercorn.error")
+    if not any(isinstance(f, _QuietExpectedAborts) for f in cfg.errorlog.filters):
+        cfg.errorlog.addFilter(_QuietExpectedAborts())
     cfg.include_server_header = False
+    # The upstream's Date header is relayed; hypercorn would add a second one.
+    cfg.include_date_header = False
     cfg.keep_alive_timeout = 75
     cfg.graceful_timeout = gateway.config.server.shutdown_grace_seconds
     return cfg

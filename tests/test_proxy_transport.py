@@ -360,3 +360,23 @@ def test_health_reports_plugins_and_upstreams(gateway, fake_upstream):
     assert health["status"] == "ok"
     assert health["upstreams"]["anthropic"] == fake_upstream.url
     assert "lore_core.builtin.codecs" in health["plugins"]
+
+
+def test_an_upstream_stream_cut_off_is_cut_off_for_the_client_too(recorded_gateway, fake_upstream, recorder):
+    fake_upstream.enqueue(Reply(text="partial answer here", text_chunks=3, drop_after_events=4))
+    body = {**MESSAGES_BODY, "stream": True}
+    received = b""
+    with pytest.raises(httpx.RemoteProtocolError):
+        with httpx.Client(timeout=30) as client:
+            with client.stream("POST", recorded_gateway.url + "/v1/messages", json=body) as r:
+                for chunk in r.iter_raw():
+                    received += chunk
+    assert b"message_start" in received and b"message_stop" not in received
+    recorder.wait()
+    assert recorder.exchanges[-1].response is not None
+    assert not recorder.exchanges[-1].response.complete
+
+
+def test_responses_carry_one_date_header(gateway, fake_upstream):
+    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+    assert len(response.headers.get_list("date")) == 1
