@@ -136,6 +136,7 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     except BadUpstreamURL as exc:
         return _error(codec, 400, f"X-Lore-Upstream-URL: {exc}")
     url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
+    gateway.session_seen(session_id, codec.api, codec.provider, base, headers, view.model)
 
     exchange = Exchange(
         api=codec.api,

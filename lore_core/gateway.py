@@ -3,6 +3,7 @@ that sit between the HTTP routes (``app.py``) and the upstream (``proxy.py``).""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -15,13 +16,22 @@ from typing import Any
 
 import pluggy
 
-from lore_core.config import LoreConfig, load_config
+from lore_core.config import ConfigError, LoreConfig, load_config
+from lore_core.context.pricing import PriceTable
 from lore_core.harness import fingerprint_session
-from lore_core.interfaces import CompositionContext, Harness, RequestContext
+from lore_core.interfaces import (
+    CompositionContext,
+    Embedder,
+    EmbedderFactory,
+    EmbedderUnavailable,
+    Harness,
+    RequestContext,
+)
 from lore_core.model import Exchange, RequestView
 from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.proxy import UpstreamClient
 from lore_core.storage import StoreWriter, choose_store
+from lore_core.worker import WorkerClient
 
 log = logging.getLogger("lore.gateway")
 
@@ -48,6 +58,15 @@ class Gateway:
         # The store is opened in start(); every finished exchange is queued to it.
         self.store = choose_store(config, registry.stores)
         self.writer = StoreWriter(self.store, config.store)
+        # Background LLM work (distillation, curation) borrows each session's credentials,
+        # held in memory only, or uses the worker configured in .lore.json.
+        self.price_table = PriceTable.from_config(config)
+        self.worker = WorkerClient(
+            config.worker,
+            config.upstream,
+            price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
+        )
+        self.embedder = choose_embedder(config, registry.embedders)
 
     @classmethod
     def load(
@@ -63,8 +82,6 @@ class Gateway:
         for result in pm.hook.lore_config_sections():
             for key, section_cls in (result or {}).items():
                 if key in sections:
-                    from lore_core.config import ConfigError
-
                     raise ConfigError(f"two plugins declare the configuration section {key!r}")
                 sections[key] = section_cls
         config = load_config(sections, env=env, cwd=cwd)
@@ -77,6 +94,10 @@ class Gateway:
         await self.upstream.start()
         # A store that cannot open leaves the writer degraded (it retries); never fatal.
         await self.writer.start()
+        if self.embedder is not None and hasattr(self.embedder, "load"):
+            # Load the model in the background: the proxy serves at once, and a model that
+            # cannot load is reported on /health (recall then uses full-text search only).
+            self._embedder_load = asyncio.create_task(self._load_embedder(), name="lore-embedder-load")
         await await_all(self.pm.hook.lore_startup(gateway=self))
 
     async def stop(self) -> None:
@@ -85,7 +106,16 @@ class Gateway:
         finally:
             # Flush every queued exchange before the process goes away.
             await self.writer.stop(self.config.server.shutdown_grace_seconds)
+            await self.worker.close()
             await self.upstream.close()
+
+    async def _load_embedder(self) -> None:
+        try:
+            await self.embedder.load()  # type: ignore[union-attr]
+        except EmbedderUnavailable as exc:
+            log.warning("embeddings unavailable, recall will use full-text search only: %s", exc.reason)
+        except Exception:
+            log.exception("the embedding provider failed to load; recall will use full-text search only")
 
     # -- pipeline steps, in the order a request meets them ----------------------------------
 
@@ -98,6 +128,21 @@ class Gateway:
         session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
         project = _safe_call(harness.project, ctx) or self.cwd
         return harness, session, project
+
+    def session_seen(
+        self,
+        session_id: str,
+        api: str,
+        provider: str,
+        upstream: str,
+        headers: Mapping[str, str],
+        model: str | None,
+    ) -> None:
+        """Remember the session's credentials (in memory only) for its background work."""
+        try:
+            self.worker.remember_credentials(session_id, provider, upstream, headers, model=model, api=api)
+        except Exception:
+            log.exception("could not remember a session's worker target")
 
     def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
         """Run the prompt layers in priority order. A failing layer is skipped (fail open)."""
@@ -136,7 +181,32 @@ class Gateway:
             "plugins": sorted(name for name, _ in self.pm.list_name_plugin() if name),
             "stats": dict(self.stats),
             "store": self.writer.health(),
+            "worker": self.worker.status(),
+            "embedder": _embedder_health(self.embedder),
         }
+
+
+def choose_embedder(config: LoreConfig, embedders: Mapping[str, EmbedderFactory]) -> Embedder | None:
+    """The configured embedding provider, else the on-device one when installed. A hosted
+    provider is only ever used when named in ``embedding.provider``, never as a fallback."""
+    name = config.embedding.provider
+    if name:
+        if name not in embedders:
+            installed = ", ".join(sorted(embedders)) or "none"
+            raise ConfigError(f"embedding.provider: {name!r} is not installed (installed: {installed})")
+        return embedders[name](config)
+    if "local" in embedders:
+        return embedders["local"](config)
+    return None
+
+
+def _embedder_health(embedder: Embedder | None) -> dict[str, Any]:
+    if embedder is None:
+        return {"ok": False, "detail": "no embedding provider installed: recall uses full-text search only"}
+    try:
+        return {"provider": embedder.name, **embedder.health()}
+    except Exception as exc:
+        return {"provider": embedder.name, "ok": False, "detail": f"health check failed: {exc}"}
 
 
 def _safe_score(harness: Harness, ctx: RequestContext) -> tuple[int, str]:

@@ -214,6 +214,17 @@ class Embedder(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
+class EmbedderUnavailable(RuntimeError):
+    """An embedding provider cannot work (its model did not load, its host is unreachable).
+
+    Providers raise a subclass of this from ``embed``; callers then degrade to full-text
+    search only. ``reason`` is one line, safe to show on ``/health``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 EmbedderFactory = Callable[["LoreConfig"], Embedder]
 
 

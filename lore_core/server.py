@@ -9,12 +9,15 @@ import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
 from lore_core.app import UpstreamStreamBroken, create_app
 from lore_core.gateway import Gateway
+
+T = TypeVar("T")
 
 
 class _QuietExpectedAborts(logging.Filter):
@@ -173,6 +176,11 @@ class ThreadedServer:
         ready.wait(10)
         wait_for_http(self.url + "/health", timeout=20, error=lambda: self._error)
         return self
+
+    def call(self, coro: Awaitable[T], timeout: float = 30.0) -> T:
+        """Run a coroutine on the gateway's event loop and wait for its result (tests)."""
+        assert self._loop is not None, "the server is not running"
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         """Stop serving and wait for the thread; calling it again is a no-op."""
