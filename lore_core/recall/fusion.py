@@ -1,0 +1,109 @@
+"""Reciprocal rank fusion of result lists.
+
+Each list (BM25 of one source, vectors of one source, a list per query rephrasing) ranks
+its own items; scores of different lists are not comparable (BM25 is unbounded, cosine is
+in [-1, 1]), so fusion uses ranks only::
+
+    score(id) = sum over lists containing id of  weight(list) / (k + rank(id in list))
+
+with ``k = 60`` (Cormack et al. 2009) and ranks starting at 1. An id found by several lists
+is one result whose score adds up: that agreement is the point of fusing.
+
+Ties are broken deterministically so the same inputs always give the same order (the
+result text goes into the conversation, and a reshuffle would break the prompt cache):
+higher fused score, then the better single rank anywhere, then the order first seen (lists
+in the order given, items in list order), then the id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+RRF_K = 60
+
+#: Weights of the full-text and vector lists by query length. A single-term query is
+#: usually a name (an identifier, a file, an error code) whose exact matches matter, and an
+#: embedding of one word has little context to place it, so full text dominates; from two
+#: terms on both signals count equally.
+SINGLE_TERM_WEIGHTS = (1.0, 0.3)  # (bm25, vector)
+MULTI_TERM_WEIGHTS = (1.0, 1.0)
+#: Lists answering an LLM rephrasing count half as much as the user's own words: a
+#: rephrasing may drift from what was asked.
+EXPANSION_WEIGHT = 0.5
+
+BM25 = "bm25"
+VECTOR = "vector"
+
+
+@attrs.frozen
+class Ranked:
+    """One item of one result list. ``score`` is the list's own score (shown, not fused)."""
+
+    id: str
+    score: float
+    payload: Any = None
+
+
+@attrs.define
+class RankedList:
+    name: str
+    items: Sequence[Ranked]
+    weight: float = 1.0
+    # BM25 or VECTOR; informational (weights are already applied via ``weight``).
+    method: str = BM25
+
+
+@attrs.define
+class Fused:
+    id: str
+    score: float
+    payload: Any
+    # List name -> 1-based rank of this id in it.
+    ranks: dict[str, int] = attrs.field(factory=dict)
+
+    @property
+    def best_rank(self) -> int:
+        return min(self.ranks.values()) if self.ranks else 0
+
+
+def list_weights(term_count: int) -> tuple[float, float]:
+    """``(bm25_weight, vector_weight)`` for a query of ``term_count`` informative terms:
+    single-term queries lean on BM25 (see :data:`SINGLE_TERM_WEIGHTS`)."""
+    return SINGLE_TERM_WEIGHTS if term_count <= 1 else MULTI_TERM_WEIGHTS
+
+
+def fuse(lists: Iterable[RankedList], k: int = RRF_K, limit: int | None = None) -> list[Fused]:
+    """Fuse ranked lists by weighted RRF; each id appears once in the answer.
+
+    Within one list a repeated id keeps only its first (best) rank. The payload of a result
+    is taken from the first list, in the order given, that contains it; callers pass the
+    most trusted lists first. Lists with a weight of zero or less are ignored.
+    """
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    fused: dict[str, Fused] = {}
+    first_seen: dict[str, tuple[int, int]] = {}
+    for list_index, ranked in enumerate(lists):
+        if ranked.weight <= 0:
+            continue
+        seen_here: set[str] = set()
+        rank = 0
+        for position, item in enumerate(ranked.items):
+            if item.id in seen_here:
+                continue
+            seen_here.add(item.id)
+            rank += 1
+            entry = fused.get(item.id)
+            if entry is None:
+                entry = fused[item.id] = Fused(item.id, 0.0, item.payload)
+                first_seen[item.id] = (list_index, position)
+            entry.score += ranked.weight / (k + rank)
+            # Two lists may share a name (a caller's mistake); keep the better rank.
+            entry.ranks[ranked.name] = min(rank, entry.ranks.get(ranked.name, rank))
+    # Rounded so that equal sums reached in a different order (float addition is not
+    # associative) still tie and fall through to the deterministic tie-breaks.
+    ordered = sorted(fused.values(), key=lambda f: (-round(f.score, 12), f.best_rank, first_seen[f.id], f.id))
+    return ordered if limit is None else ordered[: max(0, limit)]
