@@ -16,7 +16,7 @@ import attrs
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.model import AssistantMessage, RequestView
-    from lore_core.store import Project, SearchHit, Session, StoredMessage, WriteBatch
+    from lore_core.store import Project, SearchHit, Session, StoredDistillation, StoredMessage, WriteBatch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,8 +187,30 @@ class Store(Protocol):
         project: str | None = None,
         limit: int = 10,
     ) -> list[SearchHit]:
-        """BM25 full-text search over message text, best first. A message is searchable as
-        soon as :meth:`write` returned. An empty or stop-word-only query returns ``[]``."""
+        """BM25 full-text search over message and distillation text, best first. A message
+        is searchable as soon as :meth:`write` returned. An empty or stop-word-only query returns ``[]``."""
+
+    # -- distillations (tier 2) ------------------------------------------------------------
+
+    async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
+        """Store one distillation and archive the distillations ``archive`` names, in one
+        transaction (a meta-distillation and the archiving of what it consolidated happen
+        together or not at all). Idempotent: an id already stored is skipped (``False``).
+        Searchable at once, as ``d:<id>`` hits with role ``distillation``."""
+
+    async def list_distillations(
+        self, session_id: str | None = None, include_archived: bool = True
+    ) -> list[StoredDistillation]:
+        """A session's distillations (every session's with ``None``), oldest first."""
+
+    async def get_distillation(self, distillation_id: str) -> StoredDistillation | None:
+        """One distillation by id (with or without the ``d:`` prefix)."""
+
+    async def archive_distillations(self, ids: Sequence[str]) -> int:
+        """Mark distillations archived (never deleted); return how many changed."""
+
+    async def distilled_message_ids(self, session_id: str) -> set[str]:
+        """Every message id of the session that some generation-0 distillation covers."""
 
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,

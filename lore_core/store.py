@@ -136,6 +136,63 @@ class SearchHit:
         }
 
 
+#: Search hits and ids of distillations carry this prefix (``lore show d:<id>``), so they never
+#: collide with message ids and a reader can tell the two apart.
+DISTILLATION_PREFIX = "d:"
+#: The ``role`` of a search hit that is a distillation.
+DISTILLATION_ROLE = "distillation"
+
+
+@attrs.define
+class StoredDistillation:
+    """One observation log (generation 0) or meta-distillation (generation 1), append-only.
+
+    ``source_ids`` are the message ids (gen-0) or distillation ids (gen-1) it was made from:
+    "undistilled" is derived from them, so a crash between the worker call and the write
+    re-does the segment and a repeated write of the same segment is skipped (the id is a
+    hash of session, generation and sources). Archived rows were consolidated into a newer
+    generation; they stay stored and searchable.
+    """
+
+    id: str
+    session_id: str
+    generation: int
+    text: str
+    source_ids: list[str] = attrs.field(factory=list)
+    project: str = ""
+    created_at: float = 0.0
+    # Time range of the source messages (epoch seconds).
+    start: float = 0.0
+    end: float = 0.0
+    # "llm" or "extractive".
+    method: str = "llm"
+    # Estimated tokens of the source as sent, of the input the worker read, of the output.
+    source_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    compression_ratio: float = 0.0
+    worker_provider: str | None = None
+    worker_model: str | None = None
+    archived: bool = False
+
+    @property
+    def ref(self) -> str:
+        """The id as shown to users and search: ``d:<id>``."""
+        return DISTILLATION_PREFIX + self.id
+
+    def as_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["ref"] = self.ref
+        return out
+
+
+def distillation_id(session_id: str, generation: int, source_ids: Sequence[str]) -> str:
+    """Deterministic: the same sources distilled twice (a retry after a crash) get the same
+    id, so the second write is a no-op rather than a duplicate."""
+    data = "\x00".join(["d1", session_id, str(generation), *source_ids])
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
 @attrs.define
 class WriteBatch:
     """What the writer hands a store in one call; the store applies it in one transaction.

@@ -22,9 +22,12 @@ from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import StoreFactory
 from lore_core.store import (
+    DISTILLATION_PREFIX,
+    DISTILLATION_ROLE,
     Project,
     SearchHit,
     Session,
+    StoredDistillation,
     StoredMessage,
     WriteBatch,
     count_branches,
@@ -52,6 +55,7 @@ class MemoryStore:
         self._messages: dict[str, StoredMessage] = {}
         self._by_session: dict[str, list[str]] = {}
         self._state: dict[tuple[str, str], Any] = {}
+        self._distillations: dict[str, StoredDistillation] = {}
         self._terms: dict[str, Counter[str]] = {}
         self._lengths: dict[str, int] = {}
         self._df: Counter[str] = Counter()
@@ -82,13 +86,56 @@ class MemoryStore:
                 continue
             self._messages[m.id] = copy.deepcopy(m)
             self._by_session.setdefault(m.session_id, []).append(m.id)
-            terms = Counter(tokens(m.text))
-            self._terms[m.id] = terms
-            self._lengths[m.id] = sum(terms.values())
-            self._df.update(terms.keys())
+            self._index(m.id, m.text)
             added += 1
         await asyncio.sleep(0)
         return added
+
+    def _index(self, key: str, text: str) -> None:
+        terms = Counter(tokens(text))
+        self._terms[key] = terms
+        self._lengths[key] = sum(terms.values())
+        self._df.update(terms.keys())
+
+    async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
+        new = distillation.id not in self._distillations
+        if new:
+            self._distillations[distillation.id] = copy.deepcopy(distillation)
+            # Messages and distillations share one BM25 corpus, as in the real backends.
+            self._index(distillation.ref, distillation.text)
+        await self.archive_distillations(archive)
+        return new
+
+    async def list_distillations(
+        self, session_id: str | None = None, include_archived: bool = True
+    ) -> list[StoredDistillation]:
+        rows = [
+            copy.deepcopy(d)
+            for d in self._distillations.values()
+            if (session_id is None or d.session_id == session_id) and (include_archived or not d.archived)
+        ]
+        return sorted(rows, key=lambda d: (d.created_at, d.generation, d.id))
+
+    async def get_distillation(self, distillation_id: str) -> StoredDistillation | None:
+        found = self._distillations.get(distillation_id.removeprefix(DISTILLATION_PREFIX))
+        return copy.deepcopy(found) if found else None
+
+    async def archive_distillations(self, ids: Sequence[str]) -> int:
+        changed = 0
+        for i in ids:
+            d = self._distillations.get(i.removeprefix(DISTILLATION_PREFIX))
+            if d is not None and not d.archived:
+                d.archived = True
+                changed += 1
+        return changed
+
+    async def distilled_message_ids(self, session_id: str) -> set[str]:
+        return {
+            i
+            for d in self._distillations.values()
+            if d.session_id == session_id and d.generation == 0
+            for i in d.source_ids
+        }
 
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
         self._state[(session_id, key)] = copy.deepcopy(value)
@@ -134,16 +181,20 @@ class MemoryStore:
         terms = set(tokens(query))
         if not terms or limit <= 0:
             return []
-        n = len(self._messages)
+        n = len(self._terms)
         avg = (sum(self._lengths.values()) / n) if n else 1.0
         hits: list[SearchHit] = []
         for mid, tf in self._terms.items():
             if not terms & tf.keys():
                 continue
-            m = self._messages[mid]
-            if session_id is not None and m.session_id != session_id:
+            is_distillation = mid.startswith(DISTILLATION_PREFIX)
+            d = self._distillations.get(mid[len(DISTILLATION_PREFIX) :]) if is_distillation else None
+            m = self._messages.get(mid)
+            owner = d or m
+            assert owner is not None
+            if session_id is not None and owner.session_id != session_id:
                 continue
-            if project is not None and m.project != project:
+            if project is not None and owner.project != project:
                 continue
             score = 0.0
             for t in terms:
@@ -152,9 +203,14 @@ class MemoryStore:
                     continue
                 idf = math.log(1 + (n - self._df[t] + 0.5) / (self._df[t] + 0.5))
                 score += idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self._lengths[mid] / avg))
-            hits.append(
-                SearchHit(mid, m.session_id, m.project, m.role, score, m.text, m.position, m.created_at)
-            )
+            if d is not None:
+                hits.append(
+                    SearchHit(mid, d.session_id, d.project, DISTILLATION_ROLE, score, d.text, 0, d.created_at)
+                )
+            elif m is not None:
+                hits.append(
+                    SearchHit(mid, m.session_id, m.project, m.role, score, m.text, m.position, m.created_at)
+                )
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[:limit]
 
@@ -167,6 +223,7 @@ class MemoryStore:
             "projects": len(self._projects),
             "sessions": len(self._sessions),
             "messages": len(self._messages),
+            "distillations": len(self._distillations),
         }
 
 

@@ -38,7 +38,13 @@ from lore_core.model import (
     RequestView,
     Usage,
 )
-from lore_core.store import WriteBatch, main_branch, records_from_exchange
+from lore_core.store import (
+    StoredDistillation,
+    WriteBatch,
+    distillation_id,
+    main_branch,
+    records_from_exchange,
+)
 
 # -- building exchanges ----------------------------------------------------------------------
 
@@ -432,3 +438,110 @@ class StoreConformance:
             assert [h.id for h in await store.search("secret")] == [stored[0].id]
 
         self.run(make_store, body)
+
+    # -- distillations ---------------------------------------------------------------------
+
+    def _distillation(
+        self, generation: int, text: str, sources: list[str], session: str = "s-1", at: float = 5000.0
+    ) -> StoredDistillation:
+        return StoredDistillation(
+            id=distillation_id(session, generation, sources),
+            session_id=session,
+            generation=generation,
+            text=text,
+            source_ids=sources,
+            project="/work/alpha",
+            created_at=at,
+            start=at - 100,
+            end=at - 10,
+            method="llm",
+            source_tokens=400,
+            input_tokens=300,
+            output_tokens=40,
+            compression_ratio=10.0,
+            worker_provider="anthropic",
+            worker_model="claude-test",
+        )
+
+    def test_distillations_roundtrip_with_provenance(self, make_store: Callable[[], Store]) -> None:
+        ex = exchange([text("user", "one"), text("assistant", "two"), text("user", "three")], answer("four"))
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(ex))
+            ids = [m.id for m in await store.session_messages("s-1")]
+            assert await store.list_distillations("s-1") == []
+            assert await store.distilled_message_ids("s-1") == set()
+            first = self._distillation(0, "- 10:00 user asked about the flux capacitor", ids[:2], at=5000.0)
+            second = self._distillation(0, "- 10:05 assistant replaced setup.py", ids[2:], at=6000.0)
+            assert await store.write_distillation(first) is True
+            assert await store.write_distillation(second) is True
+            # The same segment written again (a retry after a crash) is not a duplicate.
+            assert await store.write_distillation(first) is False
+            other = self._distillation(0, "elsewhere", ["x"], session="s-2", at=5500.0)
+            await store.write_distillation(other)
+            rows = await store.list_distillations("s-1")
+            assert [d.id for d in rows] == [first.id, second.id]
+            assert rows[0] == first  # every provenance field survives the round trip
+            assert [d.id for d in await store.list_distillations()] == [first.id, other.id, second.id]
+            assert await store.distilled_message_ids("s-1") == set(ids)
+            assert await store.distilled_message_ids("s-2") == {"x"}
+            assert await store.get_distillation(first.id) == first
+            assert await store.get_distillation(first.ref) == first
+            assert await store.get_distillation("missing") is None
+
+            # A meta-distillation archives what it consolidated, in the same write.
+            meta = self._distillation(1, "## Current state\n- flux capacitor fixed", [first.id], at=7000.0)
+            assert await store.write_distillation(meta, archive=[first.ref]) is True
+            live = await store.list_distillations("s-1", include_archived=False)
+            assert [d.id for d in live] == [second.id, meta.id]
+            everything = await store.list_distillations("s-1")
+            assert [(d.id, d.archived) for d in everything] == [
+                (first.id, True),
+                (second.id, False),
+                (meta.id, False),
+            ]
+            # Archived gen-0 rows still count as distilled: their messages are not redone.
+            assert await store.distilled_message_ids("s-1") == set(ids)
+            assert await store.archive_distillations([second.id, first.id, "missing"]) == 1
+            assert [d.id for d in await store.list_distillations("s-1", include_archived=False)] == [meta.id]
+            assert (await store.stats())["distillations"] == 4
+
+        self.run(make_store, body)
+
+    def test_distillations_are_searchable(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            obs = self._distillation(0, "- 10:00 decided on the wombat cache layout", ["m1"], session="s-a")
+            archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
+            await store.write_distillation(archived)
+            await store.archive_distillations([archived.id])
+            await store.write_distillation(obs)
+            hits = await store.search("wombat")
+            assert {h.id for h in hits} == {obs.ref, archived.ref}  # archived rows stay searchable
+            hit = next(h for h in hits if h.id == obs.ref)
+            assert (hit.session_id, hit.role, hit.project) == ("s-a", "distillation", "/work/alpha")
+            assert hit.text == obs.text
+            assert await store.search("wombat", session_id="s-b") == []
+            assert [h.id for h in await store.search("layout", session_id="s-a")] == [obs.ref]
+            # Messages and distillations rank in one corpus.
+            mixed = await store.search("deadlock wombat")
+            assert {h.role for h in mixed} >= {"distillation", "user"}
+
+        self.run(make_store, body)
+
+    def test_distillations_persist_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+        obs = self._distillation(0, "- the quokka migration finished", ["m1", "m2"])
+
+        async def write(store: Store) -> None:
+            await store.write_distillation(obs)
+
+        async def read(store: Store) -> None:
+            assert await store.list_distillations("s-1") == [obs]
+            assert await store.distilled_message_ids("s-1") == {"m1", "m2"}
+            assert [h.id for h in await store.search("quokka")] == [obs.ref]
+            assert await store.write_distillation(obs) is False
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)

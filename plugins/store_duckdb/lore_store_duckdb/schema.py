@@ -122,8 +122,37 @@ V1 = [
     )""",
 ]
 
+# Version 2: distillations with their provenance (source ids, token counts, method, time
+# range) and a ``seq`` drawn from the messages' sequence, so the full-text indexer feeds
+# both tables past one watermark. No release ever wrote the version-1 table (nothing
+# distilled before this version), so it is replaced rather than altered: DuckDB cannot add
+# a column whose default is a sequence.
+V2 = [
+    "DROP TABLE distillations",
+    """CREATE TABLE distillations (
+        seq BIGINT NOT NULL DEFAULT nextval('message_seq'),
+        id VARCHAR PRIMARY KEY,
+        session_id VARCHAR NOT NULL,
+        project VARCHAR NOT NULL DEFAULT '',
+        generation INTEGER NOT NULL DEFAULT 0,
+        content VARCHAR NOT NULL,
+        source_ids VARCHAR NOT NULL DEFAULT '[]',
+        start_at DOUBLE NOT NULL DEFAULT 0,
+        end_at DOUBLE NOT NULL DEFAULT 0,
+        method VARCHAR NOT NULL DEFAULT 'llm',
+        source_tokens INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        compression_ratio DOUBLE NOT NULL DEFAULT 0,
+        archived BOOLEAN NOT NULL DEFAULT false,
+        worker_provider VARCHAR,
+        worker_model VARCHAR,
+        created_at DOUBLE NOT NULL
+    )""",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1]
+MIGRATIONS: list[list[str]] = [V1, V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -36,9 +36,12 @@ import duckdb
 import pyarrow as pa
 
 from lore_core.store import (
+    DISTILLATION_PREFIX,
+    DISTILLATION_ROLE,
     Project,
     SearchHit,
     Session,
+    StoredDistillation,
     StoredMessage,
     StoreUnavailable,
     WriteBatch,
@@ -310,6 +313,92 @@ class DuckDBStore:
             self._index.wake()
         return added
 
+    # -- distillations ---------------------------------------------------------------------
+
+    async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
+        return await asyncio.to_thread(self._write_distillation, distillation, list(archive))
+
+    def _write_distillation(self, d: StoredDistillation, archive: list[str]) -> bool:
+        with self._write_lock:
+            cur = self._cursor()
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                cur.execute(
+                    f"""INSERT OR IGNORE INTO distillations ({", ".join(_DISTILLATION_COLUMNS)})
+                    VALUES ({", ".join("?" * len(_DISTILLATION_COLUMNS))})""",
+                    _distillation_row(d),
+                )
+                fetched = cur.fetchone()
+                added = bool(fetched and int(fetched[0]))
+                ids = [i.removeprefix(DISTILLATION_PREFIX) for i in archive]
+                if ids:
+                    cur.execute(
+                        _ARCHIVE_SQL,
+                        (ids,),
+                    )
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    cur.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                self._invalidate_on(exc)
+                raise
+            finally:
+                cur.close()
+        if added and self._index is not None:
+            self._index.wake()
+        return added
+
+    async def list_distillations(
+        self, session_id: str | None = None, include_archived: bool = True
+    ) -> list[StoredDistillation]:
+        where, params = [], []
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        if not include_archived:
+            where.append("NOT archived")
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        rows = await asyncio.to_thread(
+            self._query,
+            f"SELECT {', '.join(_DISTILLATION_COLUMNS)} FROM distillations {clause} "
+            "ORDER BY created_at, generation, id",
+            params,
+        )
+        return [_distillation(r) for r in rows]
+
+    async def get_distillation(self, distillation_id: str) -> StoredDistillation | None:
+        rows = await asyncio.to_thread(
+            self._query,
+            f"SELECT {', '.join(_DISTILLATION_COLUMNS)} FROM distillations WHERE id = ?",
+            (distillation_id.removeprefix(DISTILLATION_PREFIX),),
+        )
+        return _distillation(rows[0]) if rows else None
+
+    async def archive_distillations(self, ids: Sequence[str]) -> int:
+        def run() -> int:
+            with self._write_lock:
+                cur = self._cursor()
+                try:
+                    result = cur.execute(
+                        _ARCHIVE_SQL,
+                        ([i.removeprefix(DISTILLATION_PREFIX) for i in ids],),
+                    ).fetchone()
+                    return int(result[0]) if result else 0
+                finally:
+                    cur.close()
+
+        return await asyncio.to_thread(run) if ids else 0
+
+    async def distilled_message_ids(self, session_id: str) -> set[str]:
+        rows = await asyncio.to_thread(
+            self._query,
+            "SELECT source_ids FROM distillations WHERE session_id = ? AND generation = 0",
+            (session_id,),
+        )
+        return {i for (source,) in rows for i in json.loads(source or "[]")}
+
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
         await asyncio.to_thread(self._set_state, session_id, key, json.dumps(value))
 
@@ -428,9 +517,9 @@ class DuckDBStore:
 
     async def stats(self) -> dict[str, Any]:
         def run() -> dict[str, Any]:
-            (projects,), (sessions,), (messages,) = (
+            (projects,), (sessions,), (messages,), (distillations,) = (
                 self._query(f"SELECT count(*) FROM {table}")[0]
-                for table in ("projects", "sessions", "messages")
+                for table in ("projects", "sessions", "messages", "distillations")
             )
             version = self._query("SELECT value FROM lore_meta WHERE key = 'schema_version'")
             return {
@@ -444,6 +533,7 @@ class DuckDBStore:
                 "projects": projects,
                 "sessions": sessions,
                 "messages": messages,
+                "distillations": distillations,
                 "index": self._index.health() if self._index else None,
             }
 
@@ -494,7 +584,10 @@ class _Index:
     def lagging(self) -> bool:
         cur = self._con.cursor()
         try:
-            (newest,) = cur.execute("SELECT coalesce(max(seq), 0) FROM messages").fetchone() or (0,)
+            (newest,) = cur.execute(
+                "SELECT greatest((SELECT coalesce(max(seq), 0) FROM messages), "
+                "(SELECT coalesce(max(seq), 0) FROM distillations))"
+            ).fetchone() or (0,)
             row = cur.execute("SELECT value FROM lore_meta WHERE key = 'fts_watermark'").fetchone()
         finally:
             cur.close()
@@ -591,10 +684,17 @@ class _Index:
         while True:
             cur = self._con.cursor()
             try:
+                # Distillations share the sequence (and so the watermark) and are indexed
+                # as "d:<id>" rows. Their text never changes (archiving only flags them).
                 rows = cur.execute(
-                    """SELECT seq, id, session_id, project, role, position, created_at, text
-                    FROM messages WHERE seq > ? ORDER BY seq LIMIT ?""",
-                    (self.watermark, INDEX_BATCH_ROWS),
+                    """SELECT * FROM (
+                        SELECT seq, id, session_id, project, role, position, created_at, text
+                        FROM messages WHERE seq > $1
+                        UNION ALL
+                        SELECT seq, $2 || id, session_id, project, $3, 0, created_at, content
+                        FROM distillations WHERE seq > $1
+                    ) ORDER BY seq LIMIT $4""",
+                    (self.watermark, DISTILLATION_PREFIX, DISTILLATION_ROLE, INDEX_BATCH_ROWS),
                 ).to_arrow_table()
             finally:
                 cur.close()
@@ -792,6 +892,73 @@ def _message(row: tuple[Any, ...]) -> StoredMessage:
     r["text"] = r["text"] or ""
     r["complete"] = bool(r["complete"])
     return StoredMessage(**r)
+
+
+_ARCHIVE_SQL = "UPDATE distillations SET archived = true WHERE id IN (SELECT unnest(?)) AND NOT archived"
+_DISTILLATION_COLUMNS = (
+    "id",
+    "session_id",
+    "project",
+    "generation",
+    "content",
+    "source_ids",
+    "start_at",
+    "end_at",
+    "method",
+    "source_tokens",
+    "input_tokens",
+    "output_tokens",
+    "compression_ratio",
+    "archived",
+    "worker_provider",
+    "worker_model",
+    "created_at",
+)
+
+
+def _distillation_row(d: StoredDistillation) -> tuple[Any, ...]:
+    return (
+        d.id,
+        d.session_id,
+        d.project,
+        d.generation,
+        d.text,
+        json.dumps(d.source_ids),
+        d.start,
+        d.end,
+        d.method,
+        d.source_tokens,
+        d.input_tokens,
+        d.output_tokens,
+        d.compression_ratio,
+        d.archived,
+        d.worker_provider,
+        d.worker_model,
+        d.created_at,
+    )
+
+
+def _distillation(row: tuple[Any, ...]) -> StoredDistillation:
+    r = dict(zip(_DISTILLATION_COLUMNS, row, strict=True))
+    return StoredDistillation(
+        id=r["id"],
+        session_id=r["session_id"],
+        project=r["project"] or "",
+        generation=int(r["generation"]),
+        text=r["content"],
+        source_ids=json.loads(r["source_ids"] or "[]"),
+        start=float(r["start_at"]),
+        end=float(r["end_at"]),
+        method=r["method"],
+        source_tokens=int(r["source_tokens"]),
+        input_tokens=int(r["input_tokens"]),
+        output_tokens=int(r["output_tokens"]),
+        compression_ratio=float(r["compression_ratio"]),
+        archived=bool(r["archived"]),
+        worker_provider=r["worker_provider"],
+        worker_model=r["worker_model"],
+        created_at=float(r["created_at"]),
+    )
 
 
 def _session(row: tuple[Any, ...]) -> Session:
