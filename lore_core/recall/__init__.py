@@ -1,0 +1,40 @@
+"""Recall: the model's ``recall`` tool searching everything the project remembers.
+
+* :mod:`~lore_core.recall.ids`: result ids (``t:``/``d:``/``k:``/``e:``) and scopes;
+* :mod:`~lore_core.recall.sources`: the protocols a searchable tier implements;
+* :mod:`~lore_core.recall.cascade`: the relaxed full-text cascade;
+* :mod:`~lore_core.recall.expansion`: optional LLM query expansion;
+* :mod:`~lore_core.recall.fusion`: reciprocal rank fusion;
+* :mod:`~lore_core.recall.engine`: :class:`RecallEngine` tying them together;
+* :mod:`~lore_core.recall.tool`: the tool declaration per wire API and its result text.
+"""
+
+from lore_core.recall.engine import RecallEngine, RecallResponse, RecallResult
+from lore_core.recall.ids import (
+    Kind,
+    RecallId,
+    RecallIdError,
+    Scope,
+    ScopeError,
+    format_id,
+    parse_id,
+    parse_scope,
+)
+from lore_core.recall.sources import SearchFilter, SourceHit, StoreMessageSource
+
+__all__ = [
+    "Kind",
+    "RecallEngine",
+    "RecallId",
+    "RecallIdError",
+    "RecallResponse",
+    "RecallResult",
+    "Scope",
+    "ScopeError",
+    "SearchFilter",
+    "SourceHit",
+    "StoreMessageSource",
+    "format_id",
+    "parse_id",
+    "parse_scope",
+]

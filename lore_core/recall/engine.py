@@ -1,0 +1,403 @@
+"""The recall engine: hybrid search over every registered source, and opening one result.
+
+``search`` runs, for each source kind the scope allows:
+
+* per text source, the relaxed full-text cascade (:mod:`lore_core.recall.cascade`) for the
+  query;
+* per vector source, a nearest-neighbour search for the query's embedding;
+* optionally, the same searches (plain, no cascade) for 2-3 LLM rephrasings
+  (:mod:`lore_core.recall.expansion`), weighted half;
+
+and fuses every list by reciprocal rank fusion (:mod:`lore_core.recall.fusion`).
+
+Recall is a tool the model calls, so nothing here raises into the caller: bad input gives a
+response whose ``error`` explains it, a failing source is reported in ``notes`` while the
+others still answer, and an embedder that cannot work (:class:`EmbedderUnavailable`) makes
+the search full-text only, said once in the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.interfaces import Embedder, EmbedderUnavailable
+from lore_core.recall.cascade import DEFAULT_MIN_HITS, cascade_search, query_terms
+from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS, Completer, Expansion, expand_query
+from lore_core.recall.fusion import BM25, EXPANSION_WEIGHT, VECTOR, Ranked, RankedList, fuse, list_weights
+from lore_core.recall.ids import Kind, RecallIdError, Scope, ScopeError, format_id, parse_id, parse_scope
+from lore_core.recall.sources import DocFreqSource, Opener, SearchFilter, SourceHit, TextSource, VectorSource
+
+log = logging.getLogger("lore.recall")
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 50
+# A query is a few words; anything longer is a pasted log or file. Its head is kept (cut at
+# a word boundary): that is where the error line or the question usually is.
+MAX_QUERY_CHARS = 2000
+# Each list fetches more than the final limit, so fusion has overlap to reward.
+FETCH_FACTOR = 3
+DEFAULT_SOURCE_TIMEOUT_SECONDS = 10.0
+
+
+@attrs.define
+class RecallResult:
+    id: str
+    #: The kind's label: ``message``, ``distillation``, ``knowledge`` or ``entity``.
+    source: str
+    score: float
+    text: str
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "score": round(self.score, 6),
+            "text": self.text,
+            **self.meta,
+        }
+
+
+@attrs.define
+class RecallResponse:
+    query: str = ""
+    scope: str = ""
+    results: list[RecallResult] = attrs.field(factory=list)
+    #: Set when nothing could be searched or opened; the text to show the model.
+    error: str | None = None
+    #: Degradations the model should know about (a failed source, full-text only, ...),
+    #: each said once.
+    notes: list[str] = attrs.field(factory=list)
+    #: For logs and tests: terms searched, rephrasings, truncation, ``full_text_only``.
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+    #: True for the answer of :meth:`RecallEngine.open` (one result, full text).
+    opened: bool = False
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def truncate_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> tuple[str, bool]:
+    """Whitespace collapsed, then cut to ``max_chars`` at a word boundary when possible."""
+    text = " ".join(query.split())
+    if len(text) <= max_chars:
+        return text, False
+    cut = text[:max_chars]
+    space = cut.rfind(" ")
+    if space > max_chars // 2:
+        cut = cut[:space]
+    return cut, True
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    reason = getattr(exc, "reason", None) or str(exc) or exc.__class__.__name__
+    return " ".join(str(reason).split())[:200]
+
+
+class RecallEngine:
+    """Hybrid recall over registered sources. One per gateway; safe to share between
+    concurrent searches (it keeps no per-search state)."""
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | None = None,
+        worker: Completer | None = None,
+        expand: bool = False,
+        expansion_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        source_timeout: float = DEFAULT_SOURCE_TIMEOUT_SECONDS,
+        cascade_min_hits: int = DEFAULT_MIN_HITS,
+        max_query_chars: int = MAX_QUERY_CHARS,
+    ) -> None:
+        self.embedder = embedder
+        self.worker = worker
+        self.expand = expand
+        self.expansion_timeout = expansion_timeout
+        self.source_timeout = source_timeout
+        self.cascade_min_hits = cascade_min_hits
+        self.max_query_chars = max_query_chars
+        self._text: dict[Kind, list[TextSource]] = {}
+        self._vector: dict[Kind, list[VectorSource]] = {}
+        self._openers: dict[Kind, list[Opener]] = {}
+        self._logged: set[str] = set()
+
+    # -- registration ------------------------------------------------------------------------
+
+    def add_text_source(self, kind: Kind | str, source: TextSource) -> None:
+        self._text.setdefault(Kind(kind), []).append(source)
+
+    def add_vector_source(self, kind: Kind | str, source: VectorSource) -> None:
+        self._vector.setdefault(Kind(kind), []).append(source)
+
+    def add_opener(self, kind: Kind | str, opener: Opener) -> None:
+        self._openers.setdefault(Kind(kind), []).append(opener)
+
+    def _log_once(self, text: str) -> None:
+        # Degradations repeat on every recall; the log says each distinct one once.
+        if text not in self._logged:
+            self._logged.add(text)
+            log.warning("recall: %s", text)
+
+    async def _bounded(self, awaitable: Awaitable[Any]) -> Any:
+        return await asyncio.wait_for(awaitable, timeout=self.source_timeout)
+
+    # -- search ------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        query: object,
+        scope: object = None,
+        session: str | None = None,
+        project: str | None = None,
+        limit: object = DEFAULT_LIMIT,
+    ) -> RecallResponse:
+        """Search memory. Never raises (but for cancellation): see the module docstring."""
+        try:
+            return await self._search(query, scope, session, project, limit)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not break the model's turn
+            log.exception("recall search failed")
+            return RecallResponse(query=str(query)[:200], error=f"recall failed: {_reason(exc)}")
+
+    async def _search(
+        self, query: object, scope_in: object, session: str | None, project: str | None, limit_in: object
+    ) -> RecallResponse:
+        try:
+            scope = parse_scope(scope_in)
+        except ScopeError as exc:
+            return RecallResponse(error=str(exc))
+        if not isinstance(query, str) or not query.strip():
+            return RecallResponse(
+                scope=scope.value, error="empty query: say what to look for, or pass an id to open a result"
+            )
+        text, truncated = truncate_query(query, self.max_query_chars)
+        response = RecallResponse(query=text, scope=scope.value)
+        if truncated:
+            response.metadata["truncated_from"] = len(query)
+            response.note(f"the query was cut to its first {len(text)} characters")
+        limit = self._limit(limit_in)
+        if scope is Scope.SESSION and not session:
+            response.error = (
+                "scope 'session' needs the current session, which is not known here; use 'project'"
+            )
+            return response
+
+        kinds = [k for k in scope.kinds if self._text.get(k) or self._vector.get(k)]
+        if not kinds:
+            response.error = f"nothing to search: no memory source is available for scope '{scope.value}'"
+            return response
+        terms = query_terms(text)
+        response.metadata["terms"] = terms
+        vector_sources = any(self._vector.get(k) for k in kinds) and self.embedder is not None
+        if not terms and not vector_sources:
+            response.error = "the query has no searchable words (only stop words or punctuation)"
+            return response
+
+        bm25_weight, vector_weight = list_weights(len(terms))
+        fetch = limit * FETCH_FACTOR
+        filters = {k: self._filter(scope, k, session, project) for k in kinds}
+
+        expansion_task: asyncio.Task[Expansion] | None = None
+        if self.expand and self.worker is not None:
+            expansion_task = asyncio.create_task(
+                expand_query(text, self.worker, timeout=self.expansion_timeout, session_id=session)
+            )
+
+        try:
+            lists: list[RankedList] = []
+            failures: list[str] = []
+            query_vectors = await self._embed([text], response) if vector_sources else None
+            lists += await self._run_lists(
+                kinds, filters, text, query_vectors[0] if query_vectors else None,
+                bm25_weight, vector_weight, fetch, "q0", True, response, failures,
+            )  # fmt: skip
+            if expansion_task is not None:
+                expansion = await expansion_task
+                expansion_task = None
+                if expansion.skipped:
+                    response.metadata["expansion_skipped"] = expansion.skipped
+                response.metadata["expansions"] = list(expansion.rephrasings)
+                vectors = (
+                    await self._embed(expansion.rephrasings, response)
+                    if vector_sources and expansion.rephrasings and "full_text_only" not in response.metadata
+                    else None
+                )
+                for i, rephrasing in enumerate(expansion.rephrasings, start=1):
+                    lists += await self._run_lists(
+                        kinds, filters, rephrasing, vectors[i - 1] if vectors else None,
+                        bm25_weight * EXPANSION_WEIGHT, vector_weight * EXPANSION_WEIGHT,
+                        fetch, f"q{i}", False, response, failures,
+                    )  # fmt: skip
+        finally:
+            if expansion_task is not None:
+                expansion_task.cancel()
+
+        fused = fuse(lists, limit=limit)
+        response.results = [
+            RecallResult(
+                id=f.id,
+                source=f.payload[0].label,
+                score=f.score,
+                text=f.payload[1].text,
+                meta=f.payload[1].meta,
+            )
+            for f in fused
+        ]
+        if failures and not lists:
+            # Every list failed: an empty result would read as "nothing remembered".
+            response.error = "recall failed: " + "; ".join(dict.fromkeys(failures))
+        return response
+
+    def _limit(self, value: object) -> int:
+        try:
+            limit = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return DEFAULT_LIMIT
+        return max(1, min(MAX_LIMIT, limit))
+
+    @staticmethod
+    def _filter(scope: Scope, kind: Kind, session: str | None, project: str | None) -> SearchFilter:
+        return SearchFilter(
+            scope=scope,
+            session=session if scope is Scope.SESSION else None,
+            project=None if scope.crosses_projects(kind) else project,
+        )
+
+    async def _embed(self, texts: Sequence[str], response: RecallResponse) -> list[list[float]] | None:
+        if self.embedder is None or "full_text_only" in response.metadata:
+            return None
+        try:
+            vectors = await self._bounded(self.embedder.embed(list(texts)))
+        except EmbedderUnavailable as exc:
+            reason = exc.reason
+            response.metadata["full_text_only"] = reason
+            response.note(f"vector search unavailable ({reason}); results are from full-text search only")
+            self._log_once(f"embedder unavailable, full-text only: {reason}")
+            return None
+        except Exception as exc:
+            reason = _reason(exc)
+            response.metadata["full_text_only"] = reason
+            response.note(f"vector search failed ({reason}); results are from full-text search only")
+            self._log_once(f"embedding failed, full-text only: {reason}")
+            return None
+        if not isinstance(vectors, list) or len(vectors) != len(texts):
+            response.metadata["full_text_only"] = "embedder returned a wrong number of vectors"
+            response.note("vector search failed; results are from full-text search only")
+            return None
+        return vectors
+
+    async def _run_lists(
+        self,
+        kinds: Sequence[Kind],
+        filters: dict[Kind, SearchFilter],
+        text: str,
+        vector: list[float] | None,
+        bm25_weight: float,
+        vector_weight: float,
+        fetch: int,
+        tag: str,
+        use_cascade: bool,
+        response: RecallResponse,
+        failures: list[str],
+    ) -> list[RankedList]:
+        jobs: list[tuple[str, Kind, str, Awaitable[Sequence[SourceHit]], float]] = []
+        for kind in kinds:
+            where = filters[kind]
+            for source in self._text.get(kind, []):
+                jobs.append(
+                    (f"{kind.value}:{source.name}:{BM25}:{tag}", kind, BM25,
+                     self._text_search(source, text, where, fetch, use_cascade, response, tag), bm25_weight)
+                )  # fmt: skip
+            if vector is not None:
+                for vsource in self._vector.get(kind, []):
+                    jobs.append(
+                        (f"{kind.value}:{vsource.name}:{VECTOR}:{tag}", kind, VECTOR,
+                         vsource.search_vector(vector, where, fetch), vector_weight)
+                    )  # fmt: skip
+        outcomes = await asyncio.gather(*(self._bounded(job[3]) for job in jobs), return_exceptions=True)
+        lists: list[RankedList] = []
+        for (name, kind, method, _, weight), outcome in zip(jobs, outcomes, strict=True):
+            source_name = name.split(":")[1]
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                reason = _reason(outcome)
+                failures.append(f"{kind.label} {method} search ({source_name}): {reason}")
+                response.note(f"recall failed for {kind.label} {method} search ({source_name}): {reason}")
+                self._log_once(f"{kind.label} {method} search ({source_name}) failed: {reason}")
+                continue
+            items: list[Ranked] = []
+            for hit in outcome or []:
+                try:
+                    rid = format_id(kind, str(hit.key))
+                except (RecallIdError, AttributeError):
+                    continue  # a source bug: skip the hit, never the list
+                items.append(Ranked(rid, float(hit.score), (kind, hit)))
+            lists.append(RankedList(name, items, weight, method))
+        return lists
+
+    async def _text_search(
+        self,
+        source: TextSource,
+        text: str,
+        where: SearchFilter,
+        fetch: int,
+        use_cascade: bool,
+        response: RecallResponse,
+        tag: str,
+    ) -> Sequence[SourceHit]:
+        async def run(q: str) -> Sequence[SourceHit]:
+            return await source.search(q, where, fetch)
+
+        doc_freq = source.doc_freq if isinstance(source, DocFreqSource) else None
+        result = await cascade_search(
+            text,
+            run,
+            min_hits=self.cascade_min_hits if use_cascade else 0,
+            max_steps=6 if use_cascade else 0,
+            doc_freq=doc_freq,
+        )
+        if use_cascade and len(result.tried) > 1:
+            response.metadata.setdefault("relaxed", {})[source.name] = result.terms
+        return result.hits
+
+    # -- open --------------------------------------------------------------------------------
+
+    async def open(self, recall_id: object) -> RecallResponse:
+        """One result in full by its id. Never raises (but for cancellation)."""
+        try:
+            rid = parse_id(recall_id)
+        except RecallIdError as exc:
+            return RecallResponse(error=str(exc), opened=True)
+        response = RecallResponse(query=str(rid), opened=True)
+        openers = self._openers.get(rid.kind, [])
+        if not openers:
+            response.error = f"cannot open {rid}: no {rid.kind.label} memory is available here"
+            return response
+        failures: list[str] = []
+        for opener in openers:
+            try:
+                hit = await self._bounded(opener.open(rid.key))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures.append(_reason(exc))
+                self._log_once(f"opening {rid.kind.label} failed: {_reason(exc)}")
+                continue
+            if hit is not None:
+                response.results = [RecallResult(str(rid), rid.kind.label, 0.0, hit.text, dict(hit.meta))]
+                return response
+        if failures:
+            response.error = f"recall failed: cannot open {rid}: " + "; ".join(failures)
+        else:
+            response.error = f"no memory with id {rid} (mistyped, or no longer stored)"
+        return response
