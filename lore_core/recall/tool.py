@@ -1,0 +1,219 @@
+"""The ``recall`` tool as each wire API declares it, its marker line, and its result text.
+
+The gateway adds the tool to requests that already offer tools (a request without tools is
+a side call such as a title request, where recall makes no sense), runs the model's calls
+itself and continues upstream with the result; the client sees at most :func:`marker_text`.
+The three declarations carry the same description and JSON schema, so the model sees the
+same tool whatever API its client speaks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse
+from lore_core.recall.ids import Scope
+
+TOOL_NAME = "recall"
+
+DESCRIPTION = (
+    "Search everything this project remembers: earlier conversations (also from other sessions), "
+    "notes distilled from them, project knowledge and entities. Use it when the user refers to "
+    "something from before, or when past decisions, fixes, commands or errors would help. Each "
+    "result has an id (t: message, d: distillation, k: knowledge, e: entity); call recall again "
+    "with that id to read the item in full. Scopes: session (this conversation), project "
+    "(default), knowledge (project knowledge only), all (also knowledge from other projects)."
+)
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "description": "What to look for: keywords, names, an error message or a question.",
+        },
+        "scope": {
+            "type": "string",
+            "enum": [s.value for s in Scope],
+            "description": "Where to look (default: project).",
+        },
+        "id": {
+            "type": "string",
+            "description": "Open one earlier result in full by its id (e.g. t:3f2a...). Replaces query.",
+        },
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LIMIT,
+            "description": f"How many results (default {DEFAULT_LIMIT}).",
+        },
+    },
+    "additionalProperties": False,
+}
+
+ANTHROPIC = "anthropic-messages"
+OPENAI_CHAT = "openai-chat"
+OPENAI_RESPONSES = "openai-responses"
+
+# Bounds of the tool result: it enters the conversation and is paid for on every later
+# turn (cached or not), so a search answers with snippets and opening one item with more.
+MAX_RESULT_CHARS = 8000
+MAX_OPEN_CHARS = 20000
+SNIPPET_CHARS = 500
+MARKER_QUERY_CHARS = 80
+
+
+def recall_tool(api: str) -> dict[str, Any]:
+    """The tool declaration for ``api`` (a fresh dict: callers may change it)."""
+    schema = json.loads(json.dumps(INPUT_SCHEMA))
+    if api == ANTHROPIC:
+        return {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": schema}
+    if api == OPENAI_CHAT:
+        return {
+            "type": "function",
+            "function": {"name": TOOL_NAME, "description": DESCRIPTION, "parameters": schema},
+        }
+    if api == OPENAI_RESPONSES:
+        return {"type": "function", "name": TOOL_NAME, "description": DESCRIPTION, "parameters": schema}
+    raise ValueError(f"no recall tool for API {api!r}")
+
+
+def tool_name(tool: object) -> str | None:
+    """The name of a tool entry of any of the three APIs (``None`` when it has none)."""
+    if not isinstance(tool, Mapping):
+        return None
+    function = tool.get("function")
+    if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+        return function["name"]
+    name = tool.get("name")
+    return name if isinstance(name, str) else None
+
+
+def add_recall_tool(api: str, tools: Sequence[Any] | None, *, only_with_tools: bool = True) -> list[Any]:
+    """``tools`` with the recall tool appended: a new list, the input is not changed.
+
+    Unchanged (but copied) when a tool named ``recall`` already exists (the client's own
+    wins: two tools of one name are rejected by the providers), and, with
+    ``only_with_tools``, when the request offers no tools at all. Appended last so the
+    client's tools keep their positions and the cached prefix before them stays valid.
+    """
+    current = list(tools or [])
+    if only_with_tools and not current:
+        return current
+    if any(tool_name(t) == TOOL_NAME for t in current):
+        return current
+    current.append(recall_tool(api))
+    return current
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def marker_text(query: str | None = None, recall_id: str | None = None) -> str:
+    """The one line the client sees while the gateway recalls."""
+    if recall_id and not (query and query.strip()):
+        return f"Opening memory {_one_line(recall_id, MARKER_QUERY_CHARS)}"
+    return f'Searching memory for "{_one_line(query or "", MARKER_QUERY_CHARS)}"'
+
+
+@attrs.define
+class RecallArgs:
+    query: str = ""
+    scope: str | None = None
+    id: str | None = None
+    limit: int = DEFAULT_LIMIT
+    #: Set when the arguments could not be read at all.
+    error: str | None = None
+
+
+def parse_arguments(raw: object) -> RecallArgs:
+    """Tool-call input as the codecs give it: a dict (Anthropic) or a JSON string (OpenAI
+    APIs). Unknown keys are ignored; wrong types become the defaults."""
+    if isinstance(raw, str | bytes):
+        try:
+            raw = json.loads(raw or "{}")
+        except ValueError:
+            return RecallArgs(error="recall arguments are not valid JSON")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        return RecallArgs(error="recall arguments must be an object")
+    query = raw.get("query")
+    scope = raw.get("scope")
+    rid = raw.get("id")
+    limit = raw.get("limit")
+    try:
+        limit_value = int(limit) if limit is not None and not isinstance(limit, bool) else DEFAULT_LIMIT
+    except (TypeError, ValueError):
+        limit_value = DEFAULT_LIMIT
+    return RecallArgs(
+        query=query if isinstance(query, str) else "",
+        scope=scope if isinstance(scope, str) else None,
+        id=rid if isinstance(rid, str) and rid.strip() else None,
+        limit=limit_value,
+    )
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    suffix = f" ... [{len(text)} chars, cut]"
+    if limit <= len(suffix):
+        return text[:limit]
+    return text[: limit - len(suffix)].rstrip() + suffix
+
+
+def _meta_line(meta: Mapping[str, Any]) -> str:
+    parts = [f"{k}={meta[k]}" for k in ("session", "role", "title") if meta.get(k)]
+    return (" " + " ".join(_one_line(p, 80) for p in parts)) if parts else ""
+
+
+def format_response(response: RecallResponse, max_chars: int | None = None) -> str:
+    """The tool-result text for a response, at most ``max_chars`` characters."""
+    limit = max_chars or (MAX_OPEN_CHARS if response.opened else MAX_RESULT_CHARS)
+    lines: list[str] = []
+    if response.error:
+        lines.append(response.error)
+    elif response.opened and response.results:
+        r = response.results[0]
+        lines.append(f"[{r.id}] ({r.source}){_meta_line(r.meta)}\n{r.text}")
+    elif not response.results:
+        lines.append(f'No memories found for "{_one_line(response.query, 200)}" (scope {response.scope}).')
+    else:
+        lines.append(
+            f'{len(response.results)} memories for "{_one_line(response.query, 200)}" '
+            f"(scope {response.scope}); open one in full with recall(id=...):"
+        )
+        for r in response.results:
+            head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
+            lines.append(f"{head}\n{_cut(r.text.strip(), SNIPPET_CHARS)}")
+    lines.extend(f"Note: {n}" for n in response.notes)
+    text = "\n\n".join(lines)
+    return _cut(text, limit)
+
+
+async def run_recall(
+    engine: RecallEngine,
+    arguments: object,
+    *,
+    session: str | None = None,
+    project: str | None = None,
+    max_chars: int | None = None,
+) -> str:
+    """Run one recall tool call end to end and return its tool-result text. Never raises
+    (but for cancellation): every problem is a sentence for the model."""
+    args = parse_arguments(arguments)
+    if args.error:
+        return args.error
+    if args.id:  # opening wins: the schema says an id replaces the query
+        response = await engine.open(args.id)
+    else:
+        response = await engine.search(args.query, args.scope, session, project, args.limit)
+    return format_response(response, max_chars)
