@@ -77,6 +77,11 @@ def test_drop_order_by_document_frequency():
     assert drop_order(list(df), df.get) == ["test", "flaky", "websocket", "reconnect"]
 
 
+def test_equal_frequencies_fall_back_to_the_heuristic():
+    df = {"flaky": 3, "retry_count": 3, "e404": 3}
+    assert drop_order(["retry_count", "flaky", "e404"], df.get) == ["flaky", "e404", "retry_count"]
+
+
 def test_drop_order_unseen_terms_first_unknown_terms_last():
     df = {"common": 9, "rare": 1, "never": 0}
     order = drop_order(["mystery", "common", "never", "rare"], df.get)  # "mystery" -> None

@@ -430,6 +430,35 @@ def test_expansion_finds_what_the_words_miss(fake_upstream):
     assert {q for q, _, _ in text.calls} >= {"flaky reconnect", "retry backoff", "websocket reconnect"}
 
 
+class ByQuery:
+    """A text source whose answer depends only on the exact query it gets."""
+
+    name = "by-query"
+
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+
+    async def search(self, query, where, limit):
+        return [SourceHit(k, 1.0, k) for k in self.answers.get(query, [])]
+
+
+def test_rephrasing_lists_count_half(fake_upstream):
+    fake_upstream.enqueue(Reply(text='["gamma delta"]'))
+    worker = worker_for(fake_upstream)
+
+    async def go():
+        engine = RecallEngine(worker=worker, expand=True, cascade_min_hits=1)
+        engine.add_text_source(Kind.MESSAGE, ByQuery({"alpha beta": ["x", "o"], "gamma delta": ["e"]}))
+        try:
+            return await engine.search("alpha beta", "project", S, P)
+        finally:
+            await worker.close()
+
+    response = run(go())
+    # "e" is first for the rephrasing but counts 0.5/61, less than "o" second for the query (1/62).
+    assert [r.id for r in response.results] == ["t:x", "t:o", "t:e"]
+
+
 def test_expansion_without_worker_is_skipped_and_search_answers(fake_upstream):
     worker = WorkerClient(WorkerConfig())
     engine, *_ = engine_with(worker=worker, expand=True)

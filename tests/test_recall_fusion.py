@@ -42,6 +42,11 @@ def test_ids_are_unique_across_and_within_lists():
     assert a.ranks == {"one": 1, "two": 2}
 
 
+def test_a_repeat_does_not_push_later_items_down():
+    [_, b] = fuse([ranked("one", ["a", "a", "b"])])
+    assert b.ranks == {"one": 2} and b.score == pytest.approx(1 / 62)
+
+
 def test_payload_comes_from_the_first_list_that_has_the_id():
     out = fuse([ranked("first", ["a"]), ranked("second", ["b", "a"])])
     assert {f.id: f.payload["from"] for f in out} == {"a": "first", "b": "second"}
