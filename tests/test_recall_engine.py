@@ -556,3 +556,30 @@ def test_store_message_source_over_the_memory_store():
     found, opened = run(go())
     assert found.results[0].id == "t:a1" and found.results[0].meta["session"] == S
     assert opened.results[0].text == "use the multiarch image"
+
+
+def test_distillations_join_under_their_prefix_and_the_session_filter():
+    engine, *_ = engine_with()
+    notes = Docs(
+        "observations",
+        {
+            "obs-1": ("reconnect fixed with retry backoff", {"session": S, "project": P}),
+            "obs-2": ("reconnect discussed elsewhere", {"session": "sess-2", "project": P}),
+        },
+    )
+    engine.add_text_source(Kind.DISTILLATION, notes)
+    ids = {r.id: r.source for r in search(engine, "reconnect", scope="session").results}
+    assert ids["d:obs-1"] == "distillation" and "d:obs-2" not in ids
+    assert "d:obs-2" in {r.id for r in search(engine, "reconnect").results}
+
+
+def test_a_query_without_words_can_still_search_vectors():
+    engine, text, vectors, _ = engine_with(embedder=Embedder())
+    response = search(engine, "why?? ...")
+    assert response.error is None and vectors.calls and text.calls == []
+
+
+def test_default_scope_is_project():
+    engine, text, *_ = engine_with()
+    response = search(engine, "reconnect", scope=None)
+    assert response.scope == "project" and text.calls[-1][1].project == P
