@@ -12,7 +12,15 @@ import pytest
 
 from lore_core.config import WorkerConfig
 from lore_core.interfaces import EmbedderUnavailable
-from lore_core.recall import Kind, RecallEngine, RecallResponse, SearchFilter, SourceHit, StoreMessageSource
+from lore_core.recall import (
+    Kind,
+    RecallEngine,
+    RecallResponse,
+    SearchFilter,
+    SourceHit,
+    StoreDistillationOpener,
+    StoreMessageSource,
+)
 from lore_core.recall.cascade import tokenize
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS
 from lore_core.store import StoredMessage, WriteBatch
@@ -531,8 +539,9 @@ def test_open_tries_every_opener_and_reports_failures():
 # -- the kernel store through the adapter -----------------------------------------------------
 
 
-def test_store_message_source_over_the_memory_store():
+def test_store_source_over_the_memory_store_messages_and_distillations():
     from lore_core.builtin.memory_store import MemoryStore
+    from lore_core.store import StoredDistillation
 
     async def go():
         store = MemoryStore()
@@ -545,17 +554,40 @@ def test_store_message_source_over_the_memory_store():
                 ]
             )
         )
+        await store.write_distillation(
+            StoredDistillation(
+                "dd1", S, 0, "- deploy on arm64 fixed with the multiarch image", ["a1", "a2"], P
+            )
+        )
         engine = RecallEngine()
         source = StoreMessageSource(store)
         engine.add_text_source(Kind.MESSAGE, source)
         engine.add_opener(Kind.MESSAGE, source)
+        engine.add_opener(Kind.DISTILLATION, StoreDistillationOpener(store))
         found = await engine.search("why does the deploy script fail on arm64 machines?", "session", S, P)
-        opened = await engine.open("t:a2")
-        return found, opened
+        return found, await engine.open("t:a2"), await engine.open("d:dd1"), await engine.open("d:none")
 
-    found, opened = run(go())
-    assert found.results[0].id == "t:a1" and found.results[0].meta["session"] == S
-    assert opened.results[0].text == "use the multiarch image"
+    found, message, distillation, missing = run(go())
+    by_id = {r.id: r for r in found.results}
+    assert by_id["t:a1"].source == "message" and by_id["t:a1"].meta["session"] == S
+    assert by_id["d:dd1"].source == "distillation"
+    assert message.results[0].text == "use the multiarch image"
+    assert distillation.results[0].text.startswith("- deploy on arm64")
+    assert distillation.results[0].meta["generation"] == 0
+    assert missing.error.startswith("no memory with id d:none")
+
+
+def test_a_mixed_source_keeps_each_hits_kind_within_the_scope():
+    class Mixed:
+        name = "mixed"
+
+        async def search(self, query, where, limit):
+            return [SourceHit("m", 2.0, "alpha"), SourceHit("k1", 1.0, "alpha", kind=Kind.KNOWLEDGE)]
+
+    engine = RecallEngine()
+    engine.add_text_source(Kind.MESSAGE, Mixed())
+    assert [r.id for r in search(engine, "alpha").results] == ["t:m", "k:k1"]
+    assert [r.id for r in search(engine, "alpha", scope="session").results] == ["t:m"]
 
 
 def test_distillations_join_under_their_prefix_and_the_session_filter():

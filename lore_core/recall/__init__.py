@@ -20,7 +20,7 @@ from lore_core.recall.ids import (
     parse_id,
     parse_scope,
 )
-from lore_core.recall.sources import SearchFilter, SourceHit, StoreMessageSource
+from lore_core.recall.sources import SearchFilter, SourceHit, StoreDistillationOpener, StoreMessageSource
 
 __all__ = [
     "Kind",
@@ -33,6 +33,7 @@ __all__ = [
     "ScopeError",
     "SearchFilter",
     "SourceHit",
+    "StoreDistillationOpener",
     "StoreMessageSource",
     "format_id",
     "parse_id",

@@ -336,12 +336,16 @@ class RecallEngine:
                 self._log_once(f"{kind.label} {method} search ({source_name}) failed: {reason}")
                 continue
             items: list[Ranked] = []
+            allowed = filters[kind].scope.kinds
             for hit in outcome or []:
                 try:
-                    rid = format_id(kind, str(hit.key))
-                except (RecallIdError, AttributeError):
+                    hit_kind = Kind(hit.kind) if getattr(hit, "kind", None) else kind
+                    rid = format_id(hit_kind, str(hit.key))
+                except (RecallIdError, AttributeError, ValueError):
                     continue  # a source bug: skip the hit, never the list
-                items.append(Ranked(rid, float(hit.score), (kind, hit)))
+                if hit_kind not in allowed:
+                    continue  # a mixed source's hit of a kind this scope excludes
+                items.append(Ranked(rid, float(hit.score), (hit_kind, hit)))
             lists.append(RankedList(name, items, weight, method))
         return lists
 

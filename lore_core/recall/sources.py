@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from lore_core.recall.ids import Scope
+from lore_core.recall.ids import Kind, Scope
 
 
 @attrs.define
@@ -28,6 +28,10 @@ class SourceHit:
     text: str
     # Shown with the result when present: session, project, role, created_at, title, ...
     meta: dict[str, Any] = attrs.field(factory=dict)
+    # For a source whose one index holds several kinds (the store's BM25 corpus holds
+    # messages and distillations): the kind of this hit. ``None``: the kind the source
+    # was registered for.
+    kind: Kind | None = None
 
 
 @attrs.frozen
@@ -69,7 +73,7 @@ class Opener(Protocol):
 
 
 class MessageStore(Protocol):
-    """The parts of :class:`lore_core.interfaces.Store` the message adapter uses."""
+    """The parts of :class:`lore_core.interfaces.Store` the adapters use."""
 
     async def search(
         self, query: str, session_id: str | None = None, project: str | None = None, limit: int = 10
@@ -78,46 +82,71 @@ class MessageStore(Protocol):
     async def get_messages(self, ids: Sequence[str]) -> Sequence[Any]: ...
 
 
-class StoreMessageSource:
-    """Temporal messages (``t:``) from any store with the kernel's ``search`` and
-    ``get_messages``: a text source and an opener."""
+_DISTILLATION_PREFIX = f"{Kind.DISTILLATION.value}:"
+_DISTILLATION_ROLE = "distillation"
 
-    def __init__(self, store: MessageStore, name: str = "messages") -> None:
+
+def _hit_meta(h: Any) -> dict[str, Any]:
+    return {
+        "session": h.session_id,
+        "project": h.project,
+        "role": h.role,
+        "position": h.position,
+        "created_at": h.created_at,
+    }
+
+
+class StoreMessageSource:
+    """The store's BM25 search as a text source, and its messages as the ``t:`` opener.
+
+    The store indexes messages and distillations in one corpus; its distillation hits carry
+    ids ``d:<id>`` and role ``distillation``, so they become ``d:`` results here (register
+    this source under :attr:`Kind.MESSAGE`: both kinds share the same scopes)."""
+
+    def __init__(self, store: MessageStore, name: str = "store") -> None:
         self.store = store
         self.name = name
 
     async def search(self, query: str, where: SearchFilter, limit: int) -> list[SourceHit]:
         hits = await self.store.search(query, session_id=where.session, project=where.project, limit=limit)
-        return [
-            SourceHit(
-                key=h.id,
-                score=float(h.score),
-                text=h.text,
-                meta={
-                    "session": h.session_id,
-                    "project": h.project,
-                    "role": h.role,
-                    "position": h.position,
-                    "created_at": h.created_at,
-                },
-            )
-            for h in hits
-        ]
+        out: list[SourceHit] = []
+        for h in hits:
+            key, kind = h.id, Kind.MESSAGE
+            if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
+                key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
+            out.append(SourceHit(key=key, score=float(h.score), text=h.text, meta=_hit_meta(h), kind=kind))
+        return out
 
     async def open(self, key: str) -> SourceHit | None:
         found = await self.store.get_messages([key])
         if not found:
             return None
         m = found[0]
-        return SourceHit(
-            key=m.id,
-            score=0.0,
-            text=m.text,
-            meta={
-                "session": m.session_id,
-                "project": m.project,
-                "role": m.role,
-                "position": m.position,
-                "created_at": m.created_at,
-            },
-        )
+        return SourceHit(key=m.id, score=0.0, text=m.text, meta=_hit_meta(m), kind=Kind.MESSAGE)
+
+
+class StoreDistillationOpener:
+    """``d:`` ids opened through the store's ``get_distillation`` (a store without
+    distillations answers "not found")."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def open(self, key: str) -> SourceHit | None:
+        get = getattr(self.store, "get_distillation", None)
+        if get is None:
+            return None
+        try:
+            d = await get(key)
+        except NotImplementedError:
+            return None
+        if d is None:
+            return None
+        meta = {
+            "session": d.session_id,
+            "project": d.project,
+            "generation": d.generation,
+            "created_at": d.created_at,
+            "archived": d.archived,
+        }
+        return SourceHit(key=d.id, score=0.0, text=d.text, meta=meta, kind=Kind.DISTILLATION)
