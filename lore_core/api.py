@@ -1,8 +1,10 @@
-"""The gateway's local read API (``/lore/api/...``) used by ``lore sessions/show/search/status``.
+"""The gateway's local API (``/lore/api/...``) used by ``lore sessions/show/search/status``
+and ``lore distill/distillations``.
 
 DuckDB lets one process hold the database file, so while the gateway runs every other
-process reads the store through here. Read-only, and answered only to loopback clients (the
-gateway binds 127.0.0.1 by default; this holds even when it is bound wider).
+process reads the store through here. Read-only except ``POST /distill`` (which only runs
+what the scheduler would run on idle), and answered only to loopback clients (the gateway
+binds 127.0.0.1 by default; this holds even when it is bound wider).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import attrs
 from quart import Blueprint, Response, current_app, request
 
 from lore_core.store import main_branch
+from lore_core.worker import WorkerError
 
 api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
 
@@ -105,6 +108,39 @@ async def search() -> Response:
         limit=_int_arg("limit", 10, high=1000),
     )
     return _json(200, [h.as_json() for h in hits])
+
+
+@api.get("/distillations")
+async def distillations() -> Response:
+    await _settled()
+    rows = await _gateway().store.list_distillations(
+        request.args.get("session") or None, include_archived=request.args.get("archived") != "0"
+    )
+    return _json(200, [d.as_json() for d in rows])
+
+
+@api.get("/distillations/<path:distillation_id>")
+async def distillation(distillation_id: str) -> Response:
+    found = await _gateway().store.get_distillation(distillation_id)
+    if found is None:
+        return _json(404, {"error": f"no distillation {distillation_id!r}"})
+    return _json(200, found.as_json())
+
+
+@api.post("/distill")
+async def distill() -> Response:
+    """Distil one session now (``?session=``), or every stored session. Answers when done."""
+    await _settled()
+    gateway = _gateway()
+    session_id = request.args.get("session") or None
+    if session_id is not None and await gateway.store.get_session(session_id) is None:
+        return _json(404, {"error": f"no session {session_id!r}"})
+    try:
+        reports = await gateway.distiller.distill_all([session_id] if session_id else None)
+    except WorkerError as exc:
+        # What was distilled before the failed call stays stored; the scheduler retries.
+        return _json(502, {"error": f"the worker call failed: {exc.reason}"})
+    return _json(200, {"reports": [r.as_json() for r in reports], "worker": gateway.worker.status()})
 
 
 @api.errorhandler(Exception)

@@ -74,15 +74,17 @@ class _ApiReader:
         self.url = url
         self.where = f"via the running gateway at {url}"
 
-    def _get(self, path: str, **params: Any) -> Any:
+    def _get(self, path: str, _method: str = "GET", _timeout: float = 30, **params: Any) -> Any:
         import json
         import urllib.error
         import urllib.parse
         import urllib.request
 
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        url = f"{self.url}/lore/api{path}" + (f"?{query}" if query else "")
+        req = urllib.request.Request(url, method=_method, data=b"" if _method == "POST" else None)
         try:
-            with urllib.request.urlopen(f"{self.url}/lore/api{path}?{query}", timeout=30) as resp:
+            with urllib.request.urlopen(req, timeout=_timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             try:
@@ -107,6 +109,24 @@ class _ApiReader:
     def status(self) -> dict[str, Any]:
         return self._get("/status")
 
+    def session_ids(self) -> list[str]:
+        return [s["id"] for s in self._get("/sessions", limit=10_000)]
+
+    def distill(self, session: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        # Long: the gateway answers when the session is distilled (worker calls included).
+        reports = self._get(f"/distill?session={quote(session, safe='')}", _method="POST", _timeout=3600)
+        return reports["reports"][0]
+
+    def distillations(self, session: str | None, archived: bool) -> list[dict[str, Any]]:
+        return self._get("/distillations", session=session, archived=None if archived else "0")
+
+    def distillation(self, ident: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        return self._get(f"/distillations/{quote(ident, safe='')}")
+
     def close(self) -> None:
         pass
 
@@ -114,10 +134,12 @@ class _ApiReader:
 class _DirectReader:
     """Opens the configured store in this process (only when no gateway holds it)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, config: Any = None) -> None:
         import asyncio
 
         self.store = store
+        self.config = config
+        self._distiller: Any = None
         self._loop = asyncio.new_event_loop()
         stats_path = getattr(store, "path", None)
         self.where = f"gateway not running: reading the {store.name} store directly" + (
@@ -163,8 +185,46 @@ class _DirectReader:
     def status(self) -> dict[str, Any]:
         return {"gateway": "not running", "store": self._run(self.store.stats())}
 
+    def session_ids(self) -> list[str]:
+        return [s.id for s in self._run(self.store.list_sessions(limit=10_000))]
+
+    def _scheduler(self) -> Any:
+        if self._distiller is None:
+            from lore_core.config import LoreConfig
+            from lore_core.distill.scheduler import DistillScheduler
+            from lore_core.worker import WorkerClient
+
+            config = self.config or LoreConfig()
+            # No session credentials outside a gateway: only a configured worker (worker.*)
+            # is usable, else the extractive observer writes the logs.
+            self._worker = WorkerClient(config.worker, config.upstream)
+            self._distiller = DistillScheduler(self.store, config.distill, self._worker)
+        return self._distiller
+
+    def distill(self, session: str) -> dict[str, Any]:
+        from lore_core.worker import WorkerError
+
+        if self._run(self.store.get_session(session)) is None:
+            raise _CommandError(f"no session {session!r}", 1)
+        try:
+            return self._run(self._scheduler().distill_session(session)).as_json()
+        except WorkerError as exc:
+            raise _CommandError(f"the worker call failed: {exc.reason}", 3) from None
+
+    def distillations(self, session: str | None, archived: bool) -> list[dict[str, Any]]:
+        rows = self._run(self.store.list_distillations(session, include_archived=archived))
+        return [d.as_json() for d in rows]
+
+    def distillation(self, ident: str) -> dict[str, Any]:
+        found = self._run(self.store.get_distillation(ident))
+        if found is None:
+            raise _CommandError(f"no distillation {ident!r}", 1)
+        return found.as_json()
+
     def close(self) -> None:
         try:
+            if self._distiller is not None:
+                self._run(self._worker.close())
             self._run(self.store.close())
         finally:
             self._loop.close()
@@ -206,7 +266,7 @@ def _open_reader() -> _ApiReader | _DirectReader:
     url = _gateway_url(config.server.host, config.server.port)
     if url is not None:
         return _ApiReader(url)
-    return _DirectReader(choose_store(config, Registry.collect(pm).stores))
+    return _DirectReader(choose_store(config, Registry.collect(pm).stores), config)
 
 
 def _with_reader(args: argparse.Namespace, action: Any) -> int:
@@ -289,8 +349,32 @@ def _render_message(m: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _print_distillation(d: dict[str, Any]) -> None:
+    kind = "meta-distillation (gen 1)" if d["generation"] else "observation log (gen 0)"
+    flags = ", ARCHIVED" if d["archived"] else ""
+    print(f"{d['ref']}  {kind}{flags}  session {d['session_id']}")
+    worker = f"{d['worker_provider']}/{d['worker_model']}" if d.get("worker_model") else "-"
+    print(
+        f"{d['method']}, worker {worker}; {_when(d['start'])} .. {_when(d['end'])}; "
+        f"created {_when(d['created_at'])}"
+    )
+    print(
+        f"tokens: source {d['source_tokens']}, input {d['input_tokens']}, output {d['output_tokens']} "
+        f"(compression {d['compression_ratio']}x); {len(d['source_ids'])} sources"
+    )
+    print()
+    print(d["text"])
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        if args.session.startswith("d:"):
+            found = reader.distillation(args.session)
+            if args.json:
+                _print_json(found)
+            else:
+                _print_distillation(found)
+            return 0
         data = reader.show(args.session, args.all_branches)
         if args.json:
             _print_json(data)
@@ -348,6 +432,25 @@ def cmd_status(args: argparse.Namespace) -> int:
             writer = health.get("store") or {}
             if writer.get("error"):
                 print(f"store:   DEGRADED: {writer['error']}")
+            worker = health.get("worker") or {}
+            target = worker.get("target") or {}
+            where = (
+                f" ({target.get('model')} at {target.get('upstream')}, {target.get('source')})"
+                if target
+                else ""
+            )
+            reason = f": {worker['reason']}" if worker.get("reason") else ""
+            print(f"worker:  {worker.get('state', 'unknown')}{where}{reason}")
+            distill = health.get("distill") or {}
+            if distill:
+                counts = distill.get("counts") or {}
+                print(
+                    f"distill: {counts.get('gen0_llm', 0)} LLM and "
+                    f"{counts.get('gen0_extractive', 0)} extractive observation logs, "
+                    f"{counts.get('gen1', 0)} meta-distillations since start; "
+                    f"{len(distill.get('running') or [])} running"
+                    + (f"; last error: {distill['last_error']}" if distill.get("last_error") else "")
+                )
         else:
             print("gateway: not running")
         if "error" in store:
@@ -357,8 +460,81 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"store:   {store.get('backend')} at {store.get('path') or '(memory)'} ({size / 1e6:.1f} MB)")
         print(
             f"         {store.get('projects', 0)} projects, {store.get('sessions', 0)} sessions, "
-            f"{store.get('messages', 0)} messages (schema v{store.get('schema_version')})"
+            f"{store.get('messages', 0)} messages, {store.get('distillations', 0)} distillations "
+            f"(schema v{store.get('schema_version')})"
         )
+        return 0
+
+    return _with_reader(args, action)
+
+
+class _ProgressBar:
+    """A one-line progress bar on stderr (redrawn in place on a terminal)."""
+
+    def __init__(self, label: str, width: int = 30) -> None:
+        self.label = label
+        self.width = width
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = self.width * done // total if total else self.width
+        line = f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}"
+        print(("\r" if self.tty else "") + line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        sessions = [args.session] if args.session else reader.session_ids()
+        bar = _ProgressBar("distilling")
+        bar(0, len(sessions))
+        reports = []
+        for index, sid in enumerate(sessions):
+            reports.append(reader.distill(sid))
+            bar(index + 1, len(sessions))
+        bar.finish()
+        if args.json:
+            _print_json(reports)
+            return 0
+        for r in reports:
+            observed = ", ".join(f"{n} {m}" for m, n in sorted(r["observed"].items())) or "none"
+            print(
+                f"{r['session_id']}: observation logs written: {observed}; meta-distillations: "
+                f"{r['reflected']} (archived {r['archived']}); {r['remaining_messages']} messages left"
+            )
+            for note in r["notes"]:
+                print(f"    {note}")
+        return 0
+
+    return _with_reader(args, action)
+
+
+def cmd_distillations(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        rows = reader.distillations(args.session, not args.current)
+        if args.json:
+            keys = ("id", "session", "generation", "archived", "source_ids", "text")
+            _print_json(
+                [
+                    dict(zip(keys, (d["ref"], d["session_id"], *(d[k] for k in keys[2:])), strict=True))
+                    for d in rows
+                ]
+            )
+            return 0
+        if not rows:
+            print("no distillations stored" + (f" for session {args.session}" if args.session else ""))
+            return 0
+        for d in rows:
+            flags = " ARCHIVED" if d["archived"] else ""
+            first = next((line for line in d["text"].splitlines() if line.strip()), "")
+            print(
+                f"{_when(d['created_at'])}  {d['ref']}  gen {d['generation']}{flags}  {d['session_id']}  "
+                f"{d['method']}  {len(d['source_ids'])} sources"
+            )
+            print(f"    {first[:160]}")
         return 0
 
     return _with_reader(args, action)
@@ -390,8 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--json", action="store_true", help="print JSON")
     sessions.set_defaults(func=cmd_sessions)
 
-    show = sub.add_parser("show", help="print a stored session's conversation")
-    show.add_argument("session", help="session id (see lore sessions)")
+    show = sub.add_parser("show", help="print a stored session's conversation, or a distillation (d:<id>)")
+    show.add_argument("session", help="session id (see lore sessions), or d:<id> (see lore distillations)")
     show.add_argument(
         "--all-branches", action="store_true", help="every stored message, not only the current branch"
     )
@@ -407,6 +583,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print a JSON array: id, session, role, score, text"
     )
     search.set_defaults(func=cmd_search)
+
+    distill = sub.add_parser("distill", help="distil stored sessions now (progress on stderr)")
+    distill.add_argument("--session", default=None, help="only this session (default: every session)")
+    distill.add_argument("--json", action="store_true", help="print the reports as JSON")
+    distill.set_defaults(func=cmd_distill)
+
+    distillations = sub.add_parser("distillations", help="list observation logs and meta-distillations")
+    distillations.add_argument("--session", default=None, help="only this session")
+    distillations.add_argument("--current", action="store_true", help="leave out archived ones")
+    distillations.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON array: id, session, generation, archived, source_ids, text",
+    )
+    distillations.set_defaults(func=cmd_distillations)
 
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
     status.add_argument("--json", action="store_true", help="print JSON")

@@ -125,6 +125,27 @@ class WorkerConfig:
 
 
 @attrs.define
+class DistillConfig:
+    """Distillation (tier 2): when conversation segments become observation logs."""
+
+    # A session with no request for this long is idle and gets distilled (debounced).
+    idle_timeout_seconds: float = 60.0
+    # Largest segment one observer call reads, in estimated tokens; more undistilled tokens
+    # than this after a turn distil at once, without waiting for idle.
+    segment_max_tokens: int = 16_000
+    # The first distillation of a session waits for this many messages ...
+    first_segment_min_messages: int = 5
+    # ... and this many estimated tokens.
+    first_segment_min_tokens: int = 64
+    # Tool outputs longer than this are replaced by an annotation in the observer's input.
+    tool_output_max_chars: int = 4000
+    # Unarchived generation-0 logs of a session that trigger a reflector call ...
+    meta_threshold: int = 20
+    # ... which consolidates all but this many of the newest.
+    recent_segments_to_keep: int = 5
+
+
+@attrs.define
 class BudgetConfig:
     # What the cache reads of one turn may cost (USD) before the context manager prefers
     # compressing to sending the full raw conversation: the layer-0 cap is
@@ -168,6 +189,7 @@ class LoreConfig:
     store: StoreConfig = attrs.field(factory=StoreConfig)
     embedding: EmbeddingConfig = attrs.field(factory=EmbeddingConfig)
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
+    distill: DistillConfig = attrs.field(factory=DistillConfig)
     budget: BudgetConfig = attrs.field(factory=BudgetConfig)
     # Model-name prefix -> price/limit overrides (the longest matching prefix wins).
     models: dict[str, ModelConfig] = attrs.field(factory=dict)
@@ -187,6 +209,7 @@ CORE_SECTIONS: dict[str, Any] = {
     "store": StoreConfig,
     "embedding": EmbeddingConfig,
     "worker": WorkerConfig,
+    "distill": DistillConfig,
     "budget": BudgetConfig,
     # Keyed by model-name prefix rather than by fixed field names.
     "models": dict[str, ModelConfig],
@@ -205,6 +228,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_WORKER_MODEL": ("worker", "model"),
     "LORE_WORKER_UPSTREAM": ("worker", "upstream"),
     "LORE_WORKER_API_KEY": ("worker", "apiKey"),
+    "LORE_IDLE_TIMEOUT": ("distill", "idleTimeoutSeconds"),
     "LORE_DAILY_BUDGET": ("budget", "dailyBudgetUsd"),
 }
 
@@ -415,6 +439,7 @@ def load_config(
         store=values["store"],
         embedding=values["embedding"],
         worker=values["worker"],
+        distill=values["distill"],
         budget=values["budget"],
         models=values["models"],
         plugin_sections={k: values[k] for k in plugin_sections},

@@ -18,6 +18,7 @@ import pluggy
 
 from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.pricing import PriceTable
+from lore_core.distill.scheduler import DistillScheduler
 from lore_core.harness import fingerprint_session
 from lore_core.interfaces import (
     CompositionContext,
@@ -67,6 +68,8 @@ class Gateway:
             price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
         )
         self.embedder = choose_embedder(config, registry.embedders)
+        # Distillation runs in the background on idle sessions (never on the request path).
+        self.distiller = DistillScheduler(self.store, config.distill, self.worker, settle=self._settle_writes)
 
     @classmethod
     def load(
@@ -94,6 +97,7 @@ class Gateway:
         await self.upstream.start()
         # A store that cannot open leaves the writer degraded (it retries); never fatal.
         await self.writer.start()
+        await self.distiller.start()
         if self.embedder is not None and hasattr(self.embedder, "load"):
             # Load the model in the background: the proxy serves at once, and a model that
             # cannot load is reported on /health (recall then uses full-text search only).
@@ -104,10 +108,19 @@ class Gateway:
         try:
             await await_all(self.pm.hook.lore_shutdown(gateway=self))
         finally:
+            # An interrupted distillation is re-done on the next start (it is derived state).
+            await self.distiller.stop()
             # Flush every queued exchange before the process goes away.
             await self.writer.stop(self.config.server.shutdown_grace_seconds)
             await self.worker.close()
             await self.upstream.close()
+
+    async def _settle_writes(self) -> None:
+        """Let exchanges already queued reach the store before distillation reads it."""
+        try:
+            await self.writer.wait_idle(timeout=5.0)
+        except TimeoutError:
+            pass
 
     async def _load_embedder(self) -> None:
         try:
@@ -165,6 +178,10 @@ class Gateway:
         except Exception:
             log.exception("could not queue an exchange for the store")
         try:
+            self.distiller.exchange_finished(exchange)
+        except Exception:
+            log.exception("could not tell the distillation scheduler about an exchange")
+        try:
             self.pm.hook.lore_exchange_complete(gateway=self, exchange=exchange)
         except Exception:
             log.exception("an exchange_complete hook failed")
@@ -182,6 +199,7 @@ class Gateway:
             "stats": dict(self.stats),
             "store": self.writer.health(),
             "worker": self.worker.status(),
+            "distill": self.distiller.health(),
             "embedder": _embedder_health(self.embedder),
         }
 

@@ -1,0 +1,415 @@
+"""The distillation scheduler: decides when a session's conversation becomes observation logs
+(generation 0) and when old logs are consolidated (generation 1), and runs that off the
+request path.
+
+When:
+
+* **idle**: a session with no request for ``distill.idleTimeoutSeconds`` is distilled
+  (debounced: every new request restarts the wait). Not while the last answer is a tool call
+  awaiting its result (the agent is working, the turn is not over); such a session waits ten
+  times as long, so an abandoned tool call cannot keep it undistilled for ever;
+* **after a turn**, when the undistilled part of the session exceeds
+  ``distill.segmentMaxTokens``: the full segments are distilled at once, the tail waits for
+  idle;
+* **on demand** (``lore distill``, ``POST /lore/api/distill``).
+
+What is undistilled is derived from the store every time (messages of the current branch
+that no gen-0 distillation lists as a source), never remembered beside it: a crash between
+the worker's answer and the write re-does that segment, and since a distillation's id is a
+hash of its sources, writing the same segment twice stores it once. One distillation runs at
+a time per session (a lock), however it was triggered.
+
+Gen-0 uses the LLM observer when the worker is usable, else the extractive observer (and the
+provenance says so). When a session has ``distill.metaThreshold`` unarchived gen-0 logs, the
+reflector consolidates all but the newest ``distill.recentSegmentsToKeep`` (plus the previous
+meta-distillation) into one gen-1 row, written together with the archiving of its sources.
+The reflector has no fallback: without a worker, consolidation waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.config import DistillConfig
+from lore_core.distill.inputs import Distillation, DistillInput, ObservationInput
+from lore_core.distill.observer import Observer
+from lore_core.distill.reflector import Reflector
+from lore_core.distill.render import tool_names_of
+from lore_core.distill.segment import Segment, SegmentPolicy, split_segments
+from lore_core.interfaces import Store
+from lore_core.model import TOOL_CALL, Exchange
+from lore_core.store import StoredDistillation, StoredMessage, distillation_id, main_branch
+from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
+
+log = logging.getLogger("lore.distill")
+
+#: An idle session whose last answer awaits a tool result waits this many idle timeouts.
+TOOL_WAIT_FACTOR = 10
+#: Sessions looked at when the gateway starts, to finish what a previous run left undistilled.
+RESUME_SESSIONS = 200
+#: Sessions the background loop distils at once (each reads its session from the store).
+MAX_PARALLEL_SESSIONS = 2
+#: Waits after a failed worker call before the session is tried again (then the last one).
+RETRY_SECONDS = (30.0, 60.0, 120.0, 300.0)
+
+Progress = Callable[[int, int], None]
+
+
+@attrs.define
+class DistillReport:
+    """What one :meth:`DistillScheduler.distill_session` run did."""
+
+    session_id: str
+    # Gen-0 rows written, by method ("llm" / "extractive").
+    observed: dict[str, int] = attrs.field(factory=dict)
+    # Gen-1 rows written and gen-0 rows they archived.
+    reflected: int = 0
+    archived: int = 0
+    # Undistilled messages left (below the first-segment minimum, or the tail after a
+    # turn-triggered run).
+    remaining_messages: int = 0
+    # Why work was skipped or stopped, when it was ("worker unavailable: ...").
+    notes: list[str] = attrs.field(factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def policy_of(config: DistillConfig) -> SegmentPolicy:
+    return SegmentPolicy(
+        max_tokens=config.segment_max_tokens,
+        first_min_messages=config.first_segment_min_messages,
+        first_min_tokens=config.first_segment_min_tokens,
+        tool_output_max_chars=config.tool_output_max_chars,
+    )
+
+
+def _inputs(messages: Sequence[StoredMessage]) -> list[DistillInput]:
+    return [DistillInput.from_block_dicts(m.id, m.role, m.created_at, m.blocks) for m in messages]
+
+
+def _row(
+    dist: Distillation, session_id: str, project: str, source_ids: list[str] | None = None
+) -> StoredDistillation:
+    prov = dist.provenance
+    sources = list(source_ids if source_ids is not None else prov.source_ids)
+    return StoredDistillation(
+        id=distillation_id(session_id, prov.generation, sources),
+        session_id=session_id,
+        generation=prov.generation,
+        text=dist.text,
+        source_ids=sources,
+        project=project,
+        created_at=time.time(),
+        start=prov.start,
+        end=prov.end,
+        method=prov.method,
+        source_tokens=prov.source_tokens,
+        input_tokens=prov.input_tokens,
+        output_tokens=prov.output_tokens,
+        compression_ratio=prov.compression_ratio,
+        worker_provider=prov.worker_provider,
+        worker_model=prov.worker_model,
+    )
+
+
+def _previous_text(live: Sequence[StoredDistillation]) -> str:
+    """What the observer is told was observed before: the current meta-distillation, then
+    the unarchived logs, oldest first (the observer keeps their tail)."""
+    ordered = sorted(live, key=lambda d: (-d.generation, d.end, d.created_at))
+    return "\n\n".join(d.text for d in ordered)
+
+
+def awaits_tool_result(exchange: Exchange) -> bool:
+    """The answer ended in a tool call: the client runs the tool and comes back."""
+    response = exchange.response
+    if response is None:
+        return False
+    if response.stop_reason in ("tool_use", "tool_calls"):
+        return True
+    return bool(response.blocks) and response.blocks[-1].type == TOOL_CALL
+
+
+class DistillScheduler:
+    """One per gateway (or per ``lore distill`` run without a gateway)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: DistillConfig,
+        worker: WorkerClient | None,
+        *,
+        settle: Callable[[], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.worker = worker
+        self.policy = policy_of(config)
+        self.observer = Observer(worker, config.tool_output_max_chars)
+        self.reflector = Reflector(worker) if worker is not None else None
+        # Called before reading the store: lets exchanges already queued to the writer land.
+        self._settle = settle
+        self._clock = clock
+        # Wall-clock time of each tracked session's last request, and whether its last answer
+        # awaits a tool result. Sessions leave once an idle run found nothing more to do.
+        self._seen: dict[str, float] = {}
+        self._awaiting_tool: dict[str, bool] = {}
+        # Sessions whose last turn may have pushed the undistilled part past the cap.
+        self._turned: set[str] = set()
+        self._failures: Counter[str] = Counter()
+        self._retry_at: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, asyncio.Task[DistillReport | None]] = {}
+        self._wake: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self.counts: Counter[str] = Counter()
+        self.last_error: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, resume: bool = True) -> None:
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(MAX_PARALLEL_SESSIONS)
+        self._loop_task = asyncio.create_task(self._run(resume), name="lore-distill")
+
+    async def stop(self) -> None:
+        """Cancel what runs: an interrupted distillation is simply re-done next time."""
+        tasks = [t for t in (self._loop_task, *self._tasks.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._loop_task = None
+        self._tasks.clear()
+
+    # -- the request path's side (never blocks, never raises) --------------------------------
+
+    def exchange_finished(self, exchange: Exchange) -> None:
+        sid = exchange.session_id
+        self._seen[sid] = exchange.finished_at or self._clock()
+        self._awaiting_tool[sid] = awaits_tool_result(exchange)
+        self._turned.add(sid)
+        # The client is back (its credentials with it): no reason to keep waiting. Failing
+        # workers stay bounded by the worker's circuit breaker.
+        self._retry_at.pop(sid, None)
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the background loop -------------------------------------------------------------------
+
+    @property
+    def tick_seconds(self) -> float:
+        return max(0.05, min(1.0, self.config.idle_timeout_seconds / 4))
+
+    async def _run(self, resume: bool) -> None:
+        assert self._wake is not None
+        if resume:
+            await self._resume()
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.tick_seconds)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self._schedule()
+            except Exception:
+                log.exception("distillation scheduling failed")
+
+    async def _resume(self) -> None:
+        """Track recently updated sessions, so that a segment a crash or a stop interrupted
+        is distilled without waiting for the session's next request."""
+        try:
+            sessions = await self.store.list_sessions(limit=RESUME_SESSIONS)
+        except Exception as exc:
+            log.warning("distillation: cannot list sessions to resume (%s)", exc)
+            return
+        # Session credentials are held in memory only, so after a restart the worker may
+        # have none until the clients come back: give them time (ten idle timeouts) before
+        # the extractive observer does the work for good.
+        wait = 0.0
+        if self.worker is not None and not self.worker.status()["available"]:
+            wait = TOOL_WAIT_FACTOR * self.config.idle_timeout_seconds
+        for s in sessions:
+            self._seen.setdefault(s.id, s.updated_at)
+            if wait:
+                self._retry_at[s.id] = self._clock() + wait
+
+    def _schedule(self) -> None:
+        now = self._clock()
+        idle = self.config.idle_timeout_seconds
+        for sid, seen in list(self._seen.items()):
+            if sid in self._tasks or self._retry_at.get(sid, 0.0) > now:
+                continue
+            wait = idle * (TOOL_WAIT_FACTOR if self._awaiting_tool.get(sid) else 1)
+            if now - seen >= wait:
+                self._turned.discard(sid)
+                self._launch(sid, "idle")
+            elif sid in self._turned:
+                self._turned.discard(sid)
+                self._launch(sid, "turn")
+
+    def _launch(self, sid: str, reason: str) -> None:
+        task = asyncio.create_task(self._guarded(sid, reason), name=f"lore-distill-{sid[:16]}")
+        self._tasks[sid] = task
+        task.add_done_callback(lambda _t, sid=sid: self._tasks.pop(sid, None))
+
+    async def _guarded(self, sid: str, reason: str) -> DistillReport | None:
+        seen = self._seen.get(sid)
+        assert self._slots is not None
+        try:
+            async with self._slots:
+                report = await self.distill_session(sid, reason=reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(sid, exc)
+            return None
+        if reason == "idle" and self._seen.get(sid) == seen:
+            # Nothing more to do until the session's next request (one that arrived during
+            # the run changed the time seen, and keeps the session tracked).
+            self._seen.pop(sid, None)
+            self._awaiting_tool.pop(sid, None)
+            lock = self._locks.get(sid)
+            if lock is not None and not lock.locked():
+                del self._locks[sid]
+        return report
+
+    def _failed(self, sid: str, exc: BaseException) -> None:
+        self._failures[sid] += 1
+        delay = RETRY_SECONDS[min(self._failures[sid], len(RETRY_SECONDS)) - 1]
+        if isinstance(exc, WorkerError) and self.worker is not None and not self.worker.status()["available"]:
+            # The failure opened the worker's circuit breaker: the next attempt falls back to
+            # the extractive observer at once, rather than leaving the session undistilled.
+            delay = 0.0
+        self._retry_at[sid] = self._clock() + delay
+        self.counts["failures"] += 1
+        reason = exc.reason if isinstance(exc, WorkerError) else f"{type(exc).__name__}: {exc}"
+        if reason != self.last_error:
+            log.warning("distillation of session %s failed (retry in %.0fs): %s", sid, delay, reason)
+        self.last_error = reason
+
+    # -- the work ------------------------------------------------------------------------------
+
+    def _lock(self, sid: str) -> asyncio.Lock:
+        lock = self._locks.get(sid)
+        if lock is None:
+            lock = self._locks[sid] = asyncio.Lock()
+        return lock
+
+    async def distill_session(
+        self, session_id: str, *, reason: str = "manual", progress: Progress | None = None
+    ) -> DistillReport:
+        """Distil what is undistilled in the session now, then consolidate if due.
+
+        ``reason == "turn"`` distils only full segments (the tail waits for idle). A worker
+        call that was attempted and failed raises :class:`~lore_core.worker.WorkerError`
+        after what was written before it stays written."""
+        async with self._lock(session_id):
+            if self._settle is not None:
+                await self._settle()
+            report = DistillReport(session_id)
+            messages = main_branch(await self.store.session_messages(session_id))
+            if not messages:
+                return report
+            project = messages[-1].project
+            done = await self.store.distilled_message_ids(session_id)
+            inputs = _inputs(messages)
+            names = tool_names_of(inputs)
+            todo = [m for m in inputs if m.id not in done]
+            existing = await self.store.list_distillations(session_id, include_archived=True)
+            first = not any(d.generation == 0 for d in existing)
+            segments: list[Segment] = split_segments(todo, self.policy, first=first) if todo else []
+            if reason == "turn":
+                segments = [s for s in segments if s.reason != "end"]
+            live = [d for d in existing if not d.archived]
+            total = len(segments)
+            if progress is not None:
+                progress(0, total)
+            for index, segment in enumerate(segments):
+                dist = await self.observer.observe(
+                    segment.messages, _previous_text(live), session_id=session_id, tool_names=names
+                )
+                row = _row(dist, session_id, project)
+                if await self.store.write_distillation(row):
+                    live.append(row)
+                    method = dist.provenance.method
+                    report.observed[method] = report.observed.get(method, 0) + 1
+                    self.counts[f"gen0_{method}"] += 1
+                    if dist.provenance.fallback_reason:
+                        note = f"extractive observer: {dist.provenance.fallback_reason}"
+                        if note not in report.notes:
+                            report.notes.append(note)
+                if progress is not None:
+                    progress(index + 1, total)
+            covered = {i for s in segments for i in s.ids}
+            report.remaining_messages = sum(1 for m in todo if m.id not in covered)
+            await self._reflect(session_id, project, live, report)
+            self._failures.pop(session_id, None)
+            self._retry_at.pop(session_id, None)
+            return report
+
+    async def _reflect(
+        self, session_id: str, project: str, live: list[StoredDistillation], report: DistillReport
+    ) -> None:
+        gen0 = sorted((d for d in live if d.generation == 0), key=lambda d: (d.end, d.created_at, d.id))
+        if len(gen0) < max(1, self.config.meta_threshold) or self.reflector is None:
+            return
+        keep = max(0, self.config.recent_segments_to_keep)
+        consolidate = gen0[: len(gen0) - keep] if keep else gen0
+        if not consolidate:
+            return
+        metas = sorted((d for d in live if d.generation >= 1), key=lambda d: (d.created_at, d.id))
+        previous = metas[-1] if metas else None
+        observations = [ObservationInput(d.id, d.text, d.start, d.end, d.generation) for d in consolidate]
+        try:
+            dist = await self.reflector.reflect(
+                observations, previous.text if previous else "", session_id=session_id
+            )
+        except WorkerUnavailable as exc:
+            report.notes.append(f"consolidation waits: worker unavailable ({exc.reason})")
+            return
+        sources = [d.id for d in consolidate] + ([previous.id] if previous else [])
+        row = _row(dist, session_id, project, sources)
+        if previous is not None:
+            row.start = min(row.start, previous.start) if previous.start else row.start
+        if await self.store.write_distillation(row, archive=sources):
+            report.reflected += 1
+            report.archived += len(sources)
+            self.counts["gen1"] += 1
+
+    async def distill_all(
+        self, session_ids: Sequence[str] | None = None, progress: Progress | None = None
+    ) -> list[DistillReport]:
+        """``lore distill``: every given (or recently updated) session, one after another."""
+        if session_ids is None:
+            session_ids = [s.id for s in await self.store.list_sessions(limit=10_000)]
+        reports = []
+        for index, sid in enumerate(session_ids):
+            reports.append(await self.distill_session(sid))
+            if progress is not None:
+                progress(index + 1, len(session_ids))
+        return reports
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "idle_timeout_seconds": self.config.idle_timeout_seconds,
+            "tracked_sessions": len(self._seen),
+            "running": sorted(self._tasks),
+            "counts": dict(self.counts),
+            "last_error": self.last_error,
+        }
