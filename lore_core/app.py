@@ -21,7 +21,7 @@ from lore_core.api import api as lore_api
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
-from lore_core.model import Exchange
+from lore_core.model import TEXT, AssistantMessage, Block, Exchange
 from lore_core.proxy import (
     BadUpstreamURL,
     UpstreamError,
@@ -118,6 +118,30 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
 
     ctx = RequestContext(path=path, headers=headers, view=view, gateway_cwd=gateway.cwd)
     harness, session_id, project = gateway.identify(ctx)
+    if _is_compaction(harness, ctx):
+        answer = await gateway.distiller.compaction_summary(session_id)
+        if answer is not None:
+            # The client's own summary becomes Lore's memory: no upstream call.
+            gateway.stats["compactions_answered"] += 1
+            summary = f"<summary>\n{answer}\n</summary>"
+            body, content_type = codec.render_response(summary, view.model, view.stream)
+            # Stored like any exchange: the request's messages and the summary it got.
+            gateway.exchange_finished(
+                Exchange(
+                    api=codec.api,
+                    path=path,
+                    request=view,
+                    harness=harness.name,
+                    session_id=session_id,
+                    project=project,
+                    upstream="lore",
+                    status=200,
+                    response=AssistantMessage(
+                        blocks=[Block(TEXT, text=summary)], model=view.model, complete=True
+                    ),
+                )
+            )
+            return Response(body, status=200, content_type=content_type)
     view = gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
 
     out_headers = forward_headers(_client_headers())
@@ -312,6 +336,15 @@ async def _read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any
     if not isinstance(raw, dict):
         raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
     return body, decoded, raw
+
+
+def _is_compaction(harness: object, ctx: RequestContext) -> bool:
+    check = getattr(harness, "compaction_request", None)
+    try:
+        return bool(check(ctx)) if check is not None else False
+    except Exception:
+        log.exception("harness %s failed to check for a compaction request", getattr(harness, "name", "?"))
+        return False
 
 
 def _client_headers() -> list[tuple[str, str]]:

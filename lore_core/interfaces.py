@@ -61,6 +61,10 @@ class Codec(Protocol):
     def assembler(self) -> StreamAssembler:
         """A fresh assembler for one streamed response."""
 
+    def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
+        """A complete text answer the gateway makes itself (e.g. a compaction summary), as
+        the API's JSON body or its SSE event sequence; returns (body, content type)."""
+
     def error_body(self, status: int, message: str, error_type: str | None = None) -> dict[str, Any]:
         """An error body in this API's own shape."""
 
@@ -108,6 +112,10 @@ class Harness(Protocol):
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
         """How ``lore run <name> args...`` starts the client pointed at ``gateway_url``."""
+
+    # Optional: ``compaction_request(ctx) -> bool`` says the request is the client's own
+    # "summarise the conversation" call; the gateway then answers it from the session's
+    # distillations without an upstream call, so the client's summary is Lore's memory.
 
 
 # ---------------------------------------------------------------------------------------------

@@ -179,3 +179,18 @@ def test_sse_parser_handles_crlf_split_and_comments():
     for i in range(len(stream)):
         events.extend(parser.feed(stream[i : i + 1]))
     assert events == [("a", "1\n2"), ("", "x")]
+
+
+@pytest.mark.parametrize("codec", [AnthropicMessagesCodec(), OpenAIChatCodec(), OpenAIResponsesCodec()])
+@pytest.mark.parametrize("stream", [False, True])
+def test_gateway_made_answers_are_well_formed(codec, stream):
+    body, content_type = codec.render_response("made by the gateway", "m-1", stream)
+    if stream:
+        assert content_type == "text/event-stream"
+        assembler = codec.assembler()
+        assembler.feed(body)
+        msg = assembler.result()
+    else:
+        assert content_type == "application/json"
+        msg = codec.parse_response(json.loads(body))
+    assert msg.complete and msg.text == "made by the gateway"

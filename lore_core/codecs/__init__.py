@@ -37,3 +37,15 @@ def status_error_kind(status: int) -> str:
         415: "invalid_request_error",
         429: "rate_limit_error",
     }.get(status, "invalid_request_error" if status < 500 else "api_error")
+
+
+def sse_event(event: str | None, data: Any) -> bytes:
+    """One Server-Sent Event (``event:`` line optional), JSON-encoding ``data``."""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
+
+
+def new_id(prefix: str) -> str:
+    import uuid
+
+    return prefix + uuid.uuid4().hex[:24]

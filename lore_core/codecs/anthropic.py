@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lore_core.codecs import as_int, loads_or, status_error_kind
+from lore_core.codecs import as_int, loads_or, new_id, sse_event, status_error_kind
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -162,6 +162,45 @@ class AnthropicMessagesCodec:
             complete=raw.get("type") != "error",
             error=(raw.get("error") or {}).get("message") if raw.get("type") == "error" else None,
         )
+
+    def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
+        """A complete text answer made by the gateway itself, as JSON or as the SSE events
+        the API would stream. Returns (body, content type)."""
+        message = {
+            "id": new_id("msg_lore"),
+            "type": "message",
+            "role": "assistant",
+            "model": model or "lore",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        if not stream:
+            return json.dumps(message).encode(), "application/json"
+        start = {**message, "content": [], "stop_reason": None}
+        events = [
+            sse_event("message_start", {"type": "message_start", "message": start}),
+            sse_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            sse_event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+            ),
+            sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            sse_event(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 0},
+                },
+            ),
+            sse_event("message_stop", {"type": "message_stop"}),
+        ]
+        return b"".join(events), "text/event-stream"
 
     def assembler(self) -> AnthropicAssembler:
         return AnthropicAssembler()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from lore_core.codecs import as_int, loads_or, status_error_kind
+from lore_core.codecs import as_int, loads_or, new_id, sse_event, status_error_kind
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -142,6 +143,35 @@ class OpenAIChatCodec:
             response_id=raw.get("id"),
             complete="error" not in raw,
         )
+
+    def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
+        """A complete text answer made by the gateway itself (JSON or SSE chunks)."""
+        ident, created, model = new_id("chatcmpl-lore"), int(time.time()), model or "lore"
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        if not stream:
+            body = {
+                "id": ident,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                ],
+                "usage": usage,
+            }
+            return json.dumps(body).encode(), "application/json"
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
+            return sse_event(None, {**base, "choices": [choice]})
+
+        events = [
+            chunk({"role": "assistant", "content": text}, None),
+            chunk({}, "stop"),
+            sse_event(None, "[DONE]"),
+        ]
+        return b"".join(events), "text/event-stream"
 
     def assembler(self) -> OpenAIChatAssembler:
         return OpenAIChatAssembler()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from lore_core.codecs import as_int, loads_or, status_error_kind
+from lore_core.codecs import as_int, loads_or, new_id, sse_event, status_error_kind
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -175,6 +176,50 @@ class OpenAIResponsesCodec:
             complete=status in (None, "completed", "incomplete") and not error,
             error=(error or {}).get("message") if isinstance(error, dict) else None,
         )
+
+    def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
+        """A complete text answer made by the gateway itself (JSON or ``response.*`` events)."""
+        item = {
+            "id": new_id("msg_lore"),
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
+        response = {
+            "id": new_id("resp_lore"),
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": model or "lore",
+            "output": [item],
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        }
+        if not stream:
+            return json.dumps(response).encode(), "application/json"
+        pending = {**response, "status": "in_progress", "output": []}
+        events = [
+            ("response.created", {"response": pending}),
+            (
+                "response.output_item.added",
+                {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
+            ),
+            (
+                "response.output_text.delta",
+                {"item_id": item["id"], "output_index": 0, "content_index": 0, "delta": text},
+            ),
+            (
+                "response.output_text.done",
+                {"item_id": item["id"], "output_index": 0, "content_index": 0, "text": text},
+            ),
+            ("response.output_item.done", {"output_index": 0, "item": item}),
+            ("response.completed", {"response": response}),
+        ]
+        body = b"".join(
+            sse_event(name, {"type": name, "sequence_number": i, **data})
+            for i, (name, data) in enumerate(events)
+        )
+        return body, "text/event-stream"
 
     def assembler(self) -> OpenAIResponsesAssembler:
         return OpenAIResponsesAssembler(self)

@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 
 from lore_core.config import DistillConfig
+from lore_core.distill.extractive import extractive_observe
 from lore_core.distill.inputs import Distillation, DistillInput, ObservationInput
 from lore_core.distill.observer import Observer
 from lore_core.distill.reflector import Reflector
@@ -360,6 +361,23 @@ class DistillScheduler:
             self._failures.pop(session_id, None)
             self._retry_at.pop(session_id, None)
             return report
+
+    async def compaction_summary(self, session_id: str) -> str | None:
+        """The session's memory as a summary, for a harness's own compaction request: the
+        live meta-distillation and observation logs, plus an extractive log of what is not
+        distilled yet. No LLM call. ``None`` when the store knows nothing of the session."""
+        if self._settle is not None:
+            await self._settle()
+        messages = main_branch(await self.store.session_messages(session_id))
+        live = [d for d in await self.store.list_distillations(session_id) if not d.archived]
+        if not messages and not live:
+            return None
+        done = await self.store.distilled_message_ids(session_id)
+        tail = [m for m in _inputs(messages) if m.id not in done]
+        parts = [d.text.strip() for d in sorted(live, key=lambda d: (-d.generation, d.created_at))]
+        if tail:
+            parts.append(extractive_observe(tail, "\n\n".join(parts)).strip())
+        return "\n\n".join(p for p in parts if p) or None
 
     async def _reflect(
         self, session_id: str, project: str, live: list[StoredDistillation], report: DistillReport

@@ -37,6 +37,10 @@ LAUNCH_ENV = {
 }
 
 
+# The instruction Claude Code (2.1.x) sends when it compacts a conversation on its own.
+COMPACTION_MARKER = "create a detailed summary of the conversation so far"
+
+
 class ClaudeCodeHarness:
     name = "claude"
     display_name = "Claude Code"
@@ -61,6 +65,12 @@ class ClaudeCodeHarness:
 
     def project(self, ctx: RequestContext) -> str | None:
         return resolve_project(ctx, CWD_PATTERNS)
+
+    def compaction_request(self, ctx: RequestContext) -> bool:
+        """Claude Code's compaction call: its last user message asks for a summary."""
+        if ctx.view is None or not ctx.view.messages or ctx.view.messages[-1].role != "user":
+            return False
+        return COMPACTION_MARKER in ctx.view.messages[-1].text
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
         return LaunchPlan(argv=["claude", *args], env={"ANTHROPIC_BASE_URL": gateway_url, **LAUNCH_ENV})
