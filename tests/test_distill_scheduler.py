@@ -231,3 +231,45 @@ def test_a_turn_past_the_segment_cap_distils_without_waiting_for_idle(start_gate
     messages = main_branch(server.call(server.gateway.store.session_messages("cap-s1")))
     done = {i for d in rows for i in d.source_ids}
     assert messages[0].id in done and messages[-1].id not in done
+
+
+def test_a_200_turn_session_is_distilled_and_consolidated_at_the_default_threshold(
+    start_gateway, fake_upstream
+):
+    """The issue's scenario at the default reflector settings (metaThreshold 20, newest 5
+    kept): 200 turns through the gateway, segments capped small so there are enough logs."""
+    fake_upstream.responder = observer_responder()
+    config = {"idleTimeoutSeconds": 0.3, "segmentMaxTokens": 200}
+    server = start_gateway({"distill": config})
+    chat = Conversation(server.url, session="long-200")
+    for i in range(200):
+        chat.turn(f"turn {i}: open src/module_{i}.py and fix check_{i}; pytest said {i} passed")
+
+    def settled() -> list[StoredDistillation] | None:
+        rows = distillations(server, "long-200")
+        messages = main_branch(server.call(server.gateway.store.session_messages("long-200")))
+        covered = {i for d in rows if d.generation == 0 for i in d.source_ids}
+        if (
+            len(messages) == 400
+            and covered == {m.id for m in messages}
+            and any(d.generation == 1 for d in rows)
+        ):
+            return rows
+        return None
+
+    rows = poll(settled, "all 200 turns distilled and consolidated")
+    assert_partition(server, "long-200")
+    gen0 = [d for d in rows if d.generation == 0]
+    gen1 = [d for d in rows if d.generation == 1]
+    assert len(gen0) >= 20
+    live_gen0 = [d for d in gen0 if not d.archived]
+    live_gen1 = [d for d in gen1 if not d.archived]
+    assert len(live_gen1) == 1 and len(live_gen0) < 20
+    # Archived logs are exactly those a meta-distillation consolidated; none is lost.
+    consolidated = {i for d in gen1 for i in d.source_ids}
+    assert {d.id for d in gen0 if d.archived} == consolidated & {d.id for d in gen0}
+    assert all(d.archived for d in gen1 if d is not live_gen1[0])
+    # Archived logs stay searchable.
+    archived = next(d for d in gen0 if d.archived)
+    word = next(w for w in archived.text.split() if w.startswith("src/module_"))
+    assert archived.ref in {h.id for h in server.call(server.gateway.store.search(word, limit=50))}
