@@ -191,14 +191,19 @@ class _DirectReader:
     def _scheduler(self) -> Any:
         if self._distiller is None:
             from lore_core.config import LoreConfig
-            from lore_core.distill.scheduler import DistillScheduler
+            from lore_core.distill.scheduler import DistillScheduler, build_curators
+            from lore_core.plugins import Registry, make_plugin_manager
             from lore_core.worker import WorkerClient
 
             config = self.config or LoreConfig()
             # No session credentials outside a gateway: only a configured worker (worker.*)
             # is usable, else the extractive observer writes the logs.
             self._worker = WorkerClient(config.worker, config.upstream)
-            self._distiller = DistillScheduler(self.store, config.distill, self._worker)
+            curators = Registry.collect(make_plugin_manager()).curators
+            observer, reflector = build_curators(config, curators, self._worker)
+            self._distiller = DistillScheduler(
+                self.store, config.distill, self._worker, observer=observer, reflector=reflector
+            )
         return self._distiller
 
     def distill(self, session: str) -> dict[str, Any]:

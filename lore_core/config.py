@@ -143,6 +143,11 @@ class DistillConfig:
     meta_threshold: int = 20
     # ... which consolidates all but this many of the newest.
     recent_segments_to_keep: int = 5
+    # Which registered curator writes observation logs: "llm" (the worker model; falls back
+    # to "extractive" when no worker is usable) or "extractive" (deterministic, no LLM).
+    observer: str = "llm"
+    # Which registered curator consolidates logs into a meta-distillation.
+    reflector: str = "llm"
 
 
 @attrs.define

@@ -18,7 +18,7 @@ import pluggy
 
 from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.pricing import PriceTable
-from lore_core.distill.scheduler import DistillScheduler
+from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
 from lore_core.interfaces import (
     CompositionContext,
@@ -69,7 +69,15 @@ class Gateway:
         )
         self.embedder = choose_embedder(config, registry.embedders)
         # Distillation runs in the background on idle sessions (never on the request path).
-        self.distiller = DistillScheduler(self.store, config.distill, self.worker, settle=self._settle_writes)
+        observer, reflector = build_curators(config, registry.curators, self.worker)
+        self.distiller = DistillScheduler(
+            self.store,
+            config.distill,
+            self.worker,
+            settle=self._settle_writes,
+            observer=observer,
+            reflector=reflector,
+        )
 
     @classmethod
     def load(

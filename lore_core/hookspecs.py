@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from lore_core.gateway import Gateway
     from lore_core.interfaces import (
         Codec,
-        Curator,
+        CuratorFactory,
         EmbedderFactory,
         Harness,
         PromptLayer,
@@ -160,13 +160,16 @@ def lore_register_prompt_layers(register: Callable[[PromptLayer], None]) -> None
 
 
 @_hookspec
-def lore_register_curators(register: Callable[[Curator], None]) -> None:
-    """Register curators: background jobs that turn stored exchanges into derived memory.
+def lore_register_curators(register: Callable[[str, str, CuratorFactory], None]) -> None:
+    """Register curators: what turns stored exchanges into derived memory.
 
-    A :class:`~lore_core.interfaces.Curator` has a ``name``, a ``kind`` (``"observer"``,
-    ``"reflector"``, ``"knowledge"``) and an async ``run(session, context)`` the scheduler
-    calls off the request path. Curators must be idempotent: the scheduler may run one again
-    on the same input after a crash.
+    ``register(kind, name, factory)``: ``kind`` is ``"observer"`` (segments -> observation
+    logs), ``"reflector"`` (logs -> a meta-distillation) or ``"knowledge"``; ``factory``
+    takes a :class:`~lore_core.interfaces.CuratorContext` and returns the curator (see
+    :class:`~lore_core.interfaces.Curator` for each kind's method). ``distill.observer`` and
+    ``distill.reflector`` in ``.lore.json`` choose by name; the kernel registers ``llm``
+    (the default, through the worker model) and ``extractive`` (deterministic, no LLM).
+    Curators run off the request path and must be safe to run again on the same input.
     """
 
 

@@ -288,10 +288,27 @@ class PromptLayer(Protocol):
 # ---------------------------------------------------------------------------------------------
 
 
+@attrs.define
+class CuratorContext:
+    """What a curator factory gets: the configuration and the gateway's worker client
+    (``None`` outside a gateway; an LLM-backed curator then falls back or declines)."""
+
+    config: LoreConfig
+    worker: Any = None
+
+
 class Curator(Protocol):
-    """A background job turning stored exchanges into derived memory."""
+    """Turns stored exchanges into derived memory, off the request path.
+
+    ``kind`` says which job it does and so which method it has: an ``"observer"`` has
+    ``async observe(messages, previous, *, session_id, tool_names) -> Distillation`` (a
+    segment of undistilled messages in, one observation log out); a ``"reflector"`` has
+    ``async reflect(...)`` (observation logs in, one meta-distillation out). Both must be
+    deterministic in what they consume: the scheduler may run one again on the same input
+    after a crash, and stores keep one row per input."""
 
     name: str
     kind: str
 
-    async def run(self, session_id: str, context: Any) -> None: ...
+
+CuratorFactory = Callable[[CuratorContext], Curator]

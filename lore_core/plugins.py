@@ -11,7 +11,7 @@ import attrs
 import pluggy
 
 from lore_core import hookspecs
-from lore_core.interfaces import Codec, Curator, EmbedderFactory, Harness, PromptLayer, StoreFactory
+from lore_core.interfaces import Codec, CuratorFactory, EmbedderFactory, Harness, PromptLayer, StoreFactory
 
 log = logging.getLogger("lore.plugins")
 
@@ -20,6 +20,7 @@ log = logging.getLogger("lore.plugins")
 BUILTIN_PLUGINS = (
     "lore_core.builtin.codecs",
     "lore_core.builtin.generic_harness",
+    "lore_core.builtin.curators",
     "lore_core.builtin.memory_store",
 )
 
@@ -94,7 +95,8 @@ class Registry:
     stores: dict[str, StoreFactory] = attrs.field(factory=dict)
     embedders: dict[str, EmbedderFactory] = attrs.field(factory=dict)
     prompt_layers: list[PromptLayer] = attrs.field(factory=list)
-    curators: list[Curator] = attrs.field(factory=list)
+    # kind -> name -> factory
+    curators: dict[str, dict[str, CuratorFactory]] = attrs.field(factory=dict)
 
     @classmethod
     def collect(cls, pm: pluggy.PluginManager) -> Registry:
@@ -111,7 +113,11 @@ class Registry:
         hook.lore_register_stores(register=lambda n, f: unique(reg.stores, "store", n, f))
         hook.lore_register_embedders(register=lambda n, f: unique(reg.embedders, "embedder", n, f))
         hook.lore_register_prompt_layers(register=reg.prompt_layers.append)
-        hook.lore_register_curators(register=reg.curators.append)
+        hook.lore_register_curators(
+            register=lambda kind, name, f: unique(
+                reg.curators.setdefault(kind, {}), f"{kind} curator", name, f
+            )
+        )
         # Explicit priority, never install order; the name breaks ties deterministically.
         reg.prompt_layers.sort(key=lambda layer: (layer.priority, layer.name))
         return reg

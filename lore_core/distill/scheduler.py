@@ -32,19 +32,19 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from lore_core.config import DistillConfig
+from lore_core.config import ConfigError, DistillConfig, LoreConfig
 from lore_core.distill.extractive import extractive_observe
 from lore_core.distill.inputs import Distillation, DistillInput, ObservationInput
 from lore_core.distill.observer import Observer
 from lore_core.distill.reflector import Reflector
 from lore_core.distill.render import tool_names_of
 from lore_core.distill.segment import Segment, SegmentPolicy, split_segments
-from lore_core.interfaces import Store
+from lore_core.interfaces import CuratorContext, CuratorFactory, Store
 from lore_core.model import TOOL_CALL, Exchange
 from lore_core.store import StoredDistillation, StoredMessage, distillation_id, main_branch
 from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
@@ -81,6 +81,22 @@ class DistillReport:
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+def build_curators(
+    config: LoreConfig, curators: Mapping[str, Mapping[str, CuratorFactory]], worker: WorkerClient | None
+) -> tuple[Any, Any]:
+    """The observer and reflector ``distill.observer`` / ``distill.reflector`` name, from the
+    registered curators; an unknown name is a configuration error naming the key."""
+    ctx = CuratorContext(config=config, worker=worker)
+    chosen = []
+    for kind, name in (("observer", config.distill.observer), ("reflector", config.distill.reflector)):
+        factories = curators.get(kind, {})
+        if name not in factories:
+            known = ", ".join(sorted(factories)) or "none"
+            raise ConfigError(f"distill.{kind}: no {kind} named {name!r} is installed (installed: {known})")
+        chosen.append(factories[name](ctx))
+    return chosen[0], chosen[1]
 
 
 def policy_of(config: DistillConfig) -> SegmentPolicy:
@@ -149,13 +165,19 @@ class DistillScheduler:
         *,
         settle: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.time,
+        observer: Any = None,
+        reflector: Any = None,
     ) -> None:
         self.store = store
         self.config = config
         self.worker = worker
         self.policy = policy_of(config)
-        self.observer = Observer(worker, config.tool_output_max_chars)
-        self.reflector = Reflector(worker) if worker is not None else None
+        # The curators come from the plugin registry (see build_curators); these defaults
+        # serve callers without a registry.
+        self.observer = observer or Observer(worker, config.tool_output_max_chars)
+        self.reflector = (
+            reflector if reflector is not None else (Reflector(worker) if worker is not None else None)
+        )
         # Called before reading the store: lets exchanges already queued to the writer land.
         self._settle = settle
         self._clock = clock

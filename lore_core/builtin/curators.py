@@ -1,0 +1,33 @@
+"""Registers the built-in curators: the LLM observer and reflector (through the worker
+model) and the deterministic extractive observer (no LLM)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lore_core.distill.observer import ExtractiveObserver, Observer
+from lore_core.distill.reflector import Reflector
+from lore_core.hookspecs import hookimpl
+from lore_core.interfaces import Curator, CuratorContext, CuratorFactory
+
+
+def _llm_observer(ctx: CuratorContext) -> Curator:
+    # Falls back to the extractive observer whenever the worker is unusable.
+    return Observer(ctx.worker, ctx.config.distill.tool_output_max_chars)
+
+
+def _extractive_observer(ctx: CuratorContext) -> Curator:
+    return ExtractiveObserver(ctx.config.distill.tool_output_max_chars)
+
+
+def _llm_reflector(ctx: CuratorContext) -> Curator | None:
+    # Without a worker client consolidation waits: an extractive summary of summaries would
+    # lose what the logs keep.
+    return Reflector(ctx.worker) if ctx.worker is not None else None
+
+
+@hookimpl
+def lore_register_curators(register: Callable[[str, str, CuratorFactory], None]) -> None:
+    register("observer", "llm", _llm_observer)
+    register("observer", "extractive", _extractive_observer)
+    register("reflector", "llm", _llm_reflector)
