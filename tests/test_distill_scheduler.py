@@ -273,3 +273,33 @@ def test_a_200_turn_session_is_distilled_and_consolidated_at_the_default_thresho
     archived = next(d for d in gen0 if d.archived)
     word = next(w for w in archived.text.split() if w.startswith("src/module_"))
     assert archived.ref in {h.id for h in server.call(server.gateway.store.search(word, limit=50))}
+
+
+def test_a_hung_worker_never_holds_up_the_request_path(start_gateway, fake_upstream):
+    """While an observer call hangs at the worker, the session's own requests are answered:
+    distillation runs beside the proxy, never in front of it (an ordering check, no timing)."""
+
+    def respond(req):
+        try:
+            system, _ = request_texts(req.json)
+        except ValueError:
+            return None
+        if OBSERVER_MARKER in system:
+            return Reply(text="2026-11-30 observed", delay_headers=600)  # hangs
+        return None
+
+    fake_upstream.responder = respond
+    server = start_gateway({"distill": {**DISTILL, "metaThreshold": 50}})
+    chat = Conversation(server.url, session="hung-worker")
+    chat.turn("open src/hang.py", "the bug is in hang()", "go on")
+    poll(lambda: worker_requests(fake_upstream, OBSERVER_MARKER), "the observer call to start")
+
+    def observing() -> bool:
+        return "hung-worker" in httpx.get(server.url + "/health", timeout=10).json()["distill"]["running"]
+
+    assert observing()
+    # The observer call is still hanging, yet the next turns are answered at once.
+    for i in range(3):
+        assert chat.turn(f"next step {i}") == "pong"
+    assert observing(), "the observer call finished: the test proved nothing"
+    assert distillations(server, "hung-worker") == []
