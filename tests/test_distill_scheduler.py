@@ -222,7 +222,10 @@ def test_idle_waits_while_a_tool_call_awaits_its_result(start_gateway, fake_upst
 def test_a_turn_past_the_segment_cap_distils_without_waiting_for_idle(start_gateway, fake_upstream):
     fake_upstream.responder = observer_responder()
     # Idle never comes during the test: only the size rule can trigger.
-    server = start_gateway({"distill": {**DISTILL, "idleTimeoutSeconds": 3600.0, "segmentMaxTokens": 120}})
+    # metaThreshold out of reach: this test is about gen-0 only (a reflector run racing the
+    # poll below would add a gen-1 row).
+    distill = {**DISTILL, "idleTimeoutSeconds": 3600.0, "segmentMaxTokens": 120, "metaThreshold": 50}
+    server = start_gateway({"distill": distill})
     chat = Conversation(server.url, "cap-s1")
     chat.turn(*[f"puffin step {i}: " + "details " * 30 for i in range(6)])
     rows = poll(lambda: distillations(server, "cap-s1"), "a distillation after the turn")
