@@ -146,6 +146,11 @@ class FakeUpstream:
             loop.run_until_complete(web.TCPSite(self._runner, self.host, self.port).start())
             started.set()
             loop.run_forever()
+            # Answers still in progress (a scripted hang, say) end with the server.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(self._runner.cleanup())
             loop.close()
             self._stopped.set()
