@@ -110,6 +110,25 @@ async def search() -> Response:
     return _json(200, [h.as_json() for h in hits])
 
 
+@api.get("/recall")
+async def recall() -> Response:
+    """The recall engine the model's tool uses: ``?q=`` (a query or one result id),
+    ``scope``, ``session``, ``project``, ``limit``. Bad input is answered in ``error``."""
+    from lore_core.recall.store_engine import recall as run_recall
+    from lore_core.recall.store_engine import response_json
+
+    await _settled()
+    answer = await run_recall(
+        _gateway().recall,
+        request.args.get("q", ""),
+        request.args.get("scope") or None,
+        request.args.get("session") or None,
+        request.args.get("project") or None,
+        _int_arg("limit", 10, high=200),
+    )
+    return _json(200, response_json(answer))
+
+
 @api.get("/distillations")
 async def distillations() -> Response:
     await _settled()

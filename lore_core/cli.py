@@ -109,6 +109,11 @@ class _ApiReader:
     def status(self) -> dict[str, Any]:
         return self._get("/status")
 
+    def recall(
+        self, query: str, scope: str | None, session: str | None, project: str | None, limit: int
+    ) -> dict[str, Any]:
+        return self._get("/recall", q=query, scope=scope, session=session, project=project, limit=limit)
+
     def session_ids(self) -> list[str]:
         return [s["id"] for s in self._get("/sessions", limit=10_000)]
 
@@ -184,6 +189,14 @@ class _DirectReader:
 
     def status(self) -> dict[str, Any]:
         return {"gateway": "not running", "store": self._run(self.store.stats())}
+
+    def recall(
+        self, query: str, scope: str | None, session: str | None, project: str | None, limit: int
+    ) -> dict[str, Any]:
+        from lore_core.recall.store_engine import recall, response_json, store_recall_engine
+
+        engine = store_recall_engine(self.store)
+        return response_json(self._run(recall(engine, query, scope, session, project, limit)))
 
     def session_ids(self) -> list[str]:
         return [s.id for s in self._run(self.store.list_sessions(limit=10_000))]
@@ -424,6 +437,30 @@ def cmd_search(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
+def cmd_recall(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        answer = reader.recall(args.query, args.scope, args.session, args.project, args.limit)
+        results = answer.get("results") or []
+        if args.json:
+            _print_json([{k: r.get(k) for k in ("id", "source", "score", "text")} for r in results])
+        else:
+            for r in results:
+                snippet = " ".join(str(r.get("text", "")).split())
+                snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
+                print(f"{r['score']:8.4f}  {r['id']}  [{r['source']}]")
+                print(f"          {snippet}")
+            if not results and not answer.get("error"):
+                print("no matches")
+        for note in answer.get("notes") or []:
+            print(f"note: {note}", file=sys.stderr)
+        if answer.get("error"):
+            print(f"lore: {answer['error']}", file=sys.stderr)
+            return 1
+        return 0
+
+    return _with_reader(args, action)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         data = reader.status()
@@ -588,6 +625,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print a JSON array: id, session, role, score, text"
     )
     search.set_defaults(func=cmd_search)
+
+    recall = sub.add_parser(
+        "recall", help="search everything remembered, as the model's recall tool does (or open one id)"
+    )
+    recall.add_argument("query", help="a question or keywords, or one result id (t:..., d:...) to open")
+    recall.add_argument("--scope", default=None, help="session | project (default) | knowledge | all")
+    recall.add_argument("--session", default=None, help="the session (needed for --scope session)")
+    recall.add_argument("--project", default=None, help="the project directory")
+    recall.add_argument("--limit", type=int, default=10)
+    recall.add_argument("--json", action="store_true", help="print a JSON array: id, source, score, text")
+    recall.set_defaults(func=cmd_recall)
 
     distill = sub.add_parser("distill", help="distil stored sessions now (progress on stderr)")
     distill.add_argument("--session", default=None, help="only this session (default: every session)")

@@ -31,6 +31,7 @@ from lore_core.interfaces import (
 from lore_core.model import Exchange, RequestView
 from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.proxy import UpstreamClient
+from lore_core.recall.store_engine import store_recall_engine
 from lore_core.storage import StoreWriter, choose_store
 from lore_core.worker import WorkerClient
 
@@ -68,6 +69,8 @@ class Gateway:
             price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
         )
         self.embedder = choose_embedder(config, registry.embedders)
+        # The engine behind `lore recall` (and the model's recall tool once it is wired).
+        self.recall = store_recall_engine(self.store, self.worker)
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
         self.distiller = DistillScheduler(
