@@ -89,7 +89,8 @@ class FakeUpstream:
         self.port = port or free_port()
         self.url = f"http://{host}:{self.port}"
         self.requests: list[RecordedRequest] = []
-        self.responses_sent: list[bytes] = []
+        # Bodies as sent, in order (a stream's entry grows as it is written).
+        self.responses_sent: list[bytes | bytearray] = []
         self._replies: deque[Reply] = deque()
         self.responder: Callable[[RecordedRequest], Reply | None] | None = None
         self._thread: threading.Thread | None = None
@@ -226,14 +227,16 @@ class FakeUpstream:
             headers["content-encoding"] = reply.compress or ""
         response = web.StreamResponse(status=200, headers=headers)
         await response.prepare(request)
+        # Recorded before each write: by the time a client has read the end of the stream,
+        # the record already holds every byte of it.
         sent = bytearray()
+        self.responses_sent.append(sent)
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         try:
             for count, event in enumerate(_sse_events(api, reply, model, include_usage)):
                 if reply.drop_after_events is not None and count >= reply.drop_after_events:
                     if request.transport is not None:
                         request.transport.close()
-                    self.responses_sent.append(bytes(sent))
                     return response
                 data = compressor.feed(event) if compressor else event
                 sent += data
@@ -248,8 +251,6 @@ class FakeUpstream:
         except (ConnectionResetError, asyncio.CancelledError):
             self.disconnects += 1
             raise
-        finally:
-            self.responses_sent.append(bytes(sent))
         return response
 
 
