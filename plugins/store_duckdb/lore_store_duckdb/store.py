@@ -21,13 +21,14 @@ blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -232,73 +233,15 @@ class DuckDBStore:
                 self._con = None
                 self._index = None
 
-    # -- writes ----------------------------------------------------------------------------
-
-    async def write(self, batch: WriteBatch) -> int:
-        return await asyncio.to_thread(self._write, batch.merged())
-
-    def _write(self, batch: WriteBatch) -> int:
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One write transaction under the write lock: committed when the block ends,
+        rolled back on any error (and the database reopened if DuckDB invalidated it)."""
         with self._write_lock:
             cur = self._cursor()
             try:
                 cur.execute("BEGIN TRANSACTION")
-                # Arrow tables, not executemany: DuckDB runs executemany row by row (seconds
-                # for a few hundred rows); an INSERT ... SELECT over Arrow is one statement.
-                if batch.projects:
-                    projects_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
-                        {
-                            "id": [p.id for p in batch.projects],
-                            "name": [p.name for p in batch.projects],
-                            "created_at": [p.created_at for p in batch.projects],
-                            "last_seen_at": [p.last_seen_at for p in batch.projects],
-                        }
-                    )
-                    cur.execute(
-                        """INSERT INTO projects (id, name, created_at, last_seen_at)
-                        SELECT id, name, created_at, last_seen_at FROM projects_rows
-                        ON CONFLICT (id) DO UPDATE SET
-                          name = CASE WHEN projects.name = '' THEN excluded.name ELSE projects.name END,
-                          created_at = least(projects.created_at, excluded.created_at),
-                          last_seen_at = greatest(projects.last_seen_at, excluded.last_seen_at)"""
-                    )
-                if batch.sessions:
-                    session_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
-                        {
-                            "id": [x.id for x in batch.sessions],
-                            "project": [x.project for x in batch.sessions],
-                            "harness": [x.harness for x in batch.sessions],
-                            "model": pa.array([x.model for x in batch.sessions], pa.string()),
-                            "created_at": [x.created_at for x in batch.sessions],
-                            "updated_at": [x.updated_at for x in batch.sessions],
-                            "title": [x.title for x in batch.sessions],
-                        }
-                    )
-                    # The same rule as lore_core.store.merge_session.
-                    cur.execute(
-                        """INSERT INTO sessions (id, project, harness, model, created_at, updated_at, title)
-                        SELECT id, project, harness, model, created_at, updated_at, title FROM session_rows
-                        ON CONFLICT (id) DO UPDATE SET
-                          project = CASE WHEN sessions.project = '' THEN excluded.project
-                                    ELSE sessions.project END,
-                          harness = CASE WHEN excluded.updated_at >= sessions.updated_at
-                                         AND excluded.harness <> '' THEN excluded.harness
-                                    WHEN sessions.harness = '' THEN excluded.harness
-                                    ELSE sessions.harness END,
-                          model = CASE WHEN excluded.updated_at >= sessions.updated_at
-                                       AND excluded.model IS NOT NULL THEN excluded.model
-                                  ELSE coalesce(sessions.model, excluded.model) END,
-                          created_at = least(sessions.created_at, excluded.created_at),
-                          updated_at = greatest(sessions.updated_at, excluded.updated_at),
-                          title = CASE WHEN sessions.title = '' THEN excluded.title
-                                  ELSE sessions.title END"""
-                    )
-                added = 0
-                if batch.messages:
-                    rows = _arrow_messages(batch.messages)  # noqa: F841 (read by DuckDB by name)
-                    cols = ", ".join(_MESSAGE_COLUMNS)
-                    result = cur.execute(f"INSERT OR IGNORE INTO messages ({cols}) SELECT {cols} FROM rows")
-                    fetched = result.fetchone()
-                    added = int(fetched[0]) if fetched else 0
+                yield cur
                 cur.execute("COMMIT")
             except BaseException as exc:
                 try:
@@ -309,6 +252,71 @@ class DuckDBStore:
                 raise
             finally:
                 cur.close()
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def write(self, batch: WriteBatch) -> int:
+        return await asyncio.to_thread(self._write, batch.merged())
+
+    def _write(self, batch: WriteBatch) -> int:
+        with self._transaction() as cur:
+            # Arrow tables, not executemany: DuckDB runs executemany row by row (seconds
+            # for a few hundred rows); an INSERT ... SELECT over Arrow is one statement.
+            if batch.projects:
+                projects_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
+                    {
+                        "id": [p.id for p in batch.projects],
+                        "name": [p.name for p in batch.projects],
+                        "created_at": [p.created_at for p in batch.projects],
+                        "last_seen_at": [p.last_seen_at for p in batch.projects],
+                    }
+                )
+                cur.execute(
+                    """INSERT INTO projects (id, name, created_at, last_seen_at)
+                    SELECT id, name, created_at, last_seen_at FROM projects_rows
+                    ON CONFLICT (id) DO UPDATE SET
+                      name = CASE WHEN projects.name = '' THEN excluded.name ELSE projects.name END,
+                      created_at = least(projects.created_at, excluded.created_at),
+                      last_seen_at = greatest(projects.last_seen_at, excluded.last_seen_at)"""
+                )
+            if batch.sessions:
+                session_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
+                    {
+                        "id": [x.id for x in batch.sessions],
+                        "project": [x.project for x in batch.sessions],
+                        "harness": [x.harness for x in batch.sessions],
+                        "model": pa.array([x.model for x in batch.sessions], pa.string()),
+                        "created_at": [x.created_at for x in batch.sessions],
+                        "updated_at": [x.updated_at for x in batch.sessions],
+                        "title": [x.title for x in batch.sessions],
+                    }
+                )
+                # The same rule as lore_core.store.merge_session.
+                cur.execute(
+                    """INSERT INTO sessions (id, project, harness, model, created_at, updated_at, title)
+                    SELECT id, project, harness, model, created_at, updated_at, title FROM session_rows
+                    ON CONFLICT (id) DO UPDATE SET
+                      project = CASE WHEN sessions.project = '' THEN excluded.project
+                                ELSE sessions.project END,
+                      harness = CASE WHEN excluded.updated_at >= sessions.updated_at
+                                     AND excluded.harness <> '' THEN excluded.harness
+                                WHEN sessions.harness = '' THEN excluded.harness
+                                ELSE sessions.harness END,
+                      model = CASE WHEN excluded.updated_at >= sessions.updated_at
+                                   AND excluded.model IS NOT NULL THEN excluded.model
+                              ELSE coalesce(sessions.model, excluded.model) END,
+                      created_at = least(sessions.created_at, excluded.created_at),
+                      updated_at = greatest(sessions.updated_at, excluded.updated_at),
+                      title = CASE WHEN sessions.title = '' THEN excluded.title
+                              ELSE sessions.title END"""
+                )
+            added = 0
+            if batch.messages:
+                rows = _arrow_messages(batch.messages)  # noqa: F841 (read by DuckDB by name)
+                cols = ", ".join(_MESSAGE_COLUMNS)
+                result = cur.execute(f"INSERT OR IGNORE INTO messages ({cols}) SELECT {cols} FROM rows")
+                fetched = result.fetchone()
+                added = int(fetched[0]) if fetched else 0
         if added and self._index is not None:
             self._index.wake()
         return added
@@ -319,33 +327,20 @@ class DuckDBStore:
         return await asyncio.to_thread(self._write_distillation, distillation, list(archive))
 
     def _write_distillation(self, d: StoredDistillation, archive: list[str]) -> bool:
-        with self._write_lock:
-            cur = self._cursor()
-            try:
-                cur.execute("BEGIN TRANSACTION")
+        with self._transaction() as cur:
+            cur.execute(
+                f"""INSERT OR IGNORE INTO distillations ({", ".join(_DISTILLATION_COLUMNS)})
+                VALUES ({", ".join("?" * len(_DISTILLATION_COLUMNS))})""",
+                _distillation_row(d),
+            )
+            fetched = cur.fetchone()
+            added = bool(fetched and int(fetched[0]))
+            ids = [i.removeprefix(DISTILLATION_PREFIX) for i in archive]
+            if ids:
                 cur.execute(
-                    f"""INSERT OR IGNORE INTO distillations ({", ".join(_DISTILLATION_COLUMNS)})
-                    VALUES ({", ".join("?" * len(_DISTILLATION_COLUMNS))})""",
-                    _distillation_row(d),
+                    _ARCHIVE_SQL,
+                    (ids,),
                 )
-                fetched = cur.fetchone()
-                added = bool(fetched and int(fetched[0]))
-                ids = [i.removeprefix(DISTILLATION_PREFIX) for i in archive]
-                if ids:
-                    cur.execute(
-                        _ARCHIVE_SQL,
-                        (ids,),
-                    )
-                cur.execute("COMMIT")
-            except BaseException as exc:
-                try:
-                    cur.execute("ROLLBACK")
-                except duckdb.Error:
-                    pass
-                self._invalidate_on(exc)
-                raise
-            finally:
-                cur.close()
         if added and self._index is not None:
             self._index.wake()
         return added
