@@ -18,6 +18,7 @@ import httpx
 from quart import Quart, Response, request
 
 from lore_core.api import api as lore_api
+from lore_core.context.commands import find_command
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
@@ -118,6 +119,14 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
 
     ctx = RequestContext(path=path, headers=headers, view=view, gateway_cwd=gateway.cwd)
     harness, session_id, project = gateway.identify(ctx)
+    await gateway.amnesia.load(session_id)  # cached after the session's first request
+    command = find_command(view)
+    if command is not None:
+        # A /lore: command is answered by the gateway; the model never sees it.
+        gateway.stats["commands_answered"] += 1
+        answer = await gateway.answer_command(command, session_id, view)
+        body, content_type = codec.render_response(answer, view.model, view.stream)
+        return Response(body, status=200, content_type=content_type)
     if _is_compaction(harness, ctx):
         answer = await gateway.distiller.compaction_summary(session_id)
         if answer is not None:
@@ -171,6 +180,7 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
         project=project,
         upstream=base,
     )
+    await gateway.throttle_upstream(session_id, view.model)
     try:
         upstream = await gateway.upstream.send(request.method, url, out_headers, out_body)
     except UpstreamError as exc:

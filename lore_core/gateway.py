@@ -16,7 +16,10 @@ from typing import Any
 
 import pluggy
 
+from lore_core.amnesia import Amnesia
 from lore_core.config import ConfigError, LoreConfig, load_config
+from lore_core.context.commands import SlashCommand, help_text, status_text
+from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.pricing import PriceTable
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
@@ -33,6 +36,7 @@ from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.proxy import UpstreamClient
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.storage import StoreWriter, choose_store
+from lore_core.store import logical_messages
 from lore_core.worker import WorkerClient
 
 log = logging.getLogger("lore.gateway")
@@ -68,6 +72,13 @@ class Gateway:
             config.upstream,
             price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
         )
+        # Spend from real usage and the price table; over the daily budget, upstream calls
+        # wait a little (MISSION 6, cost tracker).
+        self.costs = CostTracker(self.price_table, config.budget.daily_budget_usd)
+        self.throttle = Throttle(config.budget.max_delay_seconds)
+        self._last_upstream_at: dict[str, float] = {}
+        # /lore:amnesia: conversation positions of a session the store must not keep.
+        self.amnesia = Amnesia(self.store)
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
         self.recall = store_recall_engine(self.store, self.worker)
@@ -178,10 +189,96 @@ class Gateway:
                 log.exception("prompt layer %s failed; continuing without it", layer.name)
         return view
 
+    async def throttle_upstream(self, session_id: str, model: str | None) -> float:
+        """Wait before an upstream call while spend is projected past the daily budget
+        (never so long that the session's prompt cache expires); returns the seconds waited."""
+        last = self._last_upstream_at.get(session_id)
+        now = time.time()
+        delay = 0.0
+        if self.costs.daily_budget_usd > 0:
+            delay = self.throttle.delay(
+                self.costs.pressure(now),
+                ttl_seconds=self.price_table.lookup(model).cache_ttl_seconds,
+                idle_seconds=None if last is None else now - last,
+            )
+            if delay > 0:
+                await asyncio.sleep(delay)
+        self._last_upstream_at[session_id] = time.time()
+        return delay
+
+    async def answer_command(self, command: SlashCommand, session_id: str, view: RequestView) -> str:
+        """The text answer to a ``/lore:`` command in the last user message."""
+        # The command is the last message; the gateway's answer will be the next one.
+        position = len(logical_messages(view.messages)) - 1
+        if command.name == "status":
+            return status_text(await self.session_status(session_id))
+        if command.name == "amnesia":
+            arg = command.args[0].lower() if command.args else ""
+            if arg == "on":
+                changed = await self.amnesia.turn_on(session_id, position)
+                return (
+                    "Lore amnesia is ON: from this message on, this session is not stored "
+                    "(no history, distillation or recall). Send /lore:amnesia off to resume."
+                    if changed
+                    else "Lore amnesia was already on for this session."
+                )
+            if arg == "off":
+                changed = await self.amnesia.turn_off(session_id, position + 2)
+                return (
+                    "Lore amnesia is OFF: this session is stored again from the next message. "
+                    "What was said while it was on is never stored."
+                    if changed
+                    else "Lore amnesia was not on for this session; nothing changed."
+                )
+            if arg == "":
+                state = "ON" if self.amnesia.is_on(session_id) else "OFF"
+                return f"Lore amnesia is {state} for this session. Use /lore:amnesia on|off."
+            return help_text(f"/lore:amnesia takes 'on' or 'off', not {command.args[0]!r}.")
+        if command.name == "help":
+            return help_text()
+        return help_text(f"Unknown Lore command /lore:{command.name}.")
+
+    async def session_status(self, session_id: str) -> dict[str, Any]:
+        """What ``/lore:status`` reports about one session."""
+        now = time.time()
+        pressure = self.costs.pressure(now)
+        status: dict[str, Any] = {
+            "session_id": session_id,
+            "amnesia": self.amnesia.is_on(session_id),
+            "spend": {
+                "session_usd": self.costs.session_cost(session_id),
+                "today_usd": self.costs.day_cost(now),
+                "projected_today_usd": pressure.projected,
+                "daily_budget_usd": self.costs.daily_budget_usd,
+            },
+            "throttle": self.throttle.counters(),
+        }
+        context = getattr(self, "context", None)
+        if context is not None:
+            try:
+                status["context"] = context.session_status(session_id)
+            except Exception:
+                log.exception("the context manager could not report on a session")
+        try:
+            session = await self.store.get_session(session_id)
+            status["stored_messages"] = session.message_count if session else 0
+            status["distillations"] = len(await self.store.list_distillations(session_id))
+        except Exception as exc:
+            log.warning("could not read the store for /lore:status: %s", exc)
+        return status
+
     def exchange_finished(self, exchange: Exchange) -> None:
         """Hand a finished exchange to the plugins (they only enqueue work)."""
         exchange.finished_at = time.time()
         self.stats["exchanges"] += 1
+        exchange.forget_positions = list(self.amnesia.ranges(exchange.session_id))
+        response = exchange.response
+        if response is not None and exchange.status == 200:
+            try:
+                model = response.model or exchange.request.model
+                self.costs.record(exchange.session_id, model, response.usage)
+            except Exception:
+                log.exception("could not price an exchange's usage")
         if exchange.client_disconnected:
             self.stats["client_disconnects"] += 1
         try:
@@ -212,6 +309,11 @@ class Gateway:
             "worker": self.worker.status(),
             "distill": self.distiller.health(),
             "embedder": _embedder_health(self.embedder),
+            "spend": {
+                "today_usd": round(self.costs.day_cost(), 6),
+                "daily_budget_usd": self.costs.daily_budget_usd,
+            },
+            "throttle": self.throttle.counters(),
         }
 
 

@@ -121,3 +121,6 @@ class Exchange:
     finished_at: float | None = None
     # True when the client went away before the response finished.
     client_disconnected: bool = False
+    # Conversation positions the store must not keep (``/lore:amnesia``): ``(start, end)``
+    # ranges, ``end`` exclusive or ``None`` for open-ended.
+    forget_positions: list[tuple[int, int | None]] = attrs.field(factory=list)

@@ -255,12 +255,33 @@ def merge_session(old: Session, new: Session) -> Session:
     )
 
 
+def _parent_links(messages: Sequence[StoredMessage]) -> dict[str, StoredMessage]:
+    """Each message's parent among ``messages``, by message id. A parent that was never
+    stored (a stretch kept out by ``/lore:amnesia``) is bridged to the latest stored message
+    before it, so the conversation reads on across the gap."""
+    by_id = {m.id: m for m in messages}
+    links: dict[str, StoredMessage] = {}
+    ordered: list[StoredMessage] | None = None
+    for m in messages:
+        if not m.parent_id:
+            continue
+        parent = by_id.get(m.parent_id)
+        if parent is None:
+            if ordered is None:
+                ordered = sorted(messages, key=lambda x: (x.position, x.created_at, x.id))
+            earlier = [x for x in ordered if x.position < m.position]
+            parent = earlier[-1] if earlier else None
+        if parent is not None:
+            links[m.id] = parent
+    return links
+
+
 def main_branch(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
     """The conversation as the client sees it now: the chain ending at the deepest leaf
     (the latest one among equally deep leaves). Side requests (titles, quota probes) and
     abandoned edits are other, shorter or older, branches."""
-    by_id = {m.id: m for m in messages}
-    parents = {m.parent_id for m in messages if m.parent_id}
+    links = _parent_links(messages)
+    parents = {p.id for p in links.values()}
     leaves = [m for m in messages if m.id not in parents]
     if not leaves:
         return []
@@ -268,7 +289,7 @@ def main_branch(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
     chain: list[StoredMessage] = []
     while tip is not None:
         chain.append(tip)
-        tip = by_id.get(tip.parent_id) if tip.parent_id else None
+        tip = links.get(tip.id)
     chain.reverse()
     return chain
 
@@ -276,7 +297,7 @@ def main_branch(messages: Sequence[StoredMessage]) -> list[StoredMessage]:
 def count_branches(messages: Iterable[StoredMessage]) -> int:
     """Leaves of the message tree: 1 for a straight conversation, more after forks."""
     messages = list(messages)
-    parents = {m.parent_id for m in messages if m.parent_id}
+    parents = {p.id for p in _parent_links(messages).values()}
     return sum(1 for m in messages if m.id not in parents)
 
 
@@ -567,20 +588,24 @@ def records_from_exchange(exchange: Exchange, skip_ids: Container[str] = frozens
             **extra,
         )
 
+    def forgotten(position: int) -> bool:
+        return any(s <= position and (e is None or position < e) for s, e in exchange.forget_positions)
+
     parent: str | None = None
     for position, (ident, msg) in enumerate(zip(ids, logical, strict=True)):
-        if ident not in skip_ids:
+        if ident not in skip_ids and not forgotten(position):
             batch.messages.append(record(position, parent, ident, msg))
         parent = ident
 
-    if response is not None and (response.blocks or response.error):
+    answer_position = len(logical) - 1 if logical and logical[-1].role == "assistant" else len(logical)
+    if response is not None and (response.blocks or response.error) and not forgotten(answer_position):
         # The answer continues the chain, exactly as the client will resend it next turn.
         answer = LogicalMessage("assistant", list(response.blocks))
         if logical and logical[-1].role == "assistant":
             # A prefilled assistant turn: the answer is resent merged into it.
             answer = LogicalMessage("assistant", logical[-1].blocks + list(response.blocks))
             parent = ids[-2] if len(ids) > 1 else None
-        position = len(logical) - 1 if logical and logical[-1].role == "assistant" else len(logical)
+        position = answer_position
         ident = message_id(exchange.session_id, parent, canonical_message("assistant", answer.blocks))
         complete = bool(response.complete) and not exchange.client_disconnected
         batch.messages.append(

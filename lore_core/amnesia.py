@@ -1,0 +1,87 @@
+"""``/lore:amnesia``: stop storing a session, and resume.
+
+What is not stored is decided by message position in the session's conversation: turning
+amnesia on opens a range at the command's position, turning it off closes it after the
+gateway's answer. The writer skips every message whose position falls in a range, now and
+whenever the client resends that history later, so nothing said while amnesia was on ever
+reaches the store (and so never reaches distillation or recall). The ranges live in the
+store's per-session state and survive a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("lore.amnesia")
+
+STATE_KEY = "amnesia"
+
+#: ``(first position, end position)``; the end is exclusive, ``None`` while amnesia is on.
+Range = tuple[int, int | None]
+
+
+def _parse(raw: Any) -> list[Range]:
+    ranges: list[Range] = []
+    for item in (raw or {}).get("ranges", []) if isinstance(raw, dict) else []:
+        try:
+            start, end = item
+            ranges.append((int(start), None if end is None else int(end)))
+        except (TypeError, ValueError):
+            log.warning("ignoring a malformed amnesia range %r", item)
+    return ranges
+
+
+def is_forgotten(position: int, ranges: list[Range]) -> bool:
+    return any(start <= position and (end is None or position < end) for start, end in ranges)
+
+
+class Amnesia:
+    """Per-session forget ranges, cached in memory in front of the store's state."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._ranges: dict[str, list[Range]] = {}
+
+    async def load(self, session_id: str) -> list[Range]:
+        """The session's ranges (read from the store once per process)."""
+        if session_id not in self._ranges:
+            try:
+                raw = await self.store.get_state(session_id, STATE_KEY)
+            except Exception as exc:
+                # An unreadable state must not stop the request; it is read again next time.
+                log.warning("could not read the amnesia state of %s: %s", session_id, exc)
+                return []
+            self._ranges[session_id] = _parse(raw)
+        return self._ranges[session_id]
+
+    def ranges(self, session_id: str) -> list[Range]:
+        """The cached ranges (empty until :meth:`load` ran for the session)."""
+        return self._ranges.get(session_id, [])
+
+    def is_on(self, session_id: str) -> bool:
+        ranges = self.ranges(session_id)
+        return bool(ranges) and ranges[-1][1] is None
+
+    async def turn_on(self, session_id: str, position: int) -> bool:
+        """Forget from ``position`` on; ``False`` when amnesia was already on."""
+        ranges = list(await self.load(session_id))
+        if ranges and ranges[-1][1] is None:
+            return False
+        ranges.append((position, None))
+        await self._save(session_id, ranges)
+        return True
+
+    async def turn_off(self, session_id: str, end: int) -> bool:
+        """Store again from position ``end`` on; ``False`` when amnesia was not on."""
+        ranges = list(await self.load(session_id))
+        if not ranges or ranges[-1][1] is not None:
+            return False
+        ranges[-1] = (ranges[-1][0], max(end, ranges[-1][0]))
+        await self._save(session_id, ranges)
+        return True
+
+    async def _save(self, session_id: str, ranges: list[Range]) -> None:
+        # Persist first: a state the store did not take must not look applied.
+        await self.store.set_state(session_id, STATE_KEY, {"ranges": [list(r) for r in ranges]})
+        self._ranges[session_id] = ranges
