@@ -1,0 +1,482 @@
+"""Retrieval quality of recall on LongMemEval: hybrid vs BM25-only vs vector-only.
+
+For each question of the shipped LongMemEval-S subset (``benchmarks/data/longmemeval/``), its
+haystack (~50 chat sessions, ~500 turns) is stored in a fresh, empty DuckDB store (the
+``store-duckdb`` plugin, through ``Store.write`` with the records the gateway would make of
+each session), then the product's recall engine answers the question text with scope
+``project``, three ways:
+
+* ``bm25``: the engine with only the store's full-text source (relaxed cascade included);
+* ``vector``: the engine with only a vector source (the on-device embedder of ``embed-local``);
+* ``hybrid``: both, fused by weighted reciprocal rank fusion, which is what recall does.
+
+A hit is a stored message, i.e. one turn; it counts at its rank in the engine's answer.
+Metrics, per question, then averaged over the questions (abstention questions have no evidence
+and are never picked):
+
+* turn level: gold = the turns labelled ``has_answer``; ranked = the turns of the answer of a
+  search with the default recall limit (10 results, what the model gets);
+* session level: gold = the evidence sessions; ranked = the distinct sessions of the answer of
+  a search with the largest limit (50), in order of first appearance, so k counts sessions
+  as LongMemEval's own evaluation does;
+* ``any@k`` = 1 if some gold item is in the top k; ``all@k`` = 1 if every one is; ``frac@k`` =
+  the fraction of gold items in the top k.
+
+This is a benchmark, not a test; run it by hand from the repository root::
+
+    nice .venv/bin/python benchmarks/retrieval_quality.py                   # 30 questions, ~10 min
+    nice .venv/bin/python benchmarks/retrieval_quality.py --questions all   # 106 questions
+    nice .venv/bin/python benchmarks/retrieval_quality.py --methods bm25    # no embeddings, fast
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import gzip
+import hashlib
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from lore_core.model import TEXT, Block, Exchange, Message, RequestView
+from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
+from lore_core.recall.ids import Kind, parse_id
+from lore_core.recall.sources import SearchFilter, SourceHit, StoreMessageSource
+from lore_core.store import WriteBatch, logical_messages, records_from_exchange
+
+DATA_DIR = Path(__file__).resolve().parent / "data" / "longmemeval"
+METHODS = ("bm25", "vector", "hybrid")
+KS = (5, 10)
+DEFAULT_QUESTIONS = 30
+SEED = 0
+
+Turn = tuple[str, int]  # (session_id, turn_index), turn_index 0-based within the session
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+
+def load_questions(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
+    with gzip.open(data_dir / "questions.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def iter_haystacks(wanted: Iterable[str], data_dir: Path = DATA_DIR) -> Iterator[dict[str, Any]]:
+    """The haystacks of the ``wanted`` question ids, in file order, one at a time (a haystack
+    is ~0.5 MB of JSON; the file holds 112)."""
+    wanted = set(wanted)
+    with gzip.open(data_dir / "haystack.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            if not wanted:
+                return
+            # The id is the first key of every line: skip the others without parsing them.
+            head = line[:200]
+            if not any(f'"{qid}"' in head for qid in wanted):
+                continue
+            h = json.loads(line)
+            if h["question_id"] in wanted:
+                wanted.discard(h["question_id"])
+                yield h
+
+
+def select_questions(questions: Sequence[dict[str, Any]], count: int | None) -> list[dict[str, Any]]:
+    """A fixed subset of the non-abstention questions, stratified by ``question_type``.
+
+    Strata in sorted order, each's ids sorted then shuffled by one ``random.Random(0)``;
+    ``count`` places split in proportion to stratum size (largest remainder, ties by stratum
+    name), the first ones of each stratum taken. ``None``: all of them. The choice depends
+    only on the ids and types, never on results."""
+    pool = [q for q in questions if not q["is_abstention"] and q["evidence_turns"]]
+    if count is None or count >= len(pool):
+        return sorted(pool, key=lambda q: q["question_id"])
+    strata: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for q in sorted(pool, key=lambda q: q["question_id"]):
+        strata[q["question_type"]].append(q)
+    rng = random.Random(SEED)
+    for name in sorted(strata):
+        rng.shuffle(strata[name])
+    quotas = {name: count * len(qs) / len(pool) for name, qs in strata.items()}
+    alloc = {name: int(quota) for name, quota in quotas.items()}
+    leftover = count - sum(alloc.values())
+    for name in sorted(quotas, key=lambda n: (-(quotas[n] - alloc[n]), n))[:leftover]:
+        alloc[name] += 1
+    picked = [q for name in sorted(strata) for q in strata[name][: alloc[name]]]
+    return sorted(picked, key=lambda q: q["question_id"])
+
+
+def parse_date(text: str) -> float:
+    """``2023/05/20 (Sat) 02:21`` (no time zone; taken as UTC) -> epoch seconds."""
+    day, _, clock = text.partition(")")
+    stamp = dt.datetime.strptime(f"{day.split(' (')[0]} {clock.strip()}", "%Y/%m/%d %H:%M")
+    return stamp.replace(tzinfo=dt.UTC).timestamp()
+
+
+# ---------------------------------------------------------------------------------------------
+# Ingestion: what the gateway would store
+# ---------------------------------------------------------------------------------------------
+
+
+def project_of(question_id: str) -> str:
+    return f"/longmemeval/{question_id}"
+
+
+def session_batch(question_id: str, session: dict[str, Any]) -> tuple[WriteBatch, dict[str, list[Turn]]]:
+    """The records the gateway stores for one haystack session replayed as one conversation
+    (every turn a message of its role, timestamped with the session date), and the turns
+    each stored message holds (the store coalesces consecutive assistant items, as a
+    harness resends them, so a message may hold more than one turn)."""
+    sid = session["session_id"]
+    when = parse_date(session["date"])
+    msgs = [Message(t["role"], [Block(TEXT, text=t["content"])]) for t in session["turns"]]
+    view = RequestView(api="anthropic-messages", raw={}, body=b"", model="longmemeval", messages=msgs)
+    exchange = Exchange(
+        api="anthropic-messages",
+        path="/v1/messages",
+        request=view,
+        harness="longmemeval",
+        session_id=sid,
+        project=project_of(question_id),
+        upstream="http://upstream.invalid",
+        status=200,
+        started_at=when,
+    )
+    exchange.finished_at = when
+    batch = records_from_exchange(exchange)
+    # Position p of a stored message = index in the logical (coalesced) messages.
+    turns_at: list[list[Turn]] = []
+    for index, turn in enumerate(session["turns"]):
+        if turn["role"] == "assistant" and turns_at and session["turns"][index - 1]["role"] == "assistant":
+            turns_at[-1].append((sid, index))
+        else:
+            turns_at.append([(sid, index)])
+    assert len(turns_at) == len(logical_messages(msgs)), sid
+    return batch, {m.id: turns_at[m.position] for m in batch.messages}
+
+
+async def ingest(store: Any, haystack: dict[str, Any]) -> tuple[dict[str, list[Turn]], list[Any]]:
+    """Write every session of the haystack; returns message id -> turns, and the stored
+    messages (id, text) in haystack order."""
+    batch = WriteBatch()
+    turns_of: dict[str, list[Turn]] = {}
+    for session in haystack["sessions"]:
+        b, mapping = session_batch(haystack["question_id"], session)
+        batch.extend(b)
+        turns_of.update(mapping)
+    await store.write(batch)
+    await store.sync_index(optimize=True)
+    return turns_of, batch.messages
+
+
+# ---------------------------------------------------------------------------------------------
+# Vector leg
+# ---------------------------------------------------------------------------------------------
+
+
+class ExactVectorSource:
+    """Exact k-nearest-neighbour search (cosine; the vectors are unit length) over the
+    embedded messages of one store, as a recall :class:`VectorSource`."""
+
+    name = "exact-knn"
+
+    def __init__(self, messages: Sequence[Any], vectors: Any) -> None:
+        import numpy as np
+
+        self._np = np
+        self._messages = list(messages)
+        self._vectors = np.asarray(vectors, dtype=np.float32)
+
+    async def search_vector(
+        self, vector: Sequence[float], where: SearchFilter, limit: int
+    ) -> list[SourceHit]:
+        np = self._np
+        if not self._messages or limit <= 0:
+            return []
+        scores = self._vectors @ np.asarray(vector, dtype=np.float32)
+        keep = [
+            i for i, m in enumerate(self._messages) if where.project is None or m.project == where.project
+        ]
+        if where.session is not None:
+            keep = [i for i in keep if self._messages[i].session_id == where.session]
+        keep_arr = np.asarray(keep, dtype=np.int64)
+        order = keep_arr[np.argsort(-scores[keep_arr], kind="stable")][:limit]
+        return [
+            SourceHit(
+                key=self._messages[i].id,
+                score=float(scores[i]),
+                text=self._messages[i].text,
+                meta={"session": self._messages[i].session_id, "role": self._messages[i].role},
+                kind=Kind.MESSAGE,
+            )
+            for i in order
+        ]
+
+
+class Embeddings:
+    """The on-device embedder (``embed-local``), with an optional on-disk cache of each
+    haystack's message vectors (keyed by the texts and the embedder's settings)."""
+
+    def __init__(self, cache_dir: Path | None = None, batch_size: int = 32) -> None:
+        from lore_embed_local import EmbedLocalConfig, LocalEmbedder
+
+        self.embedder = LocalEmbedder(EmbedLocalConfig(batch_size=batch_size))
+        self.cache_dir = cache_dir
+        self.seconds = 0.0
+        self.texts = 0
+
+    def messages(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        key = hashlib.sha256(
+            json.dumps(
+                [self.embedder.health().get("model"), self.embedder.settings.max_tokens, list(texts)]
+            ).encode("utf-8", "surrogatepass")
+        ).hexdigest()[:32]
+        path = self.cache_dir / f"{key}.npy" if self.cache_dir else None
+        if path is not None and path.is_file():
+            return np.load(path)
+        started = time.perf_counter()
+        vectors = self.embedder.embed_blocking(list(texts))
+        self.seconds += time.perf_counter() - started
+        self.texts += len(texts)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, vectors)
+        return vectors
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def dedupe(items: Iterable[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    out = []
+    for x in items:
+        if x not in seen:
+            seen.add(x)
+            out.append(x)
+    return out
+
+
+def recall_at_k(ranked: Sequence[Any], gold: Iterable[Any], k: int) -> dict[str, float]:
+    """``any``/``all``/``frac`` of the gold items among the first ``k`` ranked ones."""
+    gold_set = set(gold)
+    if not gold_set:
+        raise ValueError("no gold items: recall is undefined")
+    hit = len(set(ranked[:k]) & gold_set)
+    return {"any": float(hit > 0), "all": float(hit == len(gold_set)), "frac": hit / len(gold_set)}
+
+
+def ranked_turns(result_ids: Sequence[str], turns_of: dict[str, list[Turn]]) -> list[Turn]:
+    """The turns of the results, in rank order (a result id ``t:<message id>``)."""
+    turns: list[Turn] = []
+    for rid in result_ids:
+        parsed = parse_id(rid)
+        if parsed.kind is Kind.MESSAGE:
+            turns.extend(turns_of.get(parsed.key, []))
+    return dedupe(turns)
+
+
+def score_question(
+    question: dict[str, Any], turns: Sequence[Turn], session_turns: Sequence[Turn], ks: Sequence[int] = KS
+) -> dict[str, float]:
+    """Flat ``{"turn any@5": 1.0, ...}`` for one question. ``turns``: the ranked turns of the
+    default-limit search; ``session_turns``: those of the deep search, for the sessions."""
+    gold_turns = [(e["session_id"], e["turn_index"]) for e in question["evidence_turns"]]
+    sessions = dedupe(sid for sid, _ in session_turns)
+    out: dict[str, float] = {}
+    for k in ks:
+        for level, ranked, gold in (
+            ("turn", list(turns), gold_turns),
+            ("session", sessions, question["answer_session_ids"]),
+        ):
+            for name, value in recall_at_k(ranked, gold, k).items():
+                out[f"{level} {name}@{k}"] = value
+    return out
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+
+
+def build_engine(method: str, store: Any, vector_source: Any, embedder: Any) -> RecallEngine:
+    """The recall engine as the product wires it, with one leg or both."""
+    engine = RecallEngine(embedder=embedder if method != "bm25" else None)
+    if method in ("bm25", "hybrid"):
+        engine.add_text_source(Kind.MESSAGE, StoreMessageSource(store))
+    if method in ("vector", "hybrid"):
+        engine.add_vector_source(Kind.MESSAGE, vector_source)
+    return engine
+
+
+async def run_question(
+    question: dict[str, Any],
+    haystack: dict[str, Any],
+    methods: Sequence[str],
+    embeddings: Embeddings | None,
+    workdir: Path,
+) -> dict[str, dict[str, float]]:
+    from lore_store_duckdb.store import DuckDBStore
+
+    qid = question["question_id"]
+    assert haystack["question_id"] == qid
+    path = workdir / qid
+    path.mkdir(parents=True, exist_ok=True)
+    store = DuckDBStore(path / "lore.duckdb")
+    await store.open()
+    try:
+        turns_of, messages = await ingest(store, haystack)
+        vector_source = None
+        if embeddings is not None and any(m != "bm25" for m in methods):
+            vectors = embeddings.messages([m.text for m in messages])
+            vector_source = ExactVectorSource(messages, vectors)
+        scores: dict[str, dict[str, float]] = {}
+        for method in methods:
+            engine = build_engine(method, store, vector_source, embeddings.embedder if embeddings else None)
+            answers = []
+            for limit in (DEFAULT_LIMIT, MAX_LIMIT):
+                response = await engine.search(question["question"], "project", None, project_of(qid), limit)
+                if response.error:
+                    raise RuntimeError(f"{qid} {method}: {response.error}")
+                if response.notes:
+                    print(f"  note {qid} {method}: {'; '.join(response.notes)}", file=sys.stderr)
+                answers.append(ranked_turns([r.id for r in response.results], turns_of))
+            scores[method] = score_question(question, answers[0], answers[1])
+        return scores
+    finally:
+        await store.close()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def table(results: dict[str, list[dict[str, float]]], methods: Sequence[str]) -> str:
+    rows = [
+        "| level | metric | " + " | ".join(methods) + " |",
+        "| --- | --- | " + " | ".join("---:" for _ in methods) + " |",
+    ]
+    for level in ("turn", "session"):
+        for k in KS:
+            for name in ("any", "all", "frac"):
+                key = f"{level} {name}@{k}"
+                values = {m: mean([r[key] for r in results[m]]) for m in methods}
+                best = max(values.values())
+                cells = [
+                    f"**{v:.3f}**" if v == best and len(methods) > 1 else f"{v:.3f}" for v in values.values()
+                ]
+                rows.append(f"| {level} | {name}@{k} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def by_type(
+    results: dict[str, list[dict[str, float]]], qtypes: Sequence[str], methods: Sequence[str], key: str
+) -> str:
+    rows = [
+        f"| question type (n) | {key}: " + " | ".join(methods) + " |",
+        "| --- | " + " | ".join("---:" for _ in methods) + " |",
+    ]
+    for qtype in sorted(set(qtypes)):
+        idx = [i for i, t in enumerate(qtypes) if t == qtype]
+        cells = [f"{mean([results[m][i][key] for i in idx]):.3f}" for m in methods]
+        rows.append(f"| {qtype} ({len(idx)}) | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+async def run(args: argparse.Namespace) -> int:
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        print(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
+        return 2
+    data_dir = Path(args.data_dir)
+    count = None if args.questions == "all" else int(args.questions)
+    questions = select_questions(load_questions(data_dir), count)
+    if args.only:
+        questions = [q for q in questions if q["question_id"] in set(args.only.split(","))]
+    embeddings = None
+    if any(m != "bm25" for m in methods):
+        embeddings = Embeddings(Path(args.cache_dir) if args.cache_dir else None, args.batch_size)
+    started = time.perf_counter()
+    results: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
+    qtypes: list[str] = []
+    by_id = {q["question_id"]: q for q in questions}
+    workdir = Path(tempfile.mkdtemp(prefix="lore-retrieval-"))
+    try:
+        for n, haystack in enumerate(iter_haystacks(by_id, data_dir), start=1):
+            q = by_id[haystack["question_id"]]
+            t0 = time.perf_counter()
+            scores = await run_question(q, haystack, methods, embeddings, workdir)
+            for m in methods:
+                results[m].append(scores[m])
+            qtypes.append(q["question_type"])
+            if not args.quiet:
+                summary = "  ".join(
+                    f"{m} {scores[m]['turn any@10']:.0f}/{scores[m]['turn frac@10']:.2f}" for m in methods
+                )
+                print(
+                    f"[{n}/{len(questions)}] {q['question_id']} ({q['question_type']}) turn any/frac@10: "
+                    f"{summary}  {time.perf_counter() - t0:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+
+    print(f"LongMemEval-S, {len(qtypes)} questions (non-abstention, stratified by type), scope project")
+    if embeddings is not None:
+        print(
+            "vector leg: exact kNN (cosine) over embed-local vectors, one per stored message, "
+            f"truncated at {embeddings.embedder.settings.max_tokens} tokens "
+            f"({embeddings.texts} texts embedded in {embeddings.seconds:.0f} s)"
+        )
+    print()
+    print(table(results, methods))
+    print()
+    print(by_type(results, qtypes, methods, "turn any@10"))
+    print()
+    print(f"run time {elapsed:.0f} s ({elapsed / max(1, len(qtypes)):.1f} s per question)")
+    if "hybrid" in methods and len(methods) == 3:
+        key = "turn all@10"
+        h, b, v = (mean([r[key] for r in results[m]]) for m in ("hybrid", "bm25", "vector"))
+        verdict = "beats" if h > b and h > v else "does NOT beat"
+        print(f"hybrid {verdict} both legs on {key} ({h:.3f} vs bm25 {b:.3f}, vector {v:.3f})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--questions", default=str(DEFAULT_QUESTIONS), help=f"N or 'all' (default {DEFAULT_QUESTIONS})"
+    )
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated: bm25,vector,hybrid")
+    parser.add_argument("--only", default="", help="comma-separated question ids (within the selection)")
+    parser.add_argument("--batch-size", type=int, default=32, help="embedding batch size")
+    parser.add_argument("--cache-dir", default=None, help="keep message embeddings here (off by default)")
+    parser.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", help="no per-question progress lines")
+    args = parser.parse_args(argv)
+    if args.questions != "all" and not (args.questions.isdigit() and int(args.questions) > 0):
+        parser.error("--questions takes a positive number or 'all'")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
