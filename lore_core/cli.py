@@ -493,6 +493,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                     f"{len(distill.get('running') or [])} running"
                     + (f"; last error: {distill['last_error']}" if distill.get("last_error") else "")
                 )
+            spend = health.get("spend") or {}
+            throttle = health.get("throttle") or {}
+            if spend:
+                budget = spend.get("daily_budget_usd") or 0
+                print(
+                    f"spend:   ${spend.get('today_usd', 0):.4f} today"
+                    + (f" of a ${budget:g} daily budget" if budget else " (no daily budget)")
+                    + f"; throttle.events {throttle.get('throttle.events', 0)},"
+                    f" throttle.totalDelayMs {throttle.get('throttle.totalDelayMs', 0)}"
+                )
         else:
             print("gateway: not running")
         if "error" in store:

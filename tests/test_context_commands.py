@@ -14,6 +14,7 @@ import anthropic
 import openai
 import pytest
 
+from lore_core import cli
 from lore_core.context.commands import SlashCommand, find_command
 from lore_core.model import TEXT, TOOL_RESULT, Block, Message, RequestView
 from lore_core.server import ThreadedServer
@@ -172,7 +173,10 @@ def test_amnesia_keeps_a_stretch_of_the_session_out_of_the_store_across_a_restar
 
 
 def test_throttle_delays_when_spend_is_projected_past_the_daily_budget(
-    start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream
+    start_gateway: Callable[..., ThreadedServer],
+    fake_upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     server = start_gateway({"budget": {"dailyBudgetUsd": 0.001, "maxDelaySeconds": 0.2}})
     client = anthropic.Anthropic(base_url=server.url, api_key="sk-ant-k", max_retries=0)
@@ -192,6 +196,13 @@ def test_throttle_delays_when_spend_is_projected_past_the_daily_budget(
     # pressure 1, overshoot far past 3: the delay is the configured maximum, 200 ms.
     assert 190 <= health["throttle"]["throttle.totalDelayMs"] <= 200
     assert waited >= 0.19
+
+    # `lore status` shows the counters and the day's spend.
+    monkeypatch.setenv("LORE_PORT", str(server.port))
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr()[0]
+    assert "spend:   $0.3001 today of a $0.001 daily budget" in out
+    assert "throttle.events 1, throttle.totalDelayMs 2" in out
 
 
 def test_no_budget_means_no_throttle(gateway: ThreadedServer, fake_upstream: FakeUpstream) -> None:
