@@ -1,0 +1,98 @@
+"""Recognising an upstream's "prompt is too long" answer, and the layer a session must start
+from next."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lore_core.context.overflow import Overflow, next_min_layer, parse_overflow
+
+
+def _body(payload: object) -> bytes:
+    return json.dumps(payload).encode()
+
+
+ANTHROPIC_TOO_LONG = {
+    "type": "error",
+    "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 208310 tokens > 200000 maximum",
+    },
+}
+OPENAI_TOO_LONG = {
+    "error": {
+        "message": "This model's maximum context length is 128000 tokens. However, your messages resulted "
+        "in 190000 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+RESPONSES_TOO_LONG = {
+    "error": {
+        "message": "Your input exceeds the context window of this model. "
+        "Please adjust your input and try again.",
+        "type": "invalid_request_error",
+        "param": "input",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def test_anthropic_overflow_with_its_numbers() -> None:
+    overflow = parse_overflow(400, _body(ANTHROPIC_TOO_LONG))
+    assert overflow is not None and (overflow.tokens, overflow.limit) == (208310, 200000)
+    assert overflow.overshoot == pytest.approx(0.04155)
+    assert next_min_layer(0, overflow) == 2
+
+
+def test_openai_overflow_with_its_numbers_is_a_large_overshoot() -> None:
+    overflow = parse_overflow(400, _body(OPENAI_TOO_LONG))
+    assert overflow is not None and (overflow.tokens, overflow.limit) == (190000, 128000)
+    assert next_min_layer(0, overflow) == 3
+
+
+def test_responses_overflow_without_numbers() -> None:
+    overflow = parse_overflow(400, _body(RESPONSES_TOO_LONG))
+    assert overflow is not None and overflow.overshoot is None
+    assert next_min_layer(0, overflow) == 2
+
+
+def test_anthropic_body_too_large() -> None:
+    body = {
+        "type": "error",
+        "error": {"type": "request_too_large", "message": "Request exceeds the maximum size"},
+    }
+    assert parse_overflow(413, _body(body)) is not None
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (
+            400,
+            _body(
+                {
+                    "type": "error",
+                    "error": {"type": "invalid_request_error", "message": "max_tokens: required"},
+                }
+            ),
+        ),
+        (401, _body(ANTHROPIC_TOO_LONG)),  # not a status an overflow comes with
+        (429, _body({"error": {"message": "rate limited", "code": "rate_limit_exceeded"}})),
+        (400, b"<html>bad gateway</html>"),
+        (400, b""),
+        (400, _body(["not", "an", "object"])),
+    ],
+)
+def test_other_errors_are_not_overflows(status: int, body: bytes) -> None:
+    assert parse_overflow(status, body) is None
+
+
+def test_repeated_overflow_goes_one_layer_further_up_to_four() -> None:
+    small = Overflow("prompt is too long", tokens=201_000, limit=200_000)
+    assert [next_min_layer(current, small) for current in range(5)] == [2, 2, 3, 4, 4]
+    large = Overflow("prompt is too long", tokens=300_000, limit=200_000)
+    assert [next_min_layer(current, large) for current in range(5)] == [3, 3, 3, 4, 4]
