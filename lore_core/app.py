@@ -151,7 +151,7 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
                 )
             )
             return Response(body, status=200, content_type=content_type)
-    view = gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
+    view = await gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
 
     out_headers = forward_headers(_client_headers())
     if view.modified:

@@ -163,6 +163,19 @@ class BudgetConfig:
     daily_budget_usd: float = 0.0
     # Longest delay added before one upstream call when spend is projected past the budget.
     max_delay_seconds: float = 30.0
+    # The share of the model's context window the client is told its prompt uses, at most:
+    # larger prompts are reported scaled down so the harness never auto-compacts on its own
+    # (Lore's accounting keeps the real numbers). 0 or 1 reports the real usage.
+    client_usage_share: float = 0.5
+
+
+@attrs.define
+class RecallConfig:
+    # Offer the model the recall tool on requests that already offer tools.
+    tool: bool = True
+    # Recall rounds the gateway runs inside one client turn; past them the turn ends with
+    # what the model said.
+    max_rounds: int = 3
 
 
 @attrs.define
@@ -196,6 +209,7 @@ class LoreConfig:
     worker: WorkerConfig = attrs.field(factory=WorkerConfig)
     distill: DistillConfig = attrs.field(factory=DistillConfig)
     budget: BudgetConfig = attrs.field(factory=BudgetConfig)
+    recall: RecallConfig = attrs.field(factory=RecallConfig)
     # Model-name prefix -> price/limit overrides (the longest matching prefix wins).
     models: dict[str, ModelConfig] = attrs.field(factory=dict)
     # Plugin sections, structured by each plugin's own class (see ``lore_config_sections``).
@@ -216,6 +230,7 @@ CORE_SECTIONS: dict[str, Any] = {
     "worker": WorkerConfig,
     "distill": DistillConfig,
     "budget": BudgetConfig,
+    "recall": RecallConfig,
     # Keyed by model-name prefix rather than by fixed field names.
     "models": dict[str, ModelConfig],
 }
@@ -446,6 +461,7 @@ def load_config(
         worker=values["worker"],
         distill=values["distill"],
         budget=values["budget"],
+        recall=values["recall"],
         models=values["models"],
         plugin_sections={k: values[k] for k in plugin_sections},
         sources=sources,

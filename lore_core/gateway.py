@@ -20,6 +20,7 @@ from lore_core.amnesia import Amnesia
 from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
+from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
@@ -79,6 +80,14 @@ class Gateway:
         self._last_upstream_at: dict[str, float] = {}
         # /lore:amnesia: conversation positions of a session the store must not keep.
         self.amnesia = Amnesia(self.store)
+        # The gradient context manager: which layer each turn's prompt is sent at.
+        self.context = ContextManager(
+            config,
+            self.price_table,
+            self.store,
+            registry.prompt_layers,
+            distill_version=lambda: sum(self.distiller.counts.values()),
+        )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
         self.recall = store_recall_engine(self.store, self.worker)
@@ -179,15 +188,15 @@ class Gateway:
         except Exception:
             log.exception("could not remember a session's worker target")
 
-    def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
-        """Run the prompt layers in priority order. A failing layer is skipped (fail open)."""
-        for layer in self.registry.prompt_layers:
-            try:
-                view = layer.compose(view, ctx)
-            except Exception:
-                self.stats["layer_errors"] += 1
-                log.exception("prompt layer %s failed; continuing without it", layer.name)
-        return view
+    async def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
+        """The context manager chooses the turn's layer, then the prompt layers run in
+        priority order. A failing layer is skipped (fail open)."""
+        try:
+            return await self.context.compose(view, ctx)
+        except Exception:
+            self.stats["layer_errors"] += 1
+            log.exception("prompt composition failed; sending the request unchanged")
+            return view
 
     async def throttle_upstream(self, session_id: str, model: str | None) -> float:
         """Wait before an upstream call while spend is projected past the daily budget
@@ -290,6 +299,10 @@ class Gateway:
         except Exception:
             log.exception("could not tell the distillation scheduler about an exchange")
         try:
+            self.context.exchange_finished(exchange)
+        except Exception:
+            log.exception("could not tell the context manager about an exchange")
+        try:
             self.pm.hook.lore_exchange_complete(gateway=self, exchange=exchange)
         except Exception:
             log.exception("an exchange_complete hook failed")
@@ -308,6 +321,7 @@ class Gateway:
             "store": self.writer.health(),
             "worker": self.worker.status(),
             "distill": self.distiller.health(),
+            "context": self.context.health(),
             "embedder": _embedder_health(self.embedder),
             "spend": {
                 "today_usd": round(self.costs.day_cost(), 6),

@@ -8,7 +8,7 @@ documentation and type checking, not for runtime checks).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -265,22 +265,33 @@ EmbedderFactory = Callable[["LoreConfig"], Embedder]
 
 @attrs.define
 class CompositionContext:
-    """Per-request facts a prompt layer may use."""
+    """Per-request facts a prompt layer may use.
+
+    ``composition`` is the context manager's plan for this turn (a
+    :class:`lore_core.context.compose.Composition`, ``None`` outside a gateway): which layer
+    (0-4) was chosen and the parts of the prompt, top to bottom. The built-in layers each
+    place one part; a third-party layer may read it too."""
 
     session_id: str
     project: str
     harness: str
     codec: Codec
+    composition: Any = None
 
 
 class PromptLayer(Protocol):
-    """One step of prompt composition, run in ascending ``priority`` order."""
+    """One step of prompt composition, run in ascending ``priority`` order.
+
+    The built-in layers (:mod:`lore_core.builtin.context_layers`) use priorities 100 (the
+    harness's system prompt) to 600 (the conversation) and 900 (cache breakpoints); a plugin
+    picks a priority between them to add its own part at that place in the prompt."""
 
     name: str
     priority: int
 
-    def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
-        """Return the view (possibly changed, with ``modified`` set)."""
+    def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView | Awaitable[RequestView]:
+        """Return the view (possibly changed, with ``modified`` set); may be a coroutine.
+        Must be fast: it runs on the request path of every API call."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ BUILTIN_PLUGINS = (
     "lore_core.builtin.generic_harness",
     "lore_core.builtin.curators",
     "lore_core.builtin.memory_store",
+    "lore_core.builtin.context_layers",
 )
 
 
