@@ -66,7 +66,10 @@ def test_prompt_layers_run_by_priority_not_registration_order():
             register(Layer("ltm", 10))
 
     for order in ([Late(), Early()], [Early(), Late()]):
-        registry = Registry.collect(make_plugin_manager(load_entrypoints=False, extra=order))
+        pm = make_plugin_manager(
+            load_entrypoints=False, extra=order, block=["lore_core.builtin.context_layers"]
+        )
+        registry = Registry.collect(pm)
         assert [layer.name for layer in registry.prompt_layers] == ["system", "ltm", "conversation"]
 
 

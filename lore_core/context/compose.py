@@ -1,0 +1,565 @@
+"""The layer engine of the gradient context manager (MISSION section 6): which messages and
+which distillations make up the prompt at layers 0-4.
+
+Everything here is pure and works on the wire-neutral view; :mod:`lore_core.context.manager`
+holds the per-session state and does the I/O, and the prompt layers of
+:mod:`lore_core.builtin.context_layers` place the parts on the wire.
+
+Rules every layer keeps:
+
+- the *head* (the harness's own preamble: system/developer messages, housekeeping-only
+  user messages at the start) is never touched;
+- the raw window starts at a *turn start* (a user message that carries no tool result), so a
+  tool call is never separated from its result, and the current turn is always whole;
+- what a layer changes is pinned when it is chosen (the raw-window cut-off, the point before
+  which tool outputs are stripped, the rendered distilled prefix), so the following turns
+  only append: the prompt's prefix stays byte-identical and the provider's cache keeps
+  hitting until the next re-composition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.context.tokens import REQUEST_OVERHEAD, TokenCounter
+from lore_core.distill.render import annotate_output, clean, strip_housekeeping
+from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
+from lore_core.store import StoredDistillation, canonical_message, message_id
+
+#: Layer 2 keeps the tool outputs of this many newest turns.
+PROTECTED_TURNS = 2
+#: Layer 3 keeps only this many of the newest generation-0 distillations ...
+LAYER3_DISTILLATIONS = 5
+#: ... and layer 4 this many of the newest distillations.
+LAYER4_DISTILLATIONS = 2
+#: Layer 4's raw tail: clamp(usable x share, min, max) tokens.
+LAYER4_TAIL_SHARE = 0.25
+LAYER4_TAIL_MIN = 2_000
+LAYER4_TAIL_MAX = 8_000
+#: A stripped tool output becomes an annotation of at most this many characters; outputs
+#: shorter than that are kept (stripping them would save nothing).
+ANNOTATION_CHARS = 600
+#: Roles that belong to the harness's preamble, not to the conversation.
+PREAMBLE_ROLES = frozenset({"system", "developer"})
+
+PREFIX_HEADER = (
+    "[Lore memory] The earlier part of this conversation is not repeated here: Lore distilled "
+    "it into the observation logs below (oldest first). The raw messages are stored; the recall "
+    "tool, when offered, searches them."
+)
+PREFIX_ACK = (
+    "Understood. I have the distilled record of our earlier conversation and continue from the "
+    "messages that follow."
+)
+
+
+def tail_budget(usable: int) -> int:
+    """Layer 4's raw tail: ``clamp(usable x 0.25, 2K, 8K)`` tokens."""
+    return int(min(max(usable * LAYER4_TAIL_SHARE, LAYER4_TAIL_MIN), LAYER4_TAIL_MAX))
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis of one request
+# ---------------------------------------------------------------------------------------------
+
+
+def _housekeeping_only(msg: Message) -> bool:
+    texts = [b for b in msg.blocks if b.type == TEXT]
+    return (
+        bool(texts)
+        and len(texts) == len(msg.blocks)
+        and all(not strip_housekeeping(b.text).strip() for b in texts)
+    )
+
+
+def head_length(messages: Sequence[Message]) -> int:
+    """How many leading messages are the harness's preamble (kept as they are)."""
+    i = 0
+    while i < len(messages):
+        msg = messages[i]
+        if (
+            msg.role
+            and msg.role not in PREAMBLE_ROLES
+            and not (msg.role == "user" and _housekeeping_only(msg))
+        ):
+            break
+        i += 1
+    return i
+
+
+def is_turn_start(msg: Message) -> bool:
+    """A user message that answers no tool call: a cut before it splits nothing."""
+    return msg.role == "user" and not any(b.type == TOOL_RESULT for b in msg.blocks)
+
+
+def view_message_ids(session_id: str, messages: Sequence[Message]) -> list[str | None]:
+    """The store's id of every message of the view (``None`` for items without a role):
+    the same hash chain as :func:`lore_core.store.chain_ids`, mapped back to view indices
+    (consecutive assistant items are one stored message)."""
+    groups: list[tuple[str, list[Block], list[int]]] = []
+    for i, msg in enumerate(messages):
+        if not msg.role:
+            continue
+        if msg.role == "assistant" and groups and groups[-1][0] == "assistant":
+            groups[-1][1].extend(msg.blocks)
+            groups[-1][2].append(i)
+        else:
+            groups.append((msg.role, list(msg.blocks), [i]))
+    ids: list[str | None] = [None] * len(messages)
+    parent: str | None = None
+    for role, blocks, indices in groups:
+        parent = message_id(session_id, parent, canonical_message(role, blocks))
+        for i in indices:
+            ids[i] = parent
+    return ids
+
+
+@attrs.define
+class Analysis:
+    """One request, measured: per-message tokens and ids, the head and the turn starts."""
+
+    messages: list[Message]
+    ids: list[str | None]
+    tokens: list[int]
+    #: System prompt, tool definitions and request framing.
+    fixed: int
+    head: int
+    turn_starts: list[int]
+
+    @property
+    def raw_total(self) -> int:
+        return self.fixed + sum(self.tokens)
+
+    @property
+    def current_turn(self) -> int:
+        """Index of the current turn's first message (the head's end when there is none)."""
+        return self.turn_starts[-1] if self.turn_starts else self.head
+
+    def index_of(self, message_id: str | None, hint: int = -1) -> int | None:
+        if message_id is None:
+            return None
+        if 0 <= hint < len(self.ids) and self.ids[hint] == message_id:
+            return hint
+        for i, ident in enumerate(self.ids):
+            if ident == message_id:
+                return i
+        return None
+
+
+def analyse(view: RequestView, session_id: str, counter: TokenCounter) -> Analysis:
+    messages = list(view.messages)
+    head = head_length(messages)
+    fixed = REQUEST_OVERHEAD + (counter.blocks(view.system, "system") if view.system else 0)
+    fixed += counter.tools(view.tools)
+    return Analysis(
+        messages=messages,
+        ids=view_message_ids(session_id, messages),
+        tokens=[counter.message(m) for m in messages],
+        fixed=fixed,
+        head=head,
+        turn_starts=[i for i in range(head, len(messages)) if is_turn_start(messages[i])],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Distillations
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PrefixPart:
+    """One distillation as rendered into the prefix (rendered once, then kept byte-stable)."""
+
+    id: str
+    generation: int
+    end: float
+    text: str
+    #: Message ids it covers (a meta-distillation: those of the logs it consolidated).
+    covers: frozenset[str]
+
+
+def render_part(d: StoredDistillation) -> str:
+    kind = "meta-distillation" if d.generation >= 1 else "observation log"
+    return f'<distillation id="{d.ref}" kind="{kind}">\n{clean(d.text)}\n</distillation>'
+
+
+def prefix_parts(distillations: Sequence[StoredDistillation]) -> list[PrefixPart]:
+    """Every distillation of a session (archived ones included) as a part, with the message
+    ids each covers resolved through the generations, oldest first."""
+    by_id = {d.id: d for d in distillations}
+    memo: dict[str, frozenset[str]] = {}
+
+    def covers(d: StoredDistillation, depth: int = 0) -> frozenset[str]:
+        if d.id in memo:
+            return memo[d.id]
+        if d.generation == 0 or depth > 8:
+            out = frozenset(d.source_ids)
+        else:
+            found: set[str] = set()
+            for source in d.source_ids:
+                child = by_id.get(source)
+                found |= covers(child, depth + 1) if child is not None else {source}
+            out = frozenset(found)
+        memo[d.id] = out
+        return out
+
+    parts = [
+        PrefixPart(d.id, d.generation, d.end or d.created_at, render_part(d), covers(d))
+        for d in distillations
+    ]
+    return sorted(parts, key=lambda p: (p.end, p.generation, p.id))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compositions
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class Composition:
+    """The plan of one turn's prompt, top to bottom (MISSION section 3)."""
+
+    layer: int
+    #: Reason the layer was chosen ("fits", "pinned", "overflow", "cost", "forced", ...).
+    reason: str = ""
+    head: list[Message] = attrs.field(factory=list)
+    ltm_baseline: str = ""
+    ltm_context: str = ""
+    prefix: list[PrefixPart] = attrs.field(factory=list)
+    deltas: list[Message] = attrs.field(factory=list)
+    conversation: list[Message] = attrs.field(factory=list)
+    #: Local estimate of the whole prompt (uncorrected).
+    tokens: int = 0
+    # Pinned points (message ids), for the next turn.
+    cut_id: str | None = None
+    cut_index: int = 0
+    strip_before_id: str | None = None
+    strip_before_index: int = 0
+    #: Raw messages dropped (layer 4) or covered by the prefix.
+    dropped: int = 0
+    stripped: int = 0
+
+    @property
+    def modified(self) -> bool:
+        return self.layer > 0
+
+
+def prefix_messages(parts: Sequence[PrefixPart]) -> list[Message]:
+    """The synthetic user/assistant pair carrying the distilled prefix: one text block per
+    distillation, so appending one leaves the blocks before it byte-identical."""
+    if not parts:
+        return []
+    blocks = [Block(TEXT, text=PREFIX_HEADER)] + [Block(TEXT, text=p.text) for p in parts]
+    return [
+        Message(role="user", blocks=blocks, synthetic=True),
+        Message(role="assistant", blocks=[Block(TEXT, text=PREFIX_ACK)], synthetic=True),
+    ]
+
+
+def prefix_tokens(parts: Sequence[PrefixPart], counter: TokenCounter) -> int:
+    return sum(counter.message(m) for m in prefix_messages(parts))
+
+
+def tool_names(messages: Sequence[Message]) -> dict[str, str]:
+    return {
+        b.tool_call_id: b.tool_name
+        for m in messages
+        for b in m.blocks
+        if b.type == TOOL_CALL and b.tool_call_id and b.tool_name
+    }
+
+
+def _annotation(block: Block, names: dict[str, str]) -> str | None:
+    """The annotation replacing a long tool output, or ``None`` to keep it."""
+    if len(block.text) <= ANNOTATION_CHARS:
+        return None
+    tool = block.tool_name or names.get(block.tool_call_id or "", "tool")
+    note = annotate_output(tool, clean(block.text), block.is_error, ANNOTATION_CHARS - 60)
+    return f"{note}\n[stripped by Lore; recall can search the full output]"
+
+
+def _strippable(wire_type: str | None) -> bool:
+    # Client tool results only: a server tool's result (Anthropic's web search) belongs to
+    # the assistant's own turn and is left alone.
+    return wire_type is None or wire_type == "tool_result" or wire_type.endswith("call_output")
+
+
+def strip_tool_outputs(msg: Message, names: dict[str, str]) -> Message:
+    """``msg`` with its long tool outputs replaced by annotations (same tool ids, so every
+    call keeps its result). Unchanged messages are returned as they are."""
+    notes: dict[int, str] = {}
+    for index, block in enumerate(msg.blocks):
+        if block.type == TOOL_RESULT and _strippable(block.wire_type):
+            note = _annotation(block, names)
+            if note is not None:
+                notes[index] = note
+    if not notes:
+        return msg
+    blocks = [
+        attrs.evolve(b, text=notes[i], raw=_stripped_block_raw(b, notes[i])) if i in notes else b
+        for i, b in enumerate(msg.blocks)
+    ]
+    return Message(role=msg.role, blocks=blocks, raw=_stripped_message_raw(msg, notes), synthetic=False)
+
+
+def _stripped_block_raw(block: Block, note: str) -> Any:
+    raw = block.raw
+    if isinstance(raw, dict) and raw.get("type") == "tool_result":  # Anthropic
+        out: dict[str, Any] = {"type": "tool_result", "tool_use_id": raw.get("tool_use_id"), "content": note}
+        if raw.get("is_error"):
+            out["is_error"] = True
+        return out
+    return None if isinstance(raw, dict) and "text" in raw else raw
+
+
+def _stripped_message_raw(msg: Message, notes: dict[int, str]) -> Any:
+    """The wire JSON of a message with stripped outputs, in the message's own shape (the
+    codec renders a non-synthetic message from ``raw``, keeping fields it does not know)."""
+    raw = msg.raw
+    if not isinstance(raw, dict):
+        return raw
+    note = next(iter(notes.values()))
+    if isinstance(raw.get("content"), list) and msg.role == "user":  # Anthropic user message
+        content = list(raw["content"])
+        for index, text in notes.items():
+            if index < len(content):
+                content[index] = _stripped_block_raw(msg.blocks[index], text)
+        return {**raw, "content": content}
+    if msg.role == "tool" and "content" in raw:  # OpenAI Chat tool message
+        return {**raw, "content": note}
+    if "output" in raw:  # Responses function_call_output and friends
+        return {**raw, "output": note}
+    return raw
+
+
+def _turns_back(an: Analysis, count: int) -> int:
+    """Index of the start of the ``count``-th newest turn (the head's end if fewer)."""
+    if count <= 0:
+        return len(an.messages)
+    starts = an.turn_starts
+    return starts[-count] if len(starts) >= count else an.head
+
+
+def conversation(
+    an: Analysis, cut: int, strip_before: int, counter: TokenCounter, names: dict[str, str] | None = None
+) -> tuple[list[Message], int, int]:
+    """The raw window ``messages[cut:]`` with tool outputs before ``strip_before`` stripped;
+    returns (messages, tokens, how many were stripped)."""
+    out: list[Message] = []
+    total = 0
+    stripped = 0
+    if strip_before > cut and names is None:
+        names = tool_names(an.messages)
+    for i in range(cut, len(an.messages)):
+        msg = an.messages[i]
+        if i < strip_before:
+            new = strip_tool_outputs(msg, names or {})
+            if new is not msg:
+                stripped += 1
+                out.append(new)
+                total += counter.message(new)
+                continue
+        out.append(msg)
+        total += an.tokens[i]
+    return out, total, stripped
+
+
+def covered_cut(an: Analysis, covered: frozenset[str] | set[str]) -> int:
+    """The latest turn start up to which every message is covered by ``covered`` ids (and
+    never past the current turn): the raw window may start there without losing anything."""
+    k = an.head
+    n = len(an.messages)
+    while k < n and (an.ids[k] is None or an.ids[k] in covered):
+        k += 1
+    best = an.head
+    for start in an.turn_starts:
+        if start <= k and start <= an.current_turn:
+            best = start
+        else:
+            break
+    return best
+
+
+def choose_parts(
+    parts: Sequence[PrefixPart], an: Analysis, layer: int, previous: Sequence[PrefixPart] = ()
+) -> list[PrefixPart]:
+    """The distillations in the prefix at ``layer``.
+
+    Layers 1-2: the previous prefix kept as it was (append-only) plus the live distillations
+    of this branch that cover something it does not; layer 3: only the newest gen-0 logs;
+    layer 4: the newest two."""
+    on_branch = {i for i in an.ids if i is not None}
+    mine = [p for p in parts if p.covers & on_branch]
+    if layer >= 4:
+        return sorted(mine, key=lambda p: (p.end, p.id))[-LAYER4_DISTILLATIONS:]
+    if layer == 3:
+        gen0 = [p for p in mine if p.generation == 0]
+        return sorted(gen0, key=lambda p: (p.end, p.id))[-LAYER3_DISTILLATIONS:]
+    kept = list(previous)
+    seen: set[str] = set()
+    for p in kept:
+        seen |= p.covers
+    for p in mine:
+        if p.covers - seen:
+            kept.append(p)
+            seen |= p.covers
+    return kept
+
+
+def covered_ids(parts: Sequence[PrefixPart]) -> frozenset[str]:
+    out: set[str] = set()
+    for p in parts:
+        out |= p.covers
+    return frozenset(out)
+
+
+def plan_layer(
+    layer: int,
+    an: Analysis,
+    parts: Sequence[PrefixPart],
+    counter: TokenCounter,
+    *,
+    usable: int,
+    previous_prefix: Sequence[PrefixPart] = (),
+    extra_tokens: int = 0,
+) -> Composition:
+    """A fresh composition at ``layer`` (1-4) for this request.
+
+    ``parts`` are the session's distillations (:func:`prefix_parts`, archived included: a
+    gen-0 log archived into a meta-distillation still covers its messages);
+    ``previous_prefix`` the prefix pinned so far, kept append-only at layers 1-2;
+    ``extra_tokens`` what other parts (LTM blocks) add."""
+    live = [p for p in parts]
+    if layer <= 2:
+        prefix = choose_parts(live, an, layer, previous_prefix)
+        # An append-only prefix that outgrew its use is rebuilt from the newest state:
+        # meta-distillations supersede the logs they consolidated.
+        if (
+            previous_prefix
+            and len(prefix) > len(previous_prefix)
+            and prefix_tokens(prefix, counter) > usable // 2
+        ):
+            prefix = choose_parts(live, an, layer)
+    else:
+        prefix = choose_parts(live, an, layer)
+    names = tool_names(an.messages)
+    if layer <= 3:
+        cut = covered_cut(an, covered_ids(prefix) if layer <= 2 else covered_ids(choose_parts(live, an, 2)))
+        if layer == 1:
+            strip_before = cut
+        elif layer == 2:
+            strip_before = max(cut, _turns_back(an, PROTECTED_TURNS))
+        else:
+            strip_before = max(cut, an.current_turn)
+    else:
+        # Emergency: whole turns from the newest back while they fit the tail budget; the
+        # current turn always, whatever its size.
+        budget = tail_budget(usable)
+        cut = an.current_turn
+        size = sum(an.tokens[cut:])
+        for start in reversed(an.turn_starts[:-1]):
+            add = sum(an.tokens[start:cut])
+            if size + add > budget:
+                break
+            size += add
+            cut = start
+        strip_before = cut
+    convo, convo_tokens, stripped = conversation(an, cut, strip_before, counter, names)
+    head = an.messages[: an.head]
+    total = (
+        an.fixed + sum(an.tokens[: an.head]) + prefix_tokens(prefix, counter) + convo_tokens + extra_tokens
+    )
+    return Composition(
+        layer=layer,
+        head=list(head),
+        prefix=list(prefix),
+        conversation=convo,
+        tokens=total,
+        cut_id=an.ids[cut] if cut < len(an.ids) else None,
+        cut_index=cut,
+        strip_before_id=an.ids[strip_before] if strip_before < len(an.ids) else None,
+        strip_before_index=strip_before,
+        dropped=cut - an.head,
+        stripped=stripped,
+    )
+
+
+def replay_pinned(
+    pinned: Composition, an: Analysis, counter: TokenCounter, *, extra_tokens: int = 0
+) -> Composition | None:
+    """The pinned composition of an earlier turn applied to this request: the same prefix,
+    the same cut-off and strip point, the new messages appended. ``None`` when the request
+    is not a continuation of it (another branch, a side request)."""
+    cut = an.index_of(pinned.cut_id, pinned.cut_index)
+    if cut is None or cut < an.head:
+        return None
+    if pinned.strip_before_id is None:
+        strip_before = cut
+    else:
+        found = an.index_of(pinned.strip_before_id, pinned.strip_before_index + (cut - pinned.cut_index))
+        if found is None:
+            return None
+        strip_before = found
+    convo, convo_tokens, stripped = conversation(an, cut, strip_before, counter)
+    total = (
+        an.fixed
+        + sum(an.tokens[: an.head])
+        + prefix_tokens(pinned.prefix, counter)
+        + convo_tokens
+        + extra_tokens
+    )
+    return attrs.evolve(
+        pinned,
+        reason="pinned",
+        head=an.messages[: an.head],
+        conversation=convo,
+        tokens=total,
+        cut_index=cut,
+        strip_before_index=strip_before,
+        dropped=cut - an.head,
+        stripped=stripped,
+    )
+
+
+def raw_composition(an: Analysis, reason: str = "fits") -> Composition:
+    """Layer 0: the request as the client sent it."""
+    return Composition(
+        layer=0,
+        reason=reason,
+        head=an.messages[: an.head],
+        conversation=an.messages[an.head :],
+        tokens=an.raw_total,
+    )
+
+
+def least_layer(
+    an: Analysis,
+    parts: Sequence[PrefixPart],
+    counter: TokenCounter,
+    *,
+    usable: int,
+    fits: Callable[[int], bool],
+    min_layer: int = 1,
+    previous_prefix: Sequence[PrefixPart] = (),
+    extra_tokens: int = 0,
+) -> Composition:
+    """The least compression (from ``min_layer``, at least 1) whose composition fits; layer
+    4 when none does (the emergency layer is sent whatever its size)."""
+    plan: Composition | None = None
+    for layer in range(max(min_layer, 1), 5):
+        plan = plan_layer(
+            layer,
+            an,
+            parts,
+            counter,
+            usable=usable,
+            previous_prefix=previous_prefix,
+            extra_tokens=extra_tokens,
+        )
+        if fits(plan.tokens):
+            return plan
+    assert plan is not None
+    return plan

@@ -1,0 +1,463 @@
+"""The gradient context manager: per-session state and the choice of layer on every turn.
+
+One :class:`ContextManager` per gateway (``gateway.context``). On each request it measures
+the conversation (cached per-message token counts), decides which layer (0-4, MISSION
+section 6) the prompt is sent at, and hands the plan (a
+:class:`~lore_core.context.compose.Composition`) to the prompt layers, which place its parts
+on the wire. After each response it learns from the usage the upstream reported: the token
+calibration, the cache state (busts, zero-write turns) and the session's cost.
+
+The choice, in order:
+
+1. a session keeps the composition it has (layer 0, or the pinned layer-1..4 composition
+   with the new messages appended) while it fits, so the provider's cache keeps hitting;
+2. it re-composes when the prompt no longer fits, when ``forceMinLayer`` asks for more, or
+   when it is past the layer-0 cap and :func:`~lore_core.context.economics.decide_compression`
+   says rewriting the cache pays (never while holding after repeated busts);
+3. re-composing picks the least layer that fits and pins it.
+
+Nothing here blocks the request path for long: store reads (distillations, the persisted
+``forceMinLayer``) are cached per session and bounded by a short timeout; a slow store
+means the last known state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.config import LoreConfig
+from lore_core.context.compose import (
+    Composition,
+    PrefixPart,
+    analyse,
+    least_layer,
+    prefix_parts,
+    raw_composition,
+    replay_pinned,
+)
+from lore_core.context.economics import CacheState, CostTracker, Layer0Cap, decide_compression, layer0_cap
+from lore_core.context.pricing import ModelInfo, PriceTable
+from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
+from lore_core.interfaces import CompositionContext, PromptLayer, Store
+from lore_core.model import Exchange, RequestView
+from lore_core.store import FORCE_MIN_LAYER
+
+log = logging.getLogger("lore.context")
+
+#: A composition is sized to at most this share of the model's input limit: the local
+#: estimate, even calibrated, is not exact.
+FIT_SHARE = 0.95
+#: Longest wait for the store on the request path (seconds).
+STORE_TIMEOUT_SECONDS = 0.5
+#: Distillations are re-read at most this often per session unless the distiller wrote.
+DISTILLATIONS_TTL_SECONDS = 30.0
+#: A request with fewer than this share of the session's largest message count is a side
+#: request (a title, a quota probe): composed on its own, it never moves the pinned state.
+SIDE_REQUEST_SHARE = 0.5
+#: Composition times kept for the p50/p99 on ``/health``.
+TIMING_WINDOW = 1_000
+#: Highest layer.
+MAX_LAYER = 4
+
+
+def usable_tokens(model: ModelInfo, view: RequestView) -> int:
+    """What the prompt may use: the model's input limit, and no more than the window leaves
+    beside the output the request asks for."""
+    raw = view.raw
+    asked = raw.get("max_tokens") or raw.get("max_completion_tokens") or raw.get("max_output_tokens")
+    limit = model.max_input_tokens
+    if isinstance(asked, int) and asked > 0 and model.context_window - asked > 0:
+        limit = min(limit, model.context_window - asked)
+    return limit
+
+
+@attrs.define
+class SessionContext:
+    """What the context manager knows of one session."""
+
+    session_id: str
+    calibration: Calibration = attrs.field(factory=Calibration)
+    cache: CacheState = attrs.field(factory=CacheState)
+    force_min_layer: int = 0
+    force_loaded: bool = False
+    #: The pinned composition of layers 1-4 (``None``: layer 0).
+    pinned: Composition | None = None
+    layer: int = 0
+    reason: str = ""
+    model: str | None = None
+    cap: Layer0Cap | None = None
+    #: Local estimate of the last composed prompt (corrected) and the real count reported.
+    estimated_tokens: int = 0
+    real_tokens: int = 0
+    largest_request: int = 0
+    turns: int = 0
+    recompositions: int = 0
+    busts: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    # Distillations as prefix parts, and when / at which distiller version they were read.
+    parts: list[PrefixPart] | None = None
+    parts_read_at: float = 0.0
+    parts_version: int = -1
+    refreshing: asyncio.Task[None] | None = None
+    # LTM blocks pinned at their first render (kept byte-identical for the session).
+    ltm_baseline: str | None = None
+    ltm_context: str | None = None
+    last_seen: float = 0.0
+
+
+@attrs.define
+class _Sent:
+    """What was composed for one request, until its response arrives."""
+
+    session_id: str
+    estimate: int
+    main: bool
+
+
+class ContextManager:
+    """Held by the gateway as ``gateway.context``."""
+
+    def __init__(
+        self,
+        config: LoreConfig,
+        prices: PriceTable,
+        store: Store | None = None,
+        layers: Sequence[PromptLayer] = (),
+        *,
+        counter: TokenCounter | None = None,
+        distill_version: Callable[[], int] | None = None,
+        costs: CostTracker | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.budget = config.budget
+        self.prices = prices
+        self.store = store
+        self.layers = list(layers)
+        self.counter = counter or default_counter()
+        self.costs = costs or CostTracker(prices, config.budget.daily_budget_usd)
+        self._distill_version = distill_version or (lambda: 0)
+        self._clock = clock
+        self.sessions: dict[str, SessionContext] = {}
+        self._sent: dict[int, _Sent] = {}
+        self._timings: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
+        self.counts: collections.Counter[str] = collections.Counter()
+        #: Long-term knowledge providers: ``(session_id, project) -> text``; none until the
+        #: LTM tier lands, the slots and their pinning exist already.
+        self.ltm_baseline_provider: Callable[[str, str], str | None] | None = None
+        self.ltm_context_provider: Callable[[str, str], str | None] | None = None
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def session(self, session_id: str) -> SessionContext:
+        state = self.sessions.get(session_id)
+        if state is None:
+            state = self.sessions[session_id] = SessionContext(session_id)
+        return state
+
+    async def _store_call(self, what: str, call: Any) -> Any:
+        try:
+            return await asyncio.wait_for(call, STORE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            self.counts["store_timeouts"] += 1
+            log.warning("context: the store did not answer %s in time; using what is known", what)
+        except NotImplementedError:
+            pass
+        except Exception as exc:
+            self.counts["store_errors"] += 1
+            log.warning("context: could not read %s from the store: %s", what, exc)
+        raise _StoreMiss
+
+    async def _load_force(self, state: SessionContext) -> None:
+        """The persisted ``forceMinLayer``, read on the session's first turn after start."""
+        if state.force_loaded or self.store is None:
+            state.force_loaded = True
+            return
+        try:
+            value = await self._store_call(
+                FORCE_MIN_LAYER, self.store.get_state(state.session_id, FORCE_MIN_LAYER, 0)
+            )
+        except _StoreMiss:
+            return  # tried again next turn
+        state.force_min_layer = _as_layer(value)
+        state.force_loaded = True
+
+    async def force_min_layer(self, session_id: str, layer: int) -> None:
+        """Make the session's turns start at ``layer`` or above (persisted, survives restarts).
+        The overflow recovery calls this when the upstream answered "prompt is too long"."""
+        layer = _as_layer(layer)
+        state = self.session(session_id)
+        state.force_min_layer = layer
+        state.force_loaded = True
+        if self.store is not None:
+            await self.store.set_state(session_id, FORCE_MIN_LAYER, layer)
+
+    async def _parts(self, state: SessionContext, wait: bool) -> list[PrefixPart]:
+        """The session's distillations as prefix parts: cached, re-read when the distiller
+        wrote or the cache is old. ``wait``: read now (bounded) when nothing is cached."""
+        version = self._distill_version()
+        fresh = state.parts is not None and (
+            version == state.parts_version and self._clock() - state.parts_read_at < DISTILLATIONS_TTL_SECONDS
+        )
+        if fresh or self.store is None:
+            return state.parts or []
+        if state.parts is None and wait:
+            await self._refresh_parts(state, version)
+        elif state.refreshing is None or state.refreshing.done():
+            state.refreshing = asyncio.create_task(self._refresh_parts(state, version))
+        return state.parts or []
+
+    async def _refresh_parts(self, state: SessionContext, version: int) -> None:
+        assert self.store is not None
+        try:
+            rows = await self._store_call(
+                "distillations", self.store.list_distillations(state.session_id, include_archived=True)
+            )
+        except _StoreMiss:
+            return
+        state.parts = prefix_parts(rows)
+        state.parts_version = version
+        state.parts_read_at = self._clock()
+
+    def invalidate(self, session_id: str) -> None:
+        """Forget the cached distillations of a session (read again on its next turn)."""
+        state = self.sessions.get(session_id)
+        if state is not None:
+            state.parts_read_at = 0.0
+
+    def _ltm(self, state: SessionContext, project: str) -> tuple[str, str]:
+        """The LTM blocks, pinned at their first non-empty render."""
+        for attr, provider in (
+            ("ltm_baseline", self.ltm_baseline_provider),
+            ("ltm_context", self.ltm_context_provider),
+        ):
+            if getattr(state, attr) is None and provider is not None:
+                try:
+                    text = provider(state.session_id, project)
+                except Exception:
+                    log.exception("an LTM provider failed")
+                    text = None
+                if text:
+                    setattr(state, attr, text)
+        return state.ltm_baseline or "", state.ltm_context or ""
+
+    # -- the turn ------------------------------------------------------------------------------
+
+    async def plan(self, view: RequestView, ctx: CompositionContext) -> Composition:
+        """Choose this request's layer and composition (see the module docstring)."""
+        state = self.session(ctx.session_id)
+        state.last_seen = self._clock()
+        await self._load_force(state)
+        model = self.prices.lookup(view.model)
+        usable = usable_tokens(model, view)
+        an = analyse(view, ctx.session_id, self.counter)
+        correct = state.calibration.correct
+        limit = int(usable * FIT_SHARE)
+
+        def fits(tokens: int) -> bool:
+            return correct(tokens) <= limit
+
+        main = len(an.messages) >= SIDE_REQUEST_SHARE * state.largest_request
+        state.largest_request = max(state.largest_request, len(an.messages))
+        baseline, context_block = self._ltm(state, ctx.project)
+        extra = (self.counter.text(baseline) if baseline else 0) + (
+            self.counter.text(context_block) if context_block else 0
+        )
+        pressure = self.costs.pressure() if self.costs.daily_budget_usd > 0 else None
+        cap = layer0_cap(
+            model,
+            self.budget,
+            calibrated=state.calibration.calibrated,
+            zero_cache_write_turns=state.cache.zero_write_turns,
+            pressure=pressure,
+        )
+
+        current: Composition | None = None
+        if state.pinned is not None and main:
+            current = replay_pinned(state.pinned, an, self.counter, extra_tokens=extra)
+        if current is None:
+            current = raw_composition(an)
+            if extra:
+                current.tokens += extra
+        size = correct(current.tokens)
+        need = ""
+        if current.layer < state.force_min_layer:
+            need = "forced"
+        elif not fits(current.tokens):
+            need = "overflow"
+        elif cap.tokens is not None and size > cap.tokens and not state.cache.holding:
+            need = "cost"
+        composition = current
+        if need:
+            parts = await self._parts(state, wait=True)
+            previous = state.pinned.prefix if state.pinned is not None else ()
+            candidate = least_layer(
+                an,
+                parts,
+                self.counter,
+                usable=usable,
+                fits=fits,
+                min_layer=max(state.force_min_layer, 1),
+                previous_prefix=previous,
+                extra_tokens=extra,
+            )
+            if need == "cost":
+                decision = decide_compression(size, correct(candidate.tokens), model, cap, state.cache)
+                if not decision.compress:
+                    need = ""
+                    composition.reason = composition.reason or decision.reason
+            elif need == "overflow":
+                # Compressing to fit is not optional: a hold after repeated busts ends here.
+                state.cache.release()
+            if need:
+                candidate.reason = need
+                composition = candidate
+                if main:
+                    state.pinned = candidate
+                    state.recompositions += 1
+        else:
+            if current.layer > 0 and main:
+                state.pinned = current
+            # Keep looking at the distiller's output while under no pressure, so the first
+            # re-composition does not wait for the store.
+            if state.parts is None or cap.tokens is None or size > cap.tokens // 2:
+                await self._parts(state, wait=False)
+        composition.ltm_baseline, composition.ltm_context = baseline, context_block
+        if main:
+            state.layer = composition.layer
+            state.reason = composition.reason
+            state.model = view.model
+            state.cap = cap
+            state.estimated_tokens = correct(composition.tokens)
+            state.turns += 1
+        self._sent[id(view)] = _Sent(ctx.session_id, composition.tokens, main)
+        if len(self._sent) > 10_000:  # responses that never came back (a crashed relay)
+            for key in list(self._sent)[:5_000]:
+                del self._sent[key]
+        self.counts[f"layer{composition.layer}"] += 1
+        return composition
+
+    async def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
+        """Plan the turn, then run the prompt layers in priority order. A failing layer is
+        skipped; when a layer fails while a compressed composition is being placed, the
+        request goes out as the client sent it (fail open, never half-composed)."""
+        started = time.perf_counter()
+        try:
+            ctx.composition = await self.plan(view, ctx)
+        except Exception:
+            self.counts["plan_errors"] += 1
+            log.exception("context: planning the turn failed; sending the request unchanged")
+            ctx.composition = None
+        original = (list(view.messages), list(view.system), list(view.tools), view.modified)
+        for layer in self.layers:
+            try:
+                result = layer.compose(view, ctx)
+                if inspect.isawaitable(result):
+                    result = await result
+                view = result
+            except Exception:
+                self.counts["layer_errors"] += 1
+                log.exception("prompt layer %s failed; continuing without it", getattr(layer, "name", layer))
+                if (
+                    getattr(layer, "builtin", False)
+                    and ctx.composition is not None
+                    and ctx.composition.modified
+                ):
+                    view.messages, view.system, view.tools, view.modified = original
+                    ctx.composition = None
+        self._timings.append((time.perf_counter() - started) * 1000)
+        return view
+
+    def exchange_finished(self, exchange: Exchange) -> None:
+        """Learn from a response's usage: calibration, cache state, cost. Never raises."""
+        sent = self._sent.pop(id(exchange.request), None)
+        response = exchange.response
+        if response is None:
+            return
+        usage = response.usage
+        if prompt_tokens(usage) <= 0:
+            return
+        state = self.session(exchange.session_id)
+        try:
+            self.costs.record(exchange.session_id, response.model or exchange.request.model, usage)
+        except Exception:
+            log.exception("context: could not record a response's cost")
+        state.input_tokens += prompt_tokens(usage)
+        state.cache_read_tokens += usage.cache_read_tokens
+        if sent is not None and not sent.main:
+            return  # a side request says nothing about the main prompt's cache
+        state.real_tokens = prompt_tokens(usage)
+        if sent is not None:
+            state.calibration.record(sent.estimate, usage)
+        if state.cache.observe(usage):
+            state.busts += 1
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def session_status(self, session_id: str) -> dict[str, Any]:
+        """The context figures of one session, for ``/lore:status`` and ``lore status``."""
+        state = self.sessions.get(session_id)
+        if state is None:
+            return {"session_id": session_id, "layer": None, "turns": 0}
+        cap = state.cap
+        return {
+            "session_id": session_id,
+            "layer": state.layer,
+            "reason": state.reason,
+            "force_min_layer": state.force_min_layer,
+            "model": state.model,
+            "turns": state.turns,
+            "prompt_tokens": state.real_tokens or state.estimated_tokens,
+            "prompt_tokens_real": state.real_tokens,
+            "prompt_tokens_estimated": state.estimated_tokens,
+            "cap": cap.tokens if cap else None,
+            "cap_reason": cap.reason if cap else None,
+            "calibration_factor": round(state.calibration.factor, 4),
+            "session_cost_usd": round(self.costs.session_cost(session_id), 6),
+            "cache_hit_rate": (state.cache_read_tokens / state.input_tokens) if state.input_tokens else None,
+            "busts": state.busts,
+            "consecutive_busts": state.cache.consecutive_busts,
+            "holding": state.cache.holding,
+            "recompositions": state.recompositions,
+            "distillations_in_prefix": len(state.pinned.prefix) if state.pinned else 0,
+            "dropped_messages": state.pinned.dropped if state.pinned else 0,
+            "stripped_messages": state.pinned.stripped if state.pinned else 0,
+        }
+
+    def health(self) -> dict[str, Any]:
+        timings = sorted(self._timings)
+        by_layer = {str(i): self.counts.get(f"layer{i}", 0) for i in range(MAX_LAYER + 1)}
+        return {
+            "sessions": len(self.sessions),
+            "compositions": sum(by_layer.values()),
+            "by_layer": by_layer,
+            "compose_ms_p50": round(_quantile(timings, 0.5), 3) if timings else None,
+            "compose_ms_p99": round(_quantile(timings, 0.99), 3) if timings else None,
+            "errors": {k: v for k, v in self.counts.items() if not k.startswith("layer") or "error" in k},
+            "daily_spend_usd": round(self.costs.day_cost(), 6),
+        }
+
+
+class _StoreMiss(Exception):
+    """The store could not answer in time (or at all)."""
+
+
+def _as_layer(value: Any) -> int:
+    try:
+        return min(max(int(value), 0), MAX_LAYER)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
