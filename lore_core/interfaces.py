@@ -16,7 +16,16 @@ import attrs
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.model import AssistantMessage, RequestView
-    from lore_core.store import Project, SearchHit, Session, StoredDistillation, StoredMessage, WriteBatch
+    from lore_core.store import (
+        EmbeddingItem,
+        ItemVectors,
+        Project,
+        SearchHit,
+        Session,
+        StoredDistillation,
+        StoredMessage,
+        WriteBatch,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +228,45 @@ class Store(Protocol):
 
     async def distilled_message_ids(self, session_id: str) -> set[str]:
         """Every message id of the session that some generation-0 distillation covers."""
+
+    # -- vectors (hybrid recall) -----------------------------------------------------------
+    #
+    # One index per embedding model (``model`` is the embedder's model name): a model change
+    # starts a new index that is backfilled from the store, and vectors of two models (or
+    # two sizes) are never compared. Messages and distillations (archived ones too) are
+    # embedded; knowledge and entities join as their tiers arrive. A backend without vectors
+    # raises ``NotImplementedError`` from these; recall then uses full-text search only.
+
+    async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
+        """Items with no vectors yet for ``model``, in ascending ``cursor`` order (oldest
+        first). Resumable by construction: what is pending is derived from what is stored."""
+
+    async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
+        """Store the chunk vectors of ``items`` (a prefix of what :meth:`pending_embeddings`
+        returned, in order) and mark them embedded for ``model``; return vectors stored.
+        Raise :class:`~lore_core.store.VectorDimensionError` if ``dimensions`` differs from
+        what the model's index holds. Searchable once it returned."""
+
+    async def vector_search(
+        self,
+        model: str,
+        vector: Sequence[float],
+        kinds: Sequence[str] | None = None,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        """Nearest items to a unit-length vector by cosine similarity (``score``), best
+        first, one hit per item (its best chunk), filtered by kind, session and project.
+        Hits look like :meth:`search` hits: distillations as ``d:<id>`` with role
+        ``distillation``, ``text`` the item's whole text. An unknown model gives ``[]``."""
+
+    async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
+        """``{model: {"dimensions", "vectors", "pending", ...}}`` for every indexed model (or
+        only ``model``; a model never indexed reports 0 vectors and everything pending)."""
+
+    async def reset_vectors(self, model: str) -> None:
+        """Drop ``model``'s vectors: everything becomes pending again (``lore reindex --full``)."""
 
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,

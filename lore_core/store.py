@@ -193,6 +193,48 @@ def distillation_id(session_id: str, generation: int, source_ids: Sequence[str])
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
+# ---------------------------------------------------------------------------------------------
+# Vectors
+# ---------------------------------------------------------------------------------------------
+
+#: Kinds of items a store embeds (``EmbeddingItem.kind``). Knowledge and entities add theirs
+#: here when their tiers arrive; a store then only has to list them in ``pending_embeddings``.
+VECTOR_MESSAGE = "message"
+VECTOR_DISTILLATION = "distillation"
+VECTOR_KINDS = (VECTOR_MESSAGE, VECTOR_DISTILLATION)
+
+
+@attrs.define
+class EmbeddingItem:
+    """A stored item that has no vectors yet for some embedding model.
+
+    ``cursor`` is the store's own order (DuckDB: the row's ``seq``): ``pending_embeddings``
+    returns items in ascending cursor order, and a store may treat "embedded" as "cursor at
+    or below the highest one written", so callers write vectors for a *prefix* of what it
+    returned, in order."""
+
+    kind: str
+    id: str
+    text: str
+    session_id: str = ""
+    project: str = ""
+    created_at: float = 0.0
+    cursor: int = 0
+
+
+@attrs.define
+class ItemVectors:
+    """The vectors of one item: one per chunk (a long text is embedded in overlapping
+    pieces), none for an item without text (it is still marked embedded)."""
+
+    item: EmbeddingItem
+    vectors: list[Sequence[float]] = attrs.field(factory=list)
+
+
+class VectorDimensionError(ValueError):
+    """Vectors of another size than the model's index holds: an index never mixes sizes."""
+
+
 @attrs.define
 class WriteBatch:
     """What the writer hands a store in one call; the store applies it in one transaction.

@@ -2,8 +2,8 @@
 
 It is the executable reading of the :class:`~lore_core.interfaces.Store` contract (it passes
 the same conformance suite as real backends) and the fallback when no persistent backend is
-installed. Search is a plain BM25 over lower-cased word tokens; fine for thousands of
-messages, not for millions.
+installed. Search is a plain BM25 over lower-cased word tokens, and vector search a brute-force
+cosine over every chunk vector; fine for thousands of messages, not for millions.
 """
 
 from __future__ import annotations
@@ -24,11 +24,16 @@ from lore_core.interfaces import StoreFactory
 from lore_core.store import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
+    VECTOR_DISTILLATION,
+    VECTOR_MESSAGE,
+    EmbeddingItem,
+    ItemVectors,
     Project,
     SearchHit,
     Session,
     StoredDistillation,
     StoredMessage,
+    VectorDimensionError,
     WriteBatch,
     count_branches,
     merge_project,
@@ -59,6 +64,11 @@ class MemoryStore:
         self._terms: dict[str, Counter[str]] = {}
         self._lengths: dict[str, int] = {}
         self._df: Counter[str] = Counter()
+        # Every message and distillation in arrival order: (kind, id); the index is the
+        # item's embedding cursor (1-based).
+        self._arrivals: list[tuple[str, str]] = []
+        # model -> {"dimensions": int, "done": highest embedded cursor, "rows": chunk rows}
+        self._vectors: dict[str, dict[str, Any]] = {}
         self._open = False
 
     async def open(self) -> None:
@@ -87,6 +97,7 @@ class MemoryStore:
             self._messages[m.id] = copy.deepcopy(m)
             self._by_session.setdefault(m.session_id, []).append(m.id)
             self._index(m.id, m.text)
+            self._arrivals.append((VECTOR_MESSAGE, m.id))
             added += 1
         await asyncio.sleep(0)
         return added
@@ -103,6 +114,7 @@ class MemoryStore:
             self._distillations[distillation.id] = copy.deepcopy(distillation)
             # Messages and distillations share one BM25 corpus, as in the real backends.
             self._index(distillation.ref, distillation.text)
+            self._arrivals.append((VECTOR_DISTILLATION, distillation.id))
         await self.archive_distillations(archive)
         return new
 
@@ -213,6 +225,107 @@ class MemoryStore:
                 )
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits[:limit]
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def _owner(self, kind: str, ident: str) -> StoredMessage | StoredDistillation | None:
+        return self._messages.get(ident) if kind == VECTOR_MESSAGE else self._distillations.get(ident)
+
+    async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
+        done = self._vectors.get(model, {}).get("done", 0)
+        out: list[EmbeddingItem] = []
+        for cursor in range(done + 1, min(len(self._arrivals), done + max(0, limit)) + 1):
+            kind, ident = self._arrivals[cursor - 1]
+            owner = self._owner(kind, ident)
+            assert owner is not None
+            out.append(
+                EmbeddingItem(
+                    kind, ident, owner.text, owner.session_id, owner.project, owner.created_at, cursor
+                )
+            )
+        return out
+
+    async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
+        index = self._vectors.setdefault(model, {"dimensions": dimensions, "done": 0, "rows": []})
+        if index["dimensions"] != dimensions:
+            raise VectorDimensionError(
+                f"the {model!r} index holds {index['dimensions']}-dimensional vectors, not {dimensions}"
+            )
+        rows: list[tuple[str, str, list[float]]] = []
+        for iv in items:
+            for vector in iv.vectors:
+                if len(vector) != dimensions:
+                    raise VectorDimensionError(f"a vector of {len(vector)} dimensions, expected {dimensions}")
+                rows.append((iv.item.kind, iv.item.id, [float(x) for x in vector]))
+        known = {(k, i) for k, i, _ in index["rows"]}
+        index["rows"].extend(r for r in rows if (r[0], r[1]) not in known)  # a re-write is no duplicate
+        if items:
+            index["done"] = max(index["done"], max(iv.item.cursor for iv in items))
+        await asyncio.sleep(0)
+        return len(rows)
+
+    async def vector_search(
+        self,
+        model: str,
+        vector: Sequence[float],
+        kinds: Sequence[str] | None = None,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        index = self._vectors.get(model)
+        if index is None or limit <= 0:
+            return []
+        if len(vector) != index["dimensions"]:
+            raise VectorDimensionError(
+                f"a query vector of {len(vector)} dimensions for a {index['dimensions']}-dimensional index"
+            )
+        best: dict[tuple[str, str], float] = {}
+        for kind, ident, row in index["rows"]:
+            if kinds is not None and kind not in kinds:
+                continue
+            owner = self._owner(kind, ident)
+            if owner is None:
+                continue
+            if session_id is not None and owner.session_id != session_id:
+                continue
+            if project is not None and owner.project != project:
+                continue
+            score = math.fsum(a * b for a, b in zip(row, vector, strict=True))
+            if score > best.get((kind, ident), -math.inf):
+                best[(kind, ident)] = score
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0][1]))[:limit]
+        hits: list[SearchHit] = []
+        for (kind, ident), score in ranked:
+            if kind == VECTOR_DISTILLATION:
+                d = self._distillations[ident]
+                hits.append(
+                    SearchHit(
+                        d.ref, d.session_id, d.project, DISTILLATION_ROLE, score, d.text, 0, d.created_at
+                    )
+                )
+            else:
+                m = self._messages[ident]
+                hits.append(
+                    SearchHit(m.id, m.session_id, m.project, m.role, score, m.text, m.position, m.created_at)
+                )
+        return hits
+
+    async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
+        models = [model] if model is not None else sorted(self._vectors)
+        out: dict[str, Any] = {}
+        for name in models:
+            index = self._vectors.get(name, {"dimensions": None, "done": 0, "rows": []})
+            out[name] = {
+                "dimensions": index["dimensions"],
+                "vectors": len(index["rows"]),
+                "items": len({(k, i) for k, i, _ in index["rows"]}),
+                "pending": len(self._arrivals) - index["done"],
+            }
+        return out
+
+    async def reset_vectors(self, model: str) -> None:
+        self._vectors.pop(model, None)
 
     async def stats(self) -> dict[str, Any]:
         return {

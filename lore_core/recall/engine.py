@@ -128,6 +128,9 @@ class RecallEngine:
         self._vector: dict[Kind, list[VectorSource]] = {}
         self._openers: dict[Kind, list[Opener]] = {}
         self._logged: set[str] = set()
+        #: Why this engine has no vector search at all (e.g. no embedding provider is
+        #: installed); each search's notes then say it is full-text only.
+        self.vectors_unavailable: str | None = None
 
     # -- registration ------------------------------------------------------------------------
 
@@ -202,6 +205,10 @@ class RecallEngine:
             response.error = "the query has no searchable words (only stop words or punctuation)"
             return response
 
+        if self.vectors_unavailable and not vector_sources:
+            reason = self.vectors_unavailable
+            response.metadata["full_text_only"] = reason
+            response.note(f"vector search unavailable ({reason}); results are from full-text search only")
         bm25_weight, vector_weight = list_weights(len(terms))
         fetch = limit * FETCH_FACTOR
         filters = {k: self._filter(scope, k, session, project) for k in kinds}

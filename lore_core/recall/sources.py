@@ -125,6 +125,50 @@ class StoreMessageSource:
         return SourceHit(key=m.id, score=0.0, text=m.text, meta=_hit_meta(m), kind=Kind.MESSAGE)
 
 
+def embedder_model(embedder: Any) -> str:
+    """The name a vector index is keyed by: the provider's model (``model_id``) when it says,
+    else its provider name. A different model is a different vector space."""
+    return str(getattr(embedder, "model_id", None) or embedder.name)
+
+
+class StoreVectorSource:
+    """The store's vector index for the embedder's model, as a vector source.
+
+    Like :class:`StoreMessageSource`, one source for both kinds the store embeds (messages
+    and distillations, archived ones too): register it under :attr:`Kind.MESSAGE`; its
+    distillation hits become ``d:`` results. A store without vectors answers nothing."""
+
+    def __init__(self, store: Any, model: str, name: str = "store") -> None:
+        self.store = store
+        self.model = model
+        self.name = name
+        self.unsupported = False
+
+    async def search_vector(
+        self, vector: Sequence[float], where: SearchFilter, limit: int
+    ) -> list[SourceHit]:
+        if self.unsupported:
+            return []
+        search = getattr(self.store, "vector_search", None)
+        if search is None:
+            self.unsupported = True
+            return []
+        try:
+            hits = await search(
+                self.model, list(vector), session_id=where.session, project=where.project, limit=limit
+            )
+        except NotImplementedError:
+            self.unsupported = True
+            return []
+        out: list[SourceHit] = []
+        for h in hits:
+            key, kind = h.id, Kind.MESSAGE
+            if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
+                key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
+            out.append(SourceHit(key=key, score=float(h.score), text=h.text, meta=_hit_meta(h), kind=kind))
+        return out
+
+
 class StoreDistillationOpener:
     """``d:`` ids opened through the store's ``get_distillation`` (a store without
     distillations answers "not found")."""

@@ -1,6 +1,10 @@
-"""The recall engine over what a store holds today: BM25 over messages and distillations,
-``t:`` and ``d:`` ids opened from the store. Vector, knowledge and entity sources join here
-as those tiers arrive."""
+"""The recall engine over what a store holds today: BM25 and vector search over messages and
+distillations (fused by RRF), ``t:`` and ``d:`` ids opened from the store. Knowledge and
+entity sources join here as those tiers arrive.
+
+Vectors need an embedder: without one (none installed) the engine searches full text only
+and says so in each response's notes; with one whose model cannot load, the engine finds
+out on the first search and says the same (see :mod:`lore_core.recall.engine`)."""
 
 from __future__ import annotations
 
@@ -8,13 +12,27 @@ from typing import Any
 
 from lore_core.recall.engine import RecallEngine, RecallResponse
 from lore_core.recall.ids import Kind, RecallIdError, parse_id
-from lore_core.recall.sources import StoreDistillationOpener, StoreMessageSource
+from lore_core.recall.sources import (
+    StoreDistillationOpener,
+    StoreMessageSource,
+    StoreVectorSource,
+    embedder_model,
+)
+
+#: The note's reason when no embedding provider is installed.
+NO_EMBEDDER = "no embedding provider is installed"
 
 
-def store_recall_engine(store: Any, worker: Any = None) -> RecallEngine:
-    engine = RecallEngine(worker=worker)
+def store_recall_engine(store: Any, worker: Any = None, embedder: Any = None) -> RecallEngine:
+    """Hybrid recall over ``store``: a BM25 list and, with ``embedder``, a vector list (the
+    index of the embedder's model) per query, fused by RRF."""
+    engine = RecallEngine(worker=worker, embedder=embedder)
     messages = StoreMessageSource(store)
     engine.add_text_source(Kind.MESSAGE, messages)
+    if embedder is not None:
+        engine.add_vector_source(Kind.MESSAGE, StoreVectorSource(store, embedder_model(embedder)))
+    else:
+        engine.vectors_unavailable = NO_EMBEDDER
     engine.add_opener(Kind.MESSAGE, messages)
     engine.add_opener(Kind.DISTILLATION, StoreDistillationOpener(store))
     return engine

@@ -545,3 +545,192 @@ class StoreConformance:
 
         self.run(make_store, write)
         self.reopen(make_store, read)
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    MODEL = "test-embedder-v1"
+
+    @staticmethod
+    def _unit(*values: float) -> list[float]:
+        norm = sum(v * v for v in values) ** 0.5
+        return [v / norm for v in values]
+
+    def _axis(self, text: str) -> list[float]:
+        """A fixed 4-dimensional "embedding": the axis of the topic the text is about."""
+        if "haiku" in text or "leaves" in text:
+            return self._unit(0.1, 1.0, 0.0, 0.0)
+        if "arm64" in text:
+            return self._unit(0.2, 0.0, 1.0, 0.0)
+        if "wombat" in text:
+            return self._unit(0.0, 0.0, 0.1, 1.0)
+        return self._unit(1.0, 0.1, 0.0, 0.0)
+
+    async def _embed_pending(self, store: Store, model: str | None = None, batch: int = 256) -> int:
+        from lore_core.store import ItemVectors
+
+        total = 0
+        while True:
+            items = await store.pending_embeddings(model or self.MODEL, limit=batch)
+            if not items:
+                return total
+            done = [ItemVectors(i, [self._axis(i.text)] if i.text else []) for i in items]
+            total += await store.write_vectors(model or self.MODEL, 4, done)
+
+    def test_vectors_pending_then_written(self, make_store: Callable[[], Store]) -> None:
+        from lore_core.store import ItemVectors
+
+        async def body(store: Store) -> None:
+            assert await store.pending_embeddings(self.MODEL) == []
+            await store.write(self._corpus())
+            obs = self._distillation(0, "- wombat cache layout decided", ["m1"], session="s-a")
+            await store.write_distillation(obs)
+            pending = await store.pending_embeddings(self.MODEL)
+            assert [(p.kind, p.session_id) for p in pending] == [
+                ("message", "s-a"), ("message", "s-a"), ("message", "s-b"), ("message", "s-b"),
+                ("message", "s-c"), ("message", "s-c"), ("distillation", "s-a"),
+            ]  # fmt: skip
+            assert [p.cursor for p in pending] == sorted(p.cursor for p in pending)
+            assert len({p.cursor for p in pending}) == len(pending)
+            assert pending[-1].id == obs.id and pending[-1].text == obs.text
+            assert pending[-1].project == "/work/alpha"
+            assert pending[0].text == "the migration to postgres failed with a deadlock error"
+            assert pending[0].project == "/p/one"
+            assert [p.id for p in await store.pending_embeddings(self.MODEL, limit=2)] == [
+                p.id for p in pending[:2]
+            ]
+            # A prefix is written (the second item has two chunks, the third no text at all).
+            first = [
+                ItemVectors(pending[0], [self._axis(pending[0].text)]),
+                ItemVectors(pending[1], [self._unit(0, 0, 1, 0), self._unit(1, 0, 0, 0)]),
+                ItemVectors(pending[2], []),
+            ]
+            assert await store.write_vectors(self.MODEL, 4, first) == 3
+            assert [p.id for p in await store.pending_embeddings(self.MODEL)] == [p.id for p in pending[3:]]
+            stats = (await store.vector_stats(self.MODEL))[self.MODEL]
+            assert (stats["dimensions"], stats["vectors"], stats["pending"]) == (4, 3, 4)
+            # Another model sees everything pending and its own empty index.
+            assert len(await store.pending_embeddings("other-model")) == 7
+            assert (await store.vector_stats("other-model"))["other-model"]["vectors"] == 0
+            assert await self._embed_pending(store) == 4
+            assert await store.pending_embeddings(self.MODEL) == []
+            assert (await store.vector_stats())[self.MODEL]["vectors"] == 7
+            # New arrivals are pending again.
+            await store.write(batch_of(exchange([text("user", "a new haiku")], session="s-d", at=900.0)))
+            assert [p.text for p in await store.pending_embeddings(self.MODEL)] == ["a new haiku"]
+
+        self.run(make_store, body)
+
+    def test_vector_search_ranks_and_filters(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
+            await store.write_distillation(archived)
+            await store.archive_distillations([archived.id])
+            await self._embed_pending(store)
+            hits = await store.vector_search(self.MODEL, self._unit(0.1, 1.0, 0.0, 0.0), limit=10)
+            assert len(hits) == 7
+            assert {h.session_id for h in hits[:2]} == {"s-b"}  # the haiku pair, nearest first
+            assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+            haiku = next(h for h in hits if h.role == "user" and h.session_id == "s-b")
+            assert (haiku.text, haiku.project, haiku.position) == (
+                "write a haiku about autumn leaves",
+                "/p/one",
+                0,
+            )
+            assert haiku.id == (await store.session_messages("s-b"))[0].id
+            # Archived distillations stay searchable by vector, as d:<id> hits.
+            top = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), limit=1)
+            assert [(h.id, h.role, h.text) for h in top] == [(archived.ref, "distillation", archived.text)]
+            assert top[0].project == "/work/alpha"
+            # Filters: kind, session, project, limit.
+            only_msgs = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), kinds=["message"])
+            assert only_msgs and all(h.role != "distillation" for h in only_msgs)
+            only_d = await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0), kinds=["distillation"])
+            assert [h.id for h in only_d] == [archived.ref]
+            in_c = await store.vector_search(self.MODEL, self._unit(0.1, 1, 0, 0), session_id="s-c")
+            assert {h.session_id for h in in_c} == {"s-c"} and len(in_c) == 2
+            two = await store.vector_search(self.MODEL, self._unit(0.1, 1, 0, 0), project="/p/two")
+            assert {h.session_id for h in two} == {"s-c"}
+            assert await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0), project="/p/none") == []
+            assert len(await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0), limit=3)) == 3
+            # A model never indexed has nothing to find.
+            assert await store.vector_search("unknown-model", self._unit(1, 0, 0, 0)) == []
+
+        self.run(make_store, body)
+
+    def test_vector_search_one_hit_per_item(self, make_store: Callable[[], Store]) -> None:
+        from lore_core.store import ItemVectors
+
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            pending = await store.pending_embeddings(self.MODEL)
+            # Every item gets three chunk vectors; the first item's last chunk is the match.
+            items = [
+                ItemVectors(p, [self._unit(1, 0, 0, 0), self._unit(0, 1, 0, 0), self._unit(0, 0.2, 1, 0)])
+                for p in pending
+            ]
+            items[0].vectors[2] = self._unit(0, 0, 0, 1)
+            assert await store.write_vectors(self.MODEL, 4, items) == 18
+            hits = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), limit=10)
+            assert len(hits) == 6 and len({h.id for h in hits}) == 6
+            assert hits[0].id == pending[0].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
+
+        self.run(make_store, body)
+
+    def test_vectors_never_mix_dimensions(self, make_store: Callable[[], Store]) -> None:
+        from lore_core.store import ItemVectors, VectorDimensionError
+
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            pending = await store.pending_embeddings(self.MODEL)
+            await store.write_vectors(self.MODEL, 4, [ItemVectors(pending[0], [self._unit(1, 0, 0, 0)])])
+            with pytest.raises(VectorDimensionError):
+                await store.write_vectors(self.MODEL, 3, [ItemVectors(pending[1], [[1.0, 0.0, 0.0]])])
+            # The failed write marked nothing embedded.
+            assert [p.id for p in await store.pending_embeddings(self.MODEL)] == [p.id for p in pending[1:]]
+            # Another model keeps its own size.
+            assert (
+                await store.write_vectors("small-model", 3, [ItemVectors(pending[0], [[0.0, 1.0, 0.0]])]) == 1
+            )
+            hits = await store.vector_search("small-model", [0.0, 1.0, 0.0])
+            assert [h.id for h in hits] == [pending[0].id]
+            assert (await store.vector_stats("small-model"))["small-model"]["dimensions"] == 3
+
+        self.run(make_store, body)
+
+    def test_reset_vectors_makes_everything_pending(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            await self._embed_pending(store)
+            await self._embed_pending(store, model="keep-me")
+            await store.reset_vectors(self.MODEL)
+            assert len(await store.pending_embeddings(self.MODEL)) == 6
+            assert await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0)) == []
+            assert len(await store.vector_search("keep-me", self._unit(1, 0, 0, 0))) == 6
+            assert await self._embed_pending(store) == 6
+            assert len(await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0))) == 6
+
+        self.run(make_store, body)
+
+    def test_vectors_persist_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+        from lore_core.store import ItemVectors
+
+        async def write(store: Store) -> None:
+            await store.write(self._corpus())
+            pending = await store.pending_embeddings(self.MODEL)
+            await store.write_vectors(
+                self.MODEL, 4, [ItemVectors(p, [self._axis(p.text)]) for p in pending[:4]]
+            )
+
+        async def read(store: Store) -> None:
+            assert len(await store.pending_embeddings(self.MODEL)) == 2
+            hits = await store.vector_search(self.MODEL, self._unit(0.1, 1, 0, 0), limit=2)
+            assert {h.session_id for h in hits} == {"s-b"}
+            assert await self._embed_pending(store) == 2
+            assert (await store.vector_stats(self.MODEL))[self.MODEL]["vectors"] == 6
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)

@@ -39,6 +39,10 @@ import pyarrow as pa
 from lore_core.store import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
+    VECTOR_DISTILLATION,
+    VECTOR_MESSAGE,
+    EmbeddingItem,
+    ItemVectors,
     Project,
     SearchHit,
     Session,
@@ -48,6 +52,7 @@ from lore_core.store import (
     WriteBatch,
 )
 from lore_store_duckdb.schema import SCHEMA_VERSION, migrate
+from lore_store_duckdb.vectors import VectorIndex
 
 log = logging.getLogger("lore.store.duckdb")
 
@@ -161,9 +166,12 @@ class DuckDBStore:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.index_path = Path(str(self.path) + ".fts")
+        # Chunk vectors per embedding model (see vectors.py); derived, like the index.
+        self.vector_path = Path(str(self.path) + ".vec")
         self._con: duckdb.DuckDBPyConnection | None = None
         self._write_lock = threading.Lock()
         self._index: _Index | None = None
+        self._vectors = VectorIndex(self.vector_path, self._meta_get, self._meta_put, self._meta_keys)
         self._opened_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -197,6 +205,7 @@ class DuckDBStore:
         if self._index is not None:
             self._index.stop()
             self._index = None
+        self._vectors.close()
         if self._con is not None:
             try:
                 self._con.execute("CHECKPOINT")
@@ -533,6 +542,126 @@ class DuckDBStore:
             }
 
         return await asyncio.to_thread(run)
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def _meta_get(self, key: str) -> str | None:
+        rows = self._query("SELECT value FROM lore_meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def _meta_put(self, key: str, value: str | None) -> None:
+        with self._transaction() as cur:
+            if value is None:
+                cur.execute("DELETE FROM lore_meta WHERE key = ?", (key,))
+            else:
+                cur.execute(
+                    """INSERT INTO lore_meta (key, value) VALUES (?, ?)
+                    ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
+                    (key, value),
+                )
+
+    def _meta_keys(self, prefix: str) -> list[str]:
+        return [r[0] for r in self._query("SELECT key FROM lore_meta WHERE starts_with(key, ?)", (prefix,))]
+
+    # Messages and distillations share the seq, so one watermark per model covers both.
+    _PENDING_SQL = f"""SELECT * FROM (
+            SELECT seq, '{VECTOR_MESSAGE}' AS kind, id, text, session_id, project, created_at
+            FROM messages WHERE seq > $1
+            UNION ALL
+            SELECT seq, '{VECTOR_DISTILLATION}', id, content, session_id, project, created_at
+            FROM distillations WHERE seq > $1
+        ) ORDER BY seq LIMIT $2"""
+
+    async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
+        def run() -> list[EmbeddingItem]:
+            watermark = self._vectors.watermark(model)
+            rows = self._query(self._PENDING_SQL, (watermark, max(0, limit)))
+            return [
+                EmbeddingItem(
+                    kind, ident, text or "", session or "", project or "", float(at or 0.0), int(seq)
+                )
+                for seq, kind, ident, text, session, project, at in rows
+            ]
+
+        return await asyncio.to_thread(run)
+
+    async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
+        return await asyncio.to_thread(self._vectors.write, model, dimensions, list(items))
+
+    async def vector_search(
+        self,
+        model: str,
+        vector: Sequence[float],
+        kinds: Sequence[str] | None = None,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        def run() -> list[SearchHit]:
+            found = self._vectors.search(model, vector, kinds, session_id, project, limit)
+            if not found:
+                return []
+            message_ids = [i for kind, i, _ in found if kind == VECTOR_MESSAGE]
+            distillation_ids = [i for kind, i, _ in found if kind == VECTOR_DISTILLATION]
+            rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+            if message_ids:
+                for r in self._query(
+                    "SELECT id, session_id, project, role, position, created_at, text FROM messages "
+                    "WHERE id IN (SELECT unnest(?))",
+                    (message_ids,),
+                ):
+                    rows[(VECTOR_MESSAGE, r[0])] = r
+            if distillation_ids:
+                for r in self._query(
+                    "SELECT id, session_id, project, created_at, content FROM distillations "
+                    "WHERE id IN (SELECT unnest(?))",
+                    (distillation_ids,),
+                ):
+                    rows[(VECTOR_DISTILLATION, r[0])] = (
+                        DISTILLATION_PREFIX + r[0], r[1], r[2], DISTILLATION_ROLE, 0, r[3], r[4]
+                    )  # fmt: skip
+            hits = []
+            for kind, ident, score in found:
+                r = rows.get((kind, ident))
+                if r is None:
+                    continue  # an item of a kind this store does not hold (yet)
+                hits.append(
+                    SearchHit(
+                        id=r[0],
+                        session_id=r[1],
+                        project=r[2] or "",
+                        role=r[3],
+                        score=score,
+                        text=r[6] or "",
+                        position=int(r[4] or 0),
+                        created_at=float(r[5] or 0.0),
+                    )
+                )
+            return hits
+
+        return await asyncio.to_thread(run)
+
+    async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for name in [model] if model is not None else self._vectors.models():
+                stats = self._vectors.stats(name)
+                (pending,) = self._query(
+                    "SELECT (SELECT count(*) FROM messages WHERE seq > $1) "
+                    "+ (SELECT count(*) FROM distillations WHERE seq > $1)",
+                    (stats["watermark"],),
+                )[0]
+                out[name] = {**stats, "pending": int(pending)}
+            return out
+
+        return await asyncio.to_thread(run)
+
+    async def reset_vectors(self, model: str) -> None:
+        await asyncio.to_thread(self._vectors.reset, model)
+
+    async def optimize_vectors(self, model: str) -> None:
+        """Compact ``model``'s table now (the indexer calls it when idle; benchmarks too)."""
+        await asyncio.to_thread(self._vectors.optimize, model)
 
     # -- maintenance (benchmarks, tests) ---------------------------------------------------
 

@@ -1,0 +1,241 @@
+"""Hybrid recall over the store: BM25 and vector lists fused by RRF, scoped, degrading to
+full-text only (said in the notes) when there is no embedder or it cannot work."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.interfaces import EmbedderUnavailable
+from lore_core.recall.sources import embedder_model
+from lore_core.recall.store_engine import recall, store_recall_engine
+from lore_core.store import ItemVectors, StoredDistillation, distillation_id
+from lore_core.testing.store_conformance import answer, batch_of, exchange, text
+
+# Topics of a tiny "embedding model": synonyms land on the same axis, so vector search finds
+# what full-text search cannot (no shared word).
+_TOPICS = [
+    {"cat", "cats", "feline", "kitten", "tabby"},
+    {"database", "postgres", "sql", "deadlock", "migration"},
+    {"deploy", "release", "rollout", "kubernetes", "ship"},
+    {"wombat", "marsupial", "burrow"},
+]
+
+
+class TopicEmbedder:
+    """A deterministic embedder: one axis per topic, plus a small constant component."""
+
+    name = "topics"
+    model_id = "topics-v1"
+    dimensions = len(_TOPICS) + 1
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def vector(self, text: str) -> list[float]:
+        words = {w.strip(".,:!?()").lower() for w in text.split()}
+        v = [float(len(words & topic)) for topic in _TOPICS] + [0.05]
+        norm = sum(x * x for x in v) ** 0.5
+        return [x / norm for x in v]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return [self.vector(t) for t in texts]
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "detail": "topics"}
+
+
+class BrokenEmbedder(TopicEmbedder):
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise EmbedderUnavailable("the model file is missing")
+
+
+async def embed_all(store: Any, embedder: TopicEmbedder) -> None:
+    model = embedder_model(embedder)
+    while items := await store.pending_embeddings(model, limit=100):
+        vectors = await embedder.embed([i.text for i in items])
+        await store.write_vectors(
+            model, embedder.dimensions, [ItemVectors(i, [v]) for i, v in zip(items, vectors, strict=True)]
+        )
+
+
+async def corpus(store: Any) -> StoredDistillation:
+    await store.write(
+        batch_of(
+            exchange([text("user", "my tabby kitten sleeps all day")], answer("kittens do"), session="s-cat"),
+            exchange(
+                [text("user", "the postgres migration hit a deadlock")],
+                answer("retry it with a lock timeout"),
+                session="s-db",
+            ),
+            exchange(
+                [text("user", "how do we ship the new rollout")],
+                answer("kubernetes canary first"),
+                session="s-ops",
+                project="/work/beta",
+            ),
+        )
+    )
+    d = StoredDistillation(
+        id=distillation_id("s-cat", 0, ["x"]),
+        session_id="s-cat",
+        generation=0,
+        text="- user keeps a marsupial in a burrow",
+        source_ids=["x"],
+        project="/work/alpha",
+        created_at=10.0,
+    )
+    await store.write_distillation(d)
+    await store.archive_distillations([d.id])
+    return d
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_vector_list_finds_what_full_text_cannot() -> None:
+    async def main() -> None:
+        store, embedder = MemoryStore(), TopicEmbedder()
+        await store.open()
+        await corpus(store)
+        await embed_all(store, embedder)
+        engine = store_recall_engine(store, embedder=embedder)
+        # No stored text contains "feline": only the vector list can answer.
+        response = await engine.search("feline", scope="project", project="/work/alpha")
+        assert response.error is None and response.notes == []
+        assert response.results and response.results[0].text == "my tabby kitten sleeps all day"
+        assert response.results[0].id.startswith("t:")
+        assert "full_text_only" not in response.metadata
+        # The hit opens in full by its id.
+        opened = await recall(engine, response.results[0].id)
+        assert opened.results[0].text == "my tabby kitten sleeps all day"
+
+    run(main())
+
+
+def test_archived_distillations_are_vector_searchable() -> None:
+    async def main() -> None:
+        store, embedder = MemoryStore(), TopicEmbedder()
+        await store.open()
+        d = await corpus(store)
+        await embed_all(store, embedder)
+        engine = store_recall_engine(store, embedder=embedder)
+        response = await engine.search("wombat", scope="session", session="s-cat")
+        assert [r.id for r in response.results][:1] == [f"d:{d.id}"]
+        assert response.results[0].source == "distillation"
+        assert response.results[0].meta["session"] == "s-cat"
+
+    run(main())
+
+
+def test_hybrid_fuses_both_lists() -> None:
+    async def main() -> None:
+        store, embedder = MemoryStore(), TopicEmbedder()
+        await store.open()
+        await corpus(store)
+        await embed_all(store, embedder)
+        hybrid = store_recall_engine(store, embedder=embedder)
+        text_only = store_recall_engine(store)
+        # "deadlock database": BM25 matches one message; vectors rank both database messages.
+        both = await hybrid.search("deadlock database", scope="project", project="/work/alpha")
+        plain = await text_only.search("deadlock database", scope="project", project="/work/alpha")
+        assert {r.text for r in plain.results} == {"the postgres migration hit a deadlock"}
+        texts = [r.text for r in both.results]
+        assert texts[0] == "the postgres migration hit a deadlock"  # first in both lists
+        assert "the postgres migration hit a deadlock" in texts and len(texts) > len(plain.results)
+
+    run(main())
+
+
+def test_vector_search_keeps_to_the_scope() -> None:
+    async def main() -> None:
+        store, embedder = MemoryStore(), TopicEmbedder()
+        await store.open()
+        await corpus(store)
+        await embed_all(store, embedder)
+        engine = store_recall_engine(store, embedder=embedder)
+        # The release talk is in /work/beta: a project-scoped search elsewhere never sees it.
+        alpha = await engine.search("deploy", scope="project", project="/work/alpha")
+        assert all(r.meta["project"] == "/work/alpha" for r in alpha.results)
+        assert not any("rollout" in r.text or "kubernetes" in r.text for r in alpha.results)
+        beta = await engine.search("deploy", scope="project", project="/work/beta")
+        assert beta.results and beta.results[0].meta["project"] == "/work/beta"
+        session = await engine.search("kitten database", scope="session", session="s-db")
+        assert session.results and {r.meta["session"] for r in session.results} == {"s-db"}
+
+    run(main())
+
+
+def test_no_embedder_means_full_text_only_said_in_the_notes() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        await corpus(store)
+        response = await store_recall_engine(store).search("kitten", project="/work/alpha")
+        assert response.results
+        assert any("full-text search only" in n for n in response.notes)
+        assert response.metadata["full_text_only"] == "no embedding provider is installed"
+
+    run(main())
+
+
+def test_unavailable_embedder_degrades_to_full_text() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        await corpus(store)
+        engine = store_recall_engine(store, embedder=BrokenEmbedder())
+        response = await engine.search("kitten", project="/work/alpha")
+        assert response.error is None and response.results
+        assert response.metadata["full_text_only"] == "the model file is missing"
+        assert any("full-text search only" in n for n in response.notes)
+
+    run(main())
+
+
+def test_store_without_vectors_still_answers_full_text() -> None:
+    class NoVectors(MemoryStore):
+        async def vector_search(self, *args: Any, **kwargs: Any) -> list[Any]:
+            raise NotImplementedError
+
+    async def main() -> None:
+        store = NoVectors()
+        await store.open()
+        await corpus(store)
+        engine = store_recall_engine(store, embedder=TopicEmbedder())
+        response = await engine.search("kitten", project="/work/alpha")
+        assert response.error is None and response.results[0].text == "my tabby kitten sleeps all day"
+
+    run(main())
+
+
+@pytest.mark.parametrize("backend", ["memory", "duckdb"])
+def test_hybrid_over_each_backend(backend: str, tmp_path: Path) -> None:
+    if backend == "duckdb":
+        duckdb_store = pytest.importorskip("lore_store_duckdb.store")
+        store: Any = duckdb_store.DuckDBStore(tmp_path / "lore.duckdb")
+    else:
+        store = MemoryStore()
+
+    async def main() -> None:
+        embedder = TopicEmbedder()
+        await store.open()
+        try:
+            await corpus(store)
+            await embed_all(store, embedder)
+            engine = store_recall_engine(store, embedder=embedder)
+            response = await engine.search("feline", scope="project", project="/work/alpha")
+            assert response.results[0].text == "my tabby kitten sleeps all day"
+            marsupial = await engine.search("marsupial", scope="session", session="s-cat")
+            assert marsupial.results[0].source == "distillation"
+        finally:
+            await store.close()
+
+    run(main())
