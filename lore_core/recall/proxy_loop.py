@@ -1555,6 +1555,11 @@ def run_for(gateway: Any, session: str, project: str) -> Callable[[Any], Awaitab
     """The recall runner of one request: the gateway's engine, this session and project."""
 
     async def run(arguments: Any) -> str:
+        # Exchanges that already finished reach the store first (read-your-writes), briefly.
+        try:
+            await gateway.writer.wait_idle(timeout=1.0)
+        except Exception:
+            pass
         return await run_recall(gateway.recall, arguments, session=session, project=project)
 
     return run

@@ -1,0 +1,386 @@
+"""The recall tool through the gateway: bad input, a failing recall, recall mixed with the
+client's own tool calls, the round bound, restores after a restart, real memories found,
+the stored history, and the usage the client is shown."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from lore_core.recall.tool import marker_text
+from lore_core.testing.fake_upstream import Reply, ToolCall
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+ANTHROPIC_TOOL = {"name": "read_file", "description": "Read a file", "input_schema": SCHEMA}
+CHAT_TOOL = {"type": "function", "function": {"name": "read_file", "parameters": SCHEMA}}
+RESPONSES_TOOL = {"type": "function", "name": "read_file", "parameters": SCHEMA}
+MODEL = "claude-opus-4-8"
+
+
+def _anthropic(server) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.url, api_key="sk-ant-test-key", max_retries=0)
+
+
+def _openai(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0)
+
+
+def _ask(client, history, stream, tools=(ANTHROPIC_TOOL,)):
+    kwargs = dict(model=MODEL, max_tokens=100, messages=history, tools=list(tools))
+    if stream:
+        with client.messages.stream(**kwargs) as s:
+            return s.get_final_message()
+    return client.messages.create(**kwargs)
+
+
+def _tool_result(fake, n: int = 1) -> str:
+    """The recall tool result the n-th upstream request carried (Anthropic)."""
+    return fake.api_requests()[n].json["messages"][-1]["content"][0]["content"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input and failures become tool results; the turn completes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"query": ""}, "empty query"),
+        ({"query": "   "}, "empty query"),
+        ({"query": "x" * 100_000}, "No memories found"),
+        ({"query": "deploy", "scope": "galaxy"}, "galaxy"),
+        ({"id": "t:doesnotexist"}, "t:doesnotexist"),
+        ({"id": "q:nonsense"}, "q:nonsense"),
+        ({"query": 42, "limit": "many"}, "empty query"),
+    ],
+)
+def test_bad_recall_input_is_a_tool_result(gateway, fake_upstream, arguments, expected):
+    fake_upstream.enqueue(Reply(text="", tool_calls=[ToolCall("recall", arguments)]), Reply(text="Done."))
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "look it up"}], stream=True)
+    assert message.content[-1].text == "Done."
+    assert message.stop_reason == "end_turn"
+    assert len(fake_upstream.api_requests()) == 2
+    result = _tool_result(fake_upstream)
+    assert expected in result
+    assert len(result) <= 20_000
+
+
+def test_arguments_that_are_not_an_object_are_a_tool_result(gateway, fake_upstream):
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", ["not", "an", "object"])]), Reply(text="Recovered.")
+    )
+    completion = _openai(gateway).chat.completions.create(
+        model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], tools=[CHAT_TOOL]
+    )
+    assert completion.choices[0].message.content.endswith("Recovered.")
+    tool_msg = fake_upstream.api_requests()[1].json["messages"][-1]
+    assert tool_msg["role"] == "tool" and tool_msg["content"] == "recall arguments must be an object"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_recall_that_throws_becomes_recall_failed(gateway, fake_upstream, stream):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("the index is gone")
+
+    gateway.gateway.recall.search = broken
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": "deploy"})]),
+        Reply(text="I could not recall."),
+    )
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "what did we deploy?"}], stream)
+    assert [b.text for b in message.content] == [marker_text("deploy"), "I could not recall."]
+    assert _tool_result(fake_upstream) == "recall failed: RuntimeError: the index is gone"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_follow_up_upstream_error_ends_the_turn_with_what_was_said(gateway, fake_upstream, stream):
+    fake_upstream.enqueue(
+        Reply(text="Checking.", tool_calls=[ToolCall("recall", {"query": "deploy"})]), Reply(status=400)
+    )
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "what did we deploy?"}], stream)
+    assert [b.text for b in message.content] == ["Checking.", marker_text("deploy")]
+    assert message.stop_reason == "end_turn"
+    assert not any(b.type == "tool_use" for b in message.content)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded depth
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_recall_rounds_are_bounded(start_gateway, fake_upstream, stream):
+    server = start_gateway({"recall": {"maxRounds": 2}})
+    fake_upstream.enqueue(
+        *[Reply(text=f"round {i}", tool_calls=[ToolCall("recall", {"query": f"q{i}"})]) for i in range(5)]
+    )
+    message = _ask(_anthropic(server), [{"role": "user", "content": "dig deep"}], stream)
+    assert len(fake_upstream.api_requests()) == 3  # the first call + 2 follow-ups
+    texts = [b.text for b in message.content]
+    assert texts == ["round 0", marker_text("q0"), "round 1", marker_text("q1"), "round 2"]
+    assert message.stop_reason == "end_turn"
+
+
+def test_recall_tool_can_be_switched_off(start_gateway, fake_upstream):
+    server = start_gateway({"recall": {"tool": False}})
+    _ask(_anthropic(server), [{"role": "user", "content": "hi"}], stream=False)
+    assert [t["name"] for t in fake_upstream.api_requests()[0].json["tools"]] == ["read_file"]
+
+
+def test_no_tools_no_recall_and_the_client_recall_wins(gateway, fake_upstream):
+    client = _anthropic(gateway)
+    client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "title?"}])
+    assert "tools" not in fake_upstream.api_requests()[0].json
+    own = {"name": "recall", "description": "the client's own", "input_schema": {"type": "object"}}
+    call = ToolCall("recall", {"what": "mine"})
+    fake_upstream.enqueue(Reply(text="", tool_calls=[call]))
+    message = _ask(client, [{"role": "user", "content": "x"}], stream=True, tools=[own])
+    assert [t["name"] for t in fake_upstream.api_requests()[1].json["tools"]] == ["recall"]
+    assert message.content[-1].type == "tool_use" and message.content[-1].id == call.id
+    assert len(fake_upstream.api_requests()) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Recall mixed with the client's own tool calls
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_mixed_calls(gateway, fake_upstream, stream):
+    recall = ToolCall("recall", {"query": "deploy"})
+    read = ToolCall("read_file", {"path": "deploy.sh"})
+    fake_upstream.enqueue(Reply(text="Two things.", tool_calls=[recall, read]), Reply(text="Done."))
+    client = _anthropic(gateway)
+    history = [{"role": "user", "content": "deploy it"}]
+    message = _ask(client, history, stream)
+    assert [b.type for b in message.content] == ["text", "tool_use"]
+    assert message.content[1].id == read.id and message.stop_reason == "tool_use"
+    assert len(fake_upstream.api_requests()) == 1
+
+    history += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": read.id, "content": "echo hi"}]},
+    ]
+    assert _ask(client, history, stream).content[0].text == "Done."
+    sent = fake_upstream.api_requests()[1].json["messages"]
+    assert [b.get("id") for b in sent[1]["content"] if b["type"] == "tool_use"] == [recall.id, read.id]
+    results = sent[2]["content"]
+    assert [r["tool_use_id"] for r in results] == [recall.id, read.id]
+    assert "deploy" in results[0]["content"] and results[1]["content"] == "echo hi"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_mixed_calls(gateway, fake_upstream, stream):
+    recall = ToolCall("recall", {"query": "deploy"})
+    read = ToolCall("read_file", {"path": "deploy.sh"})
+    fake_upstream.enqueue(Reply(text="", tool_calls=[read, recall]), Reply(text="Done."))
+    client = _openai(gateway)
+    history = [{"role": "user", "content": "deploy it"}]
+    kwargs = dict(model="gpt-4.1", tools=[CHAT_TOOL])
+    if stream:
+        with client.chat.completions.stream(messages=history, **kwargs) as s:
+            completion = s.get_final_completion()
+    else:
+        completion = client.chat.completions.create(messages=history, **kwargs)
+    message = completion.choices[0].message
+    assert [c.id for c in message.tool_calls] == [read.id]
+    assert completion.choices[0].finish_reason == "tool_calls"
+
+    history += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [c.model_dump(exclude_none=True) for c in message.tool_calls],
+        },
+        {"role": "tool", "tool_call_id": read.id, "content": "echo hi"},
+    ]
+    client.chat.completions.create(messages=history, **kwargs)
+    sent = fake_upstream.api_requests()[1].json["messages"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == [read.id, recall.id]
+    assert [(m["role"], m["tool_call_id"]) for m in sent[2:4]] == [("tool", read.id), ("tool", recall.id)]
+    assert "deploy" in sent[3]["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_mixed_calls(gateway, fake_upstream, stream):
+    recall = ToolCall("recall", {"query": "deploy"})
+    read = ToolCall("read_file", {"path": "deploy.sh"})
+    fake_upstream.enqueue(Reply(text="", tool_calls=[recall, read]), Reply(text="Done."))
+    client = _openai(gateway)
+    items = [{"role": "user", "content": "deploy it"}]
+    kwargs = dict(model="gpt-5", tools=[RESPONSES_TOOL])
+    if stream:
+        with client.responses.stream(input=items, **kwargs) as s:
+            response = s.get_final_response()
+    else:
+        response = client.responses.create(input=items, **kwargs)
+    assert [(i.type, i.call_id) for i in response.output] == [("function_call", read.id)]
+
+    items += [
+        {
+            "type": "function_call",
+            "call_id": read.id,
+            "name": "read_file",
+            "arguments": response.output[0].arguments,
+        },
+        {"type": "function_call_output", "call_id": read.id, "output": "echo hi"},
+    ]
+    client.responses.create(input=items, **kwargs)
+    sent = fake_upstream.api_requests()[1].json["input"]
+    assert [(i["type"], i["call_id"]) for i in sent[1:]] == [
+        ("function_call", recall.id),
+        ("function_call", read.id),
+        ("function_call_output", recall.id),
+        ("function_call_output", read.id),
+    ]
+    assert "deploy" in sent[3]["output"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: real results, restores that survive a restart, the stored history
+# ---------------------------------------------------------------------------------------------
+
+
+def _wait_for_search(server, query: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        hits = httpx.get(server.url + "/lore/api/search", params={"q": query}).json()
+        if hits:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{query!r} never became searchable")
+
+
+def test_recall_finds_an_earlier_session_and_restores_after_restart(start_gateway, fake_upstream):
+    server = start_gateway()
+    client = _anthropic(server)
+    fake_upstream.enqueue(Reply(text="Noted: the zebra release script lives in tools/zebra-release.sh."))
+    client.messages.create(
+        model=MODEL,
+        max_tokens=50,
+        messages=[{"role": "user", "content": "Remember the zebra release script."}],
+    )
+    _wait_for_search(server, "zebra")
+
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": "zebra release"})]),
+        Reply(text="It is tools/zebra-release.sh."),
+    )
+    history = [{"role": "user", "content": "Where was that release script again?"}]
+    message = _ask(client, history, stream=True)
+    assert "tools/zebra-release.sh" in _tool_result(fake_upstream, 2)
+    follow_up = fake_upstream.api_requests()[2]
+
+    # Restart: the restore record comes back from the store.
+    server.stop()
+    server = start_gateway()
+    fake_upstream.enqueue(Reply(text="ok"))
+    history += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+        {"role": "user", "content": "Run it."},
+    ]
+    _ask(_anthropic(server), history, stream=False)
+    sent = fake_upstream.api_requests()[-1]
+    assert sent.json["messages"][:3] == follow_up.json["messages"]
+    prefix = json.dumps(follow_up.json["messages"], ensure_ascii=False).encode()[:-1]
+    assert prefix in sent.body
+
+    # The store recorded the recall exchange: the call and its result.
+    sessions = httpx.get(server.url + "/lore/api/sessions").json()
+    stored = []
+    for s in sessions:
+        stored += httpx.get(server.url + f"/lore/api/sessions/{s['id']}").json()["messages"]
+    text = json.dumps(stored)
+    assert "zebra release" in text and "tools/zebra-release.sh" in text
+    assert any(m["role"] == "tool" or "tool_result" in json.dumps(m) for m in stored)
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage the client is shown
+# ---------------------------------------------------------------------------------------------
+
+BIG = dict(input_tokens=5_000, cache_read_tokens=150_000, cache_write_tokens=25_000, output_tokens=40)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_usage_is_scaled_for_the_client_only(gateway, fake_upstream, stream):
+    fake_upstream.enqueue(Reply(text="big answer", **BIG))
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "a big prompt"}], stream)
+    usage = message.usage
+    shown = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    assert 90_000 <= shown <= 100_000  # at most half the 200K window
+    assert usage.output_tokens == 40
+    # Proportional: the cache-read share of the prompt stays what it was.
+    assert abs(usage.cache_read_input_tokens / shown - 150 / 180) < 0.01
+
+    # Lore keeps the real numbers.
+    sessions = httpx.get(gateway.url + "/lore/api/sessions").json()
+    messages = httpx.get(gateway.url + f"/lore/api/sessions/{sessions[0]['id']}").json()["messages"]
+    real = [m["usage"] for m in messages if m.get("usage")]
+    assert real and real[-1]["cache_read_tokens"] == 150_000 and real[-1]["input_tokens"] == 5_000
+
+
+def test_small_prompts_keep_their_usage(gateway, fake_upstream):
+    fake_upstream.enqueue(Reply(text="small", input_tokens=1_000, cache_read_tokens=20_000))
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "hi"}], stream=True)
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens) == (1_000, 20_000)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_usage_is_scaled(start_gateway, fake_upstream, stream):
+    server = start_gateway({"models": {"gpt-4.1": {"contextWindow": 100_000}}})
+    fake_upstream.enqueue(Reply(text="big", input_tokens=20_000, cache_read_tokens=60_000, output_tokens=7))
+    client = _openai(server)
+    kwargs = dict(model="gpt-4.1", messages=[{"role": "user", "content": "x"}], tools=[CHAT_TOOL])
+    if stream:
+        with client.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as s:
+            usage = s.get_final_completion().usage
+    else:
+        usage = client.chat.completions.create(**kwargs).usage
+    assert usage.prompt_tokens == 50_000
+    assert usage.prompt_tokens_details.cached_tokens == 37_500
+    assert usage.completion_tokens == 7 and usage.total_tokens == 50_007
+
+
+@pytest.mark.parametrize("tools", [True, False])
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_usage_is_scaled(start_gateway, fake_upstream, stream, tools):
+    server = start_gateway({"models": {"gpt-5": {"contextWindow": 100_000}}})
+    fake_upstream.enqueue(Reply(text="big", input_tokens=20_000, cache_read_tokens=60_000, output_tokens=7))
+    client = _openai(server)
+    if tools:
+        kwargs = dict(model="gpt-5", input="x", tools=[RESPONSES_TOOL])
+    else:
+        # A side call without tools goes through the rewriting relay only when its body is
+        # big enough that its prompt may be past the share.
+        kwargs = dict(model="gpt-5", input="word " * 25_000)
+    if stream:
+        with client.responses.stream(**kwargs) as s:
+            usage = s.get_final_response().usage
+    else:
+        usage = client.responses.create(**kwargs).usage
+    assert usage.input_tokens == 50_000
+    assert usage.input_tokens_details.cached_tokens == 37_500
+    assert usage.output_tokens == 7 and usage.total_tokens == 50_007
+
+
+def test_usage_share_zero_reports_the_real_usage(start_gateway, fake_upstream):
+    server = start_gateway({"budget": {"clientUsageShare": 0}})
+    fake_upstream.enqueue(Reply(text="big", **BIG))
+    message = _ask(_anthropic(server), [{"role": "user", "content": "x"}], stream=True)
+    assert message.usage.cache_read_input_tokens == 150_000
+
+
+def test_a_small_side_call_is_relayed_untouched(gateway, fake_upstream):
+    fake_upstream.enqueue(Reply(text="title", **BIG))
+    with _anthropic(gateway).messages.stream(
+        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "title?"}]
+    ) as s:
+        message = s.get_final_message()
+    assert message.usage.cache_read_input_tokens == 150_000
