@@ -1,0 +1,266 @@
+"""Composition rendered on the wire through each codec: byte-stable prefixes across
+consecutive turns at layers 1-3, layer-0 passthrough, well-formed requests and Anthropic's
+cache breakpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from lore_core.builtin.context_layers import LAYERS, MAX_BREAKPOINTS
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.codecs.anthropic import AnthropicMessagesCodec
+from lore_core.codecs.openai_chat import OpenAIChatCodec
+from lore_core.codecs.openai_responses import OpenAIResponsesCodec
+from lore_core.config import LoreConfig
+from lore_core.context import compose as C
+from lore_core.context.manager import ContextManager
+from lore_core.context.pricing import PriceTable
+from lore_core.context.simulate import anthropic_messages, chat_messages, coding_session, responses_items
+from lore_core.interfaces import CompositionContext
+from lore_core.store import StoredDistillation
+
+SID = "session-compose"
+CODECS = {
+    "anthropic-messages": AnthropicMessagesCodec(),
+    "openai-chat": OpenAIChatCodec(),
+    "openai-responses": OpenAIResponsesCodec(),
+}
+
+
+def request(api, turns, *, markers=False):
+    if api == "anthropic-messages":
+        raw = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 2048,
+            "system": [{"type": "text", "text": "You are a coding agent."}],
+            "messages": anthropic_messages(turns, answered=False),
+            "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}],
+            "metadata": {"user_id": "u1"},
+        }
+        if markers:
+            raw["system"][0]["cache_control"] = {"type": "ephemeral"}
+            raw["tools"][0]["cache_control"] = {"type": "ephemeral"}
+            for msg in raw["messages"][-3:-1]:
+                msg["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    elif api == "openai-chat":
+        raw = {
+            "model": "gpt-4.1",
+            "messages": chat_messages(turns, answered=False, system="You are a coding agent."),
+            "temperature": 0.2,
+        }
+    else:
+        raw = {
+            "model": "gpt-4.1",
+            "instructions": "You are a coding agent.",
+            "input": responses_items(turns, answered=False),
+            "store": False,
+        }
+    return CODECS[api].parse(raw, json.dumps(raw).encode())
+
+
+def wire_items(api, body):
+    return body["input"] if api == "openai-responses" else body["messages"]
+
+
+def drop_markers(value):
+    if isinstance(value, dict):
+        return {k: drop_markers(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [drop_markers(v) for v in value]
+    return value
+
+
+async def manager_with_logs(api, turns, upto_share=0.4):
+    """A context manager whose store holds gen-0 logs over the first part of the session."""
+    store = MemoryStore()
+    await store.open()
+    manager = ContextManager(LoreConfig(), PriceTable(), store, LAYERS)
+    view = request(api, turns)
+    ids = [i for i in C.view_message_ids(SID, view.messages) if i is not None]
+    upto = int(len(ids) * upto_share)
+    for n, start in enumerate(range(0, upto, 10)):
+        await store.write_distillation(
+            StoredDistillation(
+                id=f"log{n:03d}",
+                session_id=SID,
+                generation=0,
+                text=f"observation log {n}: ran pytest, edited src/app/models.py",
+                source_ids=list(dict.fromkeys(ids[start : min(start + 10, upto)])),
+                end=float(n),
+            )
+        )
+    return manager
+
+
+async def compose(manager, api, view):
+    ctx = CompositionContext(SID, "/project", "generic", CODECS[api])
+    out = await manager.compose(view, ctx)
+    return out, ctx.composition
+
+
+@pytest.mark.parametrize("api", sorted(CODECS))
+@pytest.mark.parametrize("layer", [1, 2, 3])
+def test_prefix_is_byte_identical_across_consecutive_turns(api, layer):
+    turns = coding_session(16, seed=11)
+
+    async def run():
+        manager = await manager_with_logs(api, turns[:12])
+        manager.session(SID).force_min_layer = layer
+        manager.session(SID).force_loaded = True
+        bodies = []
+        for n in (12, 13, 14):
+            out, plan = await compose(manager, api, request(api, turns[:n]))
+            assert plan.layer == layer and out.modified
+            assert plan.reason == ("forced" if n == 12 else "pinned")
+            bodies.append(CODECS[api].render(out))
+        return manager, bodies
+
+    manager, bodies = asyncio.run(run())
+    raw_items = wire_items(api, json.loads(request(api, turns[:14]).body))
+    assert "[Lore memory]" in json.dumps(bodies[-1])
+    assert len(wire_items(api, bodies[-1])) < len(raw_items)
+    if layer >= 2:
+        assert "omitted" in json.dumps(bodies[-1])
+    for before, after in itertools.pairwise(bodies):
+        old, new = wire_items(api, before), wire_items(api, after)
+        assert len(new) > len(old)
+        # Every item sent before is sent again, byte for byte, at the same place; only the
+        # conversation's tail marker may move.
+        assert [json.dumps(i) for i in old[:-1]] == [json.dumps(i) for i in new[: len(old) - 1]]
+        assert json.dumps(drop_markers(old[-1])) == json.dumps(drop_markers(new[len(old) - 1]))
+        for key in set(before) - {"messages", "input"}:
+            assert json.dumps(before[key]) == json.dumps(after[key]), key
+    # Fields the pipeline does not own travel unchanged.
+    extra = {"anthropic-messages": "metadata", "openai-chat": "temperature", "openai-responses": "store"}[api]
+    assert extra in bodies[-1]
+    status = manager.session_status(SID)
+    assert status["layer"] == layer and status["recompositions"] == 1
+
+
+@pytest.mark.parametrize("api", sorted(CODECS))
+def test_layer0_is_a_byte_for_byte_passthrough(api):
+    turns = coding_session(6, seed=2)
+
+    async def run():
+        manager = await manager_with_logs(api, turns)
+        view = request(api, turns)
+        body = view.body
+        out, plan = await compose(manager, api, view)
+        return body, out, plan
+
+    body, out, plan = asyncio.run(run())
+    assert plan.layer == 0 and not out.modified and out.body == body
+
+
+def anthropic_well_formed(body):
+    msgs = body["messages"]
+    roles = [m["role"] for m in msgs]
+    assert roles[0] == "user"
+    assert all(a != b for a, b in itertools.pairwise(roles)), roles
+    for i, msg in enumerate(msgs):
+        content = msg["content"] if isinstance(msg["content"], list) else []
+        uses = [b["id"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+        if uses:
+            following = msgs[i + 1]["content"]
+            results = [b["tool_use_id"] for b in following if b.get("type") == "tool_result"]
+            assert sorted(uses) == sorted(results)
+        if msg["role"] == "user":
+            for b in content:
+                if b.get("type") == "tool_result":
+                    prev = [x["id"] for x in msgs[i - 1]["content"] if x.get("type") == "tool_use"]
+                    assert b["tool_use_id"] in prev
+
+
+def count_markers(body):
+    text = json.dumps(body)
+    return text.count('"cache_control"')
+
+
+@pytest.mark.parametrize("layer", [1, 2, 3, 4])
+def test_anthropic_requests_are_well_formed_and_never_exceed_four_breakpoints(layer):
+    turns = coding_session(14, seed=5)
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        manager.session(SID).force_min_layer = layer
+        manager.session(SID).force_loaded = True
+        out, plan = await compose(
+            manager, "anthropic-messages", request("anthropic-messages", turns, markers=True)
+        )
+        return CODECS["anthropic-messages"].render(out), plan
+
+    body, plan = asyncio.run(run())
+    assert plan.layer == layer
+    anthropic_well_formed(body)
+    assert count_markers(body) <= MAX_BREAKPOINTS
+    # The gateway's stable block (the end of the distilled prefix) carries a breakpoint,
+    # and the client's newest message marker is kept.
+    prefix = body["messages"][0]["content"]
+    assert prefix[0]["text"].startswith("[Lore memory]")
+    assert "cache_control" in prefix[-1]
+    assert "cache_control" in body["messages"][-2]["content"][-1]
+
+
+def test_gateway_adds_prefix_and_tail_breakpoints_for_a_client_without_markers():
+    turns = coding_session(12, seed=8)
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        manager.session(SID).force_min_layer = 1
+        manager.session(SID).force_loaded = True
+        out, _ = await compose(manager, "anthropic-messages", request("anthropic-messages", turns))
+        return CODECS["anthropic-messages"].render(out)
+
+    body = asyncio.run(run())
+    assert count_markers(body) == 2
+    assert "cache_control" in body["messages"][0]["content"][-1]
+    assert "cache_control" in body["messages"][-1]["content"][-1]
+    anthropic_well_formed(body)
+
+
+def test_a_layer_that_fails_mid_composition_sends_the_request_unchanged():
+    turns = coding_session(10, seed=4)
+
+    class Broken:
+        name, priority, builtin = "broken", 450, True
+
+        def compose(self, view, ctx):
+            raise RuntimeError("boom")
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        manager.layers = sorted([*LAYERS, Broken()], key=lambda layer: layer.priority)
+        manager.session(SID).force_min_layer = 2
+        manager.session(SID).force_loaded = True
+        view = request("anthropic-messages", turns)
+        original = [m.raw for m in view.messages]
+        out, _ = await compose(manager, "anthropic-messages", view)
+        return original, out, manager
+
+    original, out, manager = asyncio.run(run())
+    assert [m.raw for m in out.messages] == original and not out.modified
+    assert manager.counts["layer_errors"] == 1
+
+
+def test_an_async_third_party_layer_runs_in_priority_order():
+    turns = coding_session(4, seed=4)
+    seen = []
+
+    class Async:
+        name, priority = "async-note", 650
+
+        async def compose(self, view, ctx):
+            seen.append(ctx.composition.layer)
+            return view
+
+    async def run():
+        manager = await manager_with_logs("openai-chat", turns)
+        manager.layers = sorted([*LAYERS, Async()], key=lambda layer: layer.priority)
+        return await compose(manager, "openai-chat", request("openai-chat", turns))
+
+    _out, plan = asyncio.run(run())
+    assert seen == [0] and plan.layer == 0
