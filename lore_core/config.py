@@ -92,6 +92,12 @@ class StoreConfig:
 class EmbeddingConfig:
     # Name of a registered embedding provider; empty means the first on-device one found.
     provider: str = ""
+    # Embed stored messages and distillations in the background (vector half of recall).
+    index: bool = True
+    # Items (messages, distillations) embedded per indexing batch: the memory one batch holds.
+    batch_size: int = 64
+    # Chunks embedded per item at most; a longer text keeps its head and its last chunk.
+    max_chunks_per_item: int = 16
 
 
 WorkerAPI = Literal["", "anthropic-messages", "openai-chat", "openai-responses"]

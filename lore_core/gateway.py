@@ -24,6 +24,7 @@ from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
+from lore_core.indexer import VectorIndexer
 from lore_core.interfaces import (
     CompositionContext,
     Embedder,
@@ -90,7 +91,18 @@ class Gateway:
         )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
-        self.recall = store_recall_engine(self.store, self.worker)
+        self.recall = store_recall_engine(self.store, self.worker, self.embedder)
+        # Embeds what the store holds in the background, woken by each write.
+        self.indexer: VectorIndexer | None = None
+        if self.embedder is not None and config.embedding.index:
+            self.indexer = VectorIndexer(
+                self.store,
+                self.embedder,
+                batch_size=config.embedding.batch_size,
+                max_chunks=config.embedding.max_chunks_per_item,
+                store_ready=lambda: self.writer.opened,
+            )
+            self.writer.listeners.append(self.indexer.notify)
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
         self.distiller = DistillScheduler(
@@ -128,6 +140,8 @@ class Gateway:
         await self.upstream.start()
         # A store that cannot open leaves the writer degraded (it retries); never fatal.
         await self.writer.start()
+        if self.indexer is not None:
+            await self.indexer.start()
         await self.distiller.start()
         if self.embedder is not None and hasattr(self.embedder, "load"):
             # Load the model in the background: the proxy serves at once, and a model that
@@ -141,6 +155,9 @@ class Gateway:
         finally:
             # An interrupted distillation is re-done on the next start (it is derived state).
             await self.distiller.stop()
+            if self.indexer is not None:
+                # Before the writer closes the store: the batch in progress is written.
+                await self.indexer.stop(self.config.server.shutdown_grace_seconds)
             # Flush every queued exchange before the process goes away.
             await self.writer.stop(self.config.server.shutdown_grace_seconds)
             await self.worker.close()
@@ -323,6 +340,7 @@ class Gateway:
             "distill": self.distiller.health(),
             "context": self.context.health(),
             "embedder": _embedder_health(self.embedder),
+            "indexer": self.indexer.health() if self.indexer is not None else {"ok": False, "state": "off"},
             "spend": {
                 "today_usd": round(self.costs.day_cost(), 6),
                 "daily_budget_usd": self.costs.daily_budget_usd,

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
@@ -54,6 +54,9 @@ class StoreWriter:
         self._wakeup = asyncio.Event()
         self._lock = asyncio.Lock()
         self.error: str | None = None
+        #: Called with the number of new messages after each write that added some (the
+        #: vector indexer wakes on it). Must be cheap and not block.
+        self.listeners: list[Callable[[int], None]] = []
         self.stats: dict[str, Any] = {
             "exchanges": 0,
             "messages_written": 0,
@@ -170,6 +173,12 @@ class StoreWriter:
         while len(self._known) > KNOWN_IDS:
             self._known.popitem(last=False)
         self.stats["messages_written"] += int(added or 0)
+        if added:
+            for listener in self.listeners:
+                try:
+                    listener(int(added))
+                except Exception:
+                    log.exception("store: a write listener failed")
         self.stats["batches"] += 1
         self.stats["last_flush_at"] = time.time()
         self._recovered()
@@ -232,6 +241,10 @@ class StoreWriter:
         return _BACKOFF[min(self._failures, len(_BACKOFF)) - 1] if self._failures else self.flush_interval
 
     # -- reporting -------------------------------------------------------------------------
+
+    @property
+    def opened(self) -> bool:
+        return self._opened
 
     @property
     def degraded(self) -> bool:

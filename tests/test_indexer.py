@@ -1,0 +1,276 @@
+"""The background vector indexer: chunking, batches, resuming after failures, model changes,
+and the gateway embedding what it stores so that recall finds it by meaning."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lore_core import hookimpl
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.indexer import VectorIndexer, cap_chunks, char_windows
+from lore_core.interfaces import EmbedderUnavailable
+from lore_core.server import ThreadedServer
+from lore_core.store import StoredDistillation, distillation_id
+from lore_core.testing.store_conformance import answer, batch_of, exchange, text
+from tests.test_vectors import TopicEmbedder
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+class ChunkingEmbedder(TopicEmbedder):
+    """Splits by words, as a tokenizer-backed embedder would by tokens."""
+
+    def chunk(self, text: str) -> list[str]:
+        words = text.split()
+        return [" ".join(words[i : i + 50]) for i in range(0, len(words), 40)]
+
+
+class FlakyEmbedder(TopicEmbedder):
+    """Fails its first ``failures`` calls with an ordinary error."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("inference thread crashed")
+        return await super().embed(texts)
+
+
+async def filled_store(sessions: int = 3) -> MemoryStore:
+    store = MemoryStore()
+    await store.open()
+    for i in range(sessions):
+        await store.write(
+            batch_of(
+                exchange([text("user", f"my kitten number {i}")], answer("cats are great"), session=f"s-{i}")
+            )
+        )
+    return store
+
+
+def test_char_windows_cover_the_text_with_overlap() -> None:
+    words = [f"w{i:04d}" for i in range(1000)]
+    text_ = " ".join(words)
+    pieces = char_windows(text_, size=500, overlap=100)
+    assert len(pieces) > 1 and all(len(p) <= 500 for p in pieces)
+    assert pieces[0].startswith("w0000") and pieces[-1].endswith("w0999")
+    for a, b in itertools.pairwise(pieces):
+        assert b[:20] in a  # consecutive windows overlap
+    assert set(" ".join(pieces).split()) == set(words)
+    assert char_windows("short") == ["short"]
+
+
+def test_cap_chunks_keeps_head_and_tail() -> None:
+    chunks = [str(i) for i in range(10)]
+    assert cap_chunks(chunks, 4) == ["0", "1", "2", "9"]
+    assert cap_chunks(chunks, 1) == ["0"]
+    assert cap_chunks(chunks, 20) == chunks
+
+
+def test_run_until_idle_embeds_everything_with_progress() -> None:
+    async def main() -> None:
+        store = await filled_store(5)
+        d = StoredDistillation(
+            id=distillation_id("s-0", 0, ["a"]), session_id="s-0", generation=0, text="- kitten facts",
+            source_ids=["a"], project="/work/alpha", created_at=5.0,
+        )  # fmt: skip
+        await store.write_distillation(d)
+        embedder = TopicEmbedder()
+        indexer = VectorIndexer(store, embedder, batch_size=4)
+        seen: list[tuple[int, int]] = []
+        assert await indexer.run_until_idle(lambda done, total: seen.append((done, total))) == 11
+        assert seen[0] == (0, 11) and seen[-1] == (11, 11)
+        assert [done for done, _ in seen] == [0, 4, 8, 11]
+        assert all(len(call) <= 4 for call in embedder.calls)  # one batch at a time
+        assert await store.pending_embeddings("topics-v1") == []
+        stats = (await store.vector_stats("topics-v1"))["topics-v1"]
+        assert stats["vectors"] == 11 and stats["pending"] == 0
+        assert indexer.health()["items_indexed"] == 11
+        # Nothing pending: a second run does nothing.
+        assert await indexer.run_until_idle() == 0
+
+    run(main())
+
+
+def test_long_texts_are_chunked_and_capped() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        long_text = " ".join(["kitten"] * 30 + ["filler"] * 400 + ["database"] * 30)
+        await store.write(batch_of(exchange([text("user", long_text)], answer("   "), session="s-long")))
+        embedder = ChunkingEmbedder()
+        indexer = VectorIndexer(store, embedder, max_chunks=4)
+        assert indexer.chunks("   ") == [] and indexer.chunks("tiny") == ["tiny"]
+        assert len(indexer.chunks(long_text)) == 4
+        await indexer.run_until_idle()
+        stats = (await store.vector_stats("topics-v1"))["topics-v1"]
+        # Four chunks of the long message; the blank answer has none but is done.
+        assert stats["vectors"] == 4 and stats["pending"] == 0
+        # The tail chunk (where "database" is) was kept: a database query finds the message.
+        hits = await store.vector_search("topics-v1", embedder.vector("database"), limit=1)
+        assert hits and hits[0].text == long_text
+        assert hits[0].score > 0.9
+
+    run(main())
+
+
+def test_embedder_without_chunk_uses_character_windows() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        await store.write(batch_of(exchange([text("user", "kitten " * 600)], session="s-long")))
+        indexer = VectorIndexer(store, TopicEmbedder(), max_chunks=100)
+        await indexer.run_until_idle()
+        assert (await store.vector_stats("topics-v1"))["topics-v1"]["vectors"] == len(
+            char_windows("kitten " * 600)
+        )
+
+    run(main())
+
+
+def test_a_failed_batch_loses_nothing() -> None:
+    async def main() -> None:
+        store = await filled_store(3)
+        indexer = VectorIndexer(store, FlakyEmbedder(failures=1), batch_size=10)
+        with pytest.raises(RuntimeError):
+            await indexer.index_batch()
+        assert len(await store.pending_embeddings("topics-v1")) == 6  # still pending
+        assert await indexer.index_batch() == 6
+        assert await store.pending_embeddings("topics-v1") == []
+
+    run(main())
+
+
+def test_background_loop_retries_and_reports() -> None:
+    async def main() -> None:
+        store = await filled_store(2)
+        indexer = VectorIndexer(store, FlakyEmbedder(failures=1), batch_size=10, interval=0.05)
+        await indexer.start()
+        try:
+            for _ in range(400):
+                if indexer.items_indexed == 4:
+                    break
+                await asyncio.sleep(0.01)
+            assert indexer.items_indexed == 4
+            assert indexer.health()["ok"] is True and indexer.health()["state"] in ("idle", "indexing")
+            # A new write wakes it.
+            await store.write(batch_of(exchange([text("user", "one more kitten")], session="s-new")))
+            indexer.notify()
+            for _ in range(400):
+                if indexer.items_indexed == 5:
+                    break
+                await asyncio.sleep(0.01)
+            assert indexer.items_indexed == 5
+        finally:
+            await indexer.stop()
+        assert indexer.health()["state"] == "stopped"
+
+    run(main())
+
+
+def test_unavailable_embedder_is_reported_and_nothing_is_marked() -> None:
+    class Missing(TopicEmbedder):
+        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            raise EmbedderUnavailable("model file missing")
+
+    async def main() -> None:
+        store = await filled_store(1)
+        indexer = VectorIndexer(store, Missing(), interval=0.05)
+        await indexer.start()
+        try:
+            for _ in range(400):
+                if indexer.state == "unavailable":
+                    break
+                await asyncio.sleep(0.01)
+            health = indexer.health()
+            assert health["state"] == "unavailable" and health["ok"] is False
+            assert "model file missing" in health["error"]
+            assert len(await store.pending_embeddings("topics-v1")) == 2
+        finally:
+            await indexer.stop()
+
+    run(main())
+
+
+def test_model_change_backfills_a_new_index() -> None:
+    class OtherModel(TopicEmbedder):
+        model_id = "topics-v2"
+
+    async def main() -> None:
+        store = await filled_store(2)
+        await VectorIndexer(store, TopicEmbedder()).run_until_idle()
+        assert await store.pending_embeddings("topics-v1") == []
+        assert len(await store.pending_embeddings("topics-v2")) == 4
+        assert await VectorIndexer(store, OtherModel()).run_until_idle() == 4
+        stats = await store.vector_stats()
+        assert stats["topics-v1"]["vectors"] == 4 and stats["topics-v2"]["vectors"] == 4
+
+    run(main())
+
+
+# -- through a real gateway -------------------------------------------------------------------
+
+
+class TopicsPlugin:
+    """Registers the topic embedder as the ``topics`` provider."""
+
+    @hookimpl
+    def lore_register_embedders(self, register: Callable[[str, Any], None]) -> None:
+        register("topics", lambda config: TopicEmbedder())
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["memory", "duckdb"])
+def test_gateway_embeds_what_it_stores_and_recall_finds_it_by_meaning(
+    backend: str, start_gateway: Callable[..., ThreadedServer], fake_upstream: Any, tmp_path: Path
+) -> None:
+    if backend == "duckdb":
+        pytest.importorskip("lore_store_duckdb")
+    config = {
+        "embedding": {"provider": "topics"},
+        "store": {"backend": backend, "path": str(tmp_path / "db")},
+    }
+    server = start_gateway(config=config, extra_plugins=(TopicsPlugin(),))
+    body = {
+        "model": "claude-test",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "my tabby kitten sleeps all day"}],
+    }
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        r = client.post(
+            "/v1/messages", json=body, headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}
+        )
+        assert r.status_code == 200
+
+        def indexed() -> bool:
+            health = client.get("/health").json()
+            return health["indexer"]["items_indexed"] >= 2
+
+        _wait(indexed)
+        health = client.get("/health").json()["indexer"]
+        assert health["model"] == "topics-v1" and health["ok"] is True
+        # No stored word matches "feline": only the vector list can find the message.
+        answer_ = client.get("/lore/api/recall", params={"q": "feline", "scope": "all"}).json()
+        assert answer_["error"] is None, answer_
+        assert any(res["text"] == "my tabby kitten sleeps all day" for res in answer_["results"])
+        assert not any("full-text" in n for n in answer_["notes"])
