@@ -294,8 +294,11 @@ class ContextManager:
             need = "forced"
         elif not fits(current.tokens):
             need = "overflow"
-        elif cap.tokens is not None and size > cap.tokens and not state.cache.holding:
-            need = "cost"
+        elif cap.tokens is not None and size > cap.tokens:
+            if not state.cache.holding:
+                need = "cost"
+            elif current.layer == 0:
+                current.reason = "holding"  # after repeated busts: keep growing
         composition = current
         if need:
             parts = await self._parts(state, wait=True)
@@ -314,7 +317,8 @@ class ContextManager:
                 decision = decide_compression(size, correct(candidate.tokens), model, cap, state.cache)
                 if not decision.compress:
                     need = ""
-                    composition.reason = composition.reason or decision.reason
+                    if composition.layer == 0:
+                        composition.reason = decision.reason
             elif need == "overflow":
                 # Compressing to fit is not optional: a hold after repeated busts ends here.
                 state.cache.release()

@@ -1,0 +1,346 @@
+"""The context manager's per-session choices: the layer-0 cap, bust vs continue, holding
+after busts, overflow, calibration from usage, side requests, a slow store, and
+``forceMinLayer`` persisted across a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from lore_core.builtin.context_layers import LAYERS
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.codecs.anthropic import AnthropicMessagesCodec
+from lore_core.config import LoreConfig, ModelConfig
+from lore_core.context import compose as C
+from lore_core.context import manager as M
+from lore_core.context.manager import ContextManager
+from lore_core.context.pricing import PriceTable
+from lore_core.context.simulate import anthropic_messages, coding_session
+from lore_core.interfaces import CompositionContext
+from lore_core.model import AssistantMessage, Exchange, Usage
+from lore_core.store import FORCE_MIN_LAYER, StoredDistillation
+
+SID = "session-manager"
+codec = AnthropicMessagesCodec()
+TURNS = coding_session(40, seed=21)
+
+
+def view_of(turns, model="claude-sonnet-4-5", messages=None):
+    raw = {
+        "model": model,
+        "max_tokens": 1024,
+        "system": "You are a coding agent.",
+        "messages": messages if messages is not None else anthropic_messages(turns, answered=False),
+    }
+    return codec.parse(raw, json.dumps(raw).encode())
+
+
+def config(**budget):
+    cfg = LoreConfig()
+    for key, value in budget.items():
+        setattr(cfg.budget, key, value)
+    return cfg
+
+
+async def with_logs(store, turns, share=0.8, sid=SID):
+    view = view_of(turns)
+    ids = [i for i in C.view_message_ids(sid, view.messages) if i is not None]
+    upto = int(len(ids) * share)
+    for n, start in enumerate(range(0, upto, 12)):
+        await store.write_distillation(
+            StoredDistillation(
+                id=f"{sid}-log{n:03d}",
+                session_id=sid,
+                generation=0,
+                text=f"log {n}: edited src/app/models.py, 12 tests pass",
+                source_ids=list(dict.fromkeys(ids[start : min(start + 12, upto)])),
+                end=float(n),
+            )
+        )
+
+
+async def memory_store():
+    store = MemoryStore()
+    await store.open()
+    return store
+
+
+async def turn(manager, view, sid=SID):
+    ctx = CompositionContext(sid, "/project", "generic", codec)
+    out = await manager.compose(view, ctx)
+    return out, ctx.composition
+
+
+def answered(manager, view, *, read=0, write=0, uncached=0, sid=SID):
+    manager.exchange_finished(
+        Exchange(
+            api=codec.api,
+            path="/v1/messages",
+            request=view,
+            harness="generic",
+            session_id=sid,
+            project="/project",
+            upstream="http://fake",
+            status=200,
+            response=AssistantMessage(
+                usage=Usage(
+                    input_tokens=uncached, output_tokens=50, cache_read_tokens=read, cache_write_tokens=write
+                ),
+                model=view.model,
+                complete=True,
+            ),
+        )
+    )
+
+
+# -- the layer-0 cap and bust vs continue -------------------------------------------------
+
+
+def test_under_the_cap_the_request_is_passed_through():
+    async def run():
+        manager = ContextManager(
+            config(max_layer0_tokens=10_000_000), PriceTable(), await memory_store(), LAYERS
+        )
+        return await turn(manager, view_of(TURNS))
+
+    out, plan = asyncio.run(run())
+    assert plan.layer == 0 and not out.modified
+
+
+def test_past_the_cap_compression_happens_when_it_pays():
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS, share=0.97)
+        manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), store, LAYERS)
+        out, plan = await turn(manager, view_of(TURNS))
+        return manager, out, plan
+
+    manager, out, plan = asyncio.run(run())
+    assert plan.layer == 1 and plan.reason == "cost" and out.modified
+    status = manager.session_status(SID)
+    assert status["layer"] == 1 and status["recompositions"] == 1 and status["cap"] == 5_000
+    assert status["distillations_in_prefix"] > 0
+
+
+def test_past_the_cap_nothing_changes_when_compressing_does_not_pay():
+    async def run():
+        # No distillations: layer 1 would be as large as the raw prompt.
+        manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), await memory_store(), LAYERS)
+        return await turn(manager, view_of(TURNS))
+
+    out, plan = asyncio.run(run())
+    assert plan.layer == 0 and not out.modified and plan.reason == "does-not-pay"
+
+
+def test_a_disabled_cap_keeps_layer0_while_the_prompt_fits():
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS)
+        manager = ContextManager(config(max_layer0_tokens=0), PriceTable(), store, LAYERS)
+        return await turn(manager, view_of(TURNS))
+
+    _, plan = asyncio.run(run())
+    assert plan.layer == 0
+
+
+def test_the_first_turn_uses_the_uncalibrated_cap_then_calibrates_from_usage():
+    async def run():
+        manager = ContextManager(config(), PriceTable(), await memory_store(), LAYERS)
+        view = view_of(TURNS[:10])
+        await turn(manager, view)
+        first = manager.session_status(SID)
+        estimate = first["prompt_tokens_estimated"]
+        answered(manager, view, write=int(estimate * 1.5))
+        await turn(manager, view_of(TURNS[:11]))
+        return first, manager.session_status(SID)
+
+    first, later = asyncio.run(run())
+    # Sonnet reads at $0.30/Mtok: $0.10 a turn is 333,333 tokens; x 0.7 before any usage.
+    assert first["cap"] == int(333_333 * 0.7) and first["calibration_factor"] == 1.0
+    assert later["cap"] == 333_333
+    assert later["calibration_factor"] == pytest.approx(1.5, rel=0.01)
+    assert later["prompt_tokens_real"] > 0
+
+
+def test_after_two_busts_compressing_stops_until_the_prompt_no_longer_fits():
+    small = PriceTable({"claude-small": ModelConfig(max_input_tokens=60_000, context_window=80_000)})
+
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS)
+        manager = ContextManager(config(max_layer0_tokens=5_000), small, store, LAYERS)
+        v = view_of(TURNS[:12], model="claude-small")
+        _, plan = await turn(manager, v)
+        assert plan.layer == 1 and plan.reason == "cost"
+        # The first answer cached the prompt; two in a row then read nothing back: busts.
+        answered(manager, v, write=2_600)
+        answered(manager, v, read=0, write=2_600)
+        answered(manager, v, read=0, write=2_600)
+        state = manager.session(SID)
+        assert state.cache.holding and manager.session_status(SID)["busts"] == 2
+        # Past the cap, compressing would pay, but the session holds: it keeps growing.
+        state.pinned = None  # as if the pinned state were lost: layer 0 again, past the cap
+        _, held = await turn(manager, view_of(TURNS[:14], model="claude-small"))
+        # When the prompt no longer fits, compressing is not optional and ends the hold.
+        _, forced = await turn(manager, view_of(TURNS[:40], model="claude-small"))
+        return held, forced, state
+
+    held, forced, state = asyncio.run(run())
+    assert held.layer == 0 and held.reason == "holding"
+    assert forced.layer >= 1 and forced.reason == "overflow"
+    assert not state.cache.holding
+
+
+def test_a_prompt_that_does_not_fit_gets_the_least_layer_that_does():
+    tiny = PriceTable({"claude-tiny": ModelConfig(max_input_tokens=12_000, context_window=16_000)})
+
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS, share=0.5)
+        manager = ContextManager(config(max_layer0_tokens=0), tiny, store, LAYERS)
+        view = view_of(TURNS, model="claude-tiny")
+        return await turn(manager, view), manager
+
+    (_out, plan), manager = asyncio.run(run())
+    assert plan.reason == "overflow" and plan.layer >= 2
+    usable = min(12_000, 16_000 - 1024)
+    if plan.layer < 4:
+        assert plan.tokens <= usable * M.FIT_SHARE
+    assert manager.health()["by_layer"][str(plan.layer)] == 1
+
+
+def test_a_side_request_never_moves_the_pinned_composition():
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS, share=0.97)
+        manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), store, LAYERS)
+        main = view_of(TURNS[:30])
+        _, plan = await turn(manager, main)
+        assert plan.layer == 1, plan.reason
+        pinned = manager.session(SID).pinned
+        answered(manager, main, read=0, write=9_000)
+        side = view_of([], messages=[{"role": "user", "content": "Write a 5-word title for this chat."}])
+        _, side_plan = await turn(manager, side)
+        answered(manager, side, read=0, write=0, uncached=40)
+        _, next_plan = await turn(manager, view_of(TURNS[:31]))
+        return plan, pinned, side_plan, next_plan, manager
+
+    plan, pinned, side_plan, next_plan, manager = asyncio.run(run())
+    assert plan.layer == 1 and side_plan.layer == 0
+    assert next_plan.reason == "pinned" and next_plan.cut_id == pinned.cut_id
+    assert manager.session(SID).cache.zero_write_turns == 0  # the side answer was not counted
+
+
+# -- forceMinLayer ------------------------------------------------------------------------
+
+
+def test_force_min_layer_survives_a_restart_with_the_duckdb_store(tmp_path):
+    duckdb_store = pytest.importorskip("lore_store_duckdb.store")
+    path = tmp_path / "lore.duckdb"
+
+    async def before_restart():
+        store = duckdb_store.DuckDBStore(path)
+        await store.open()
+        manager = ContextManager(config(), PriceTable(), store, LAYERS)
+        await manager.force_min_layer(SID, 3)
+        assert manager.session_status(SID)["force_min_layer"] == 3
+        await store.close()
+
+    async def after_restart():
+        store = duckdb_store.DuckDBStore(path)
+        await store.open()
+        try:
+            assert await store.get_state(SID, FORCE_MIN_LAYER) == 3
+            manager = ContextManager(config(), PriceTable(), store, LAYERS)
+            _, plan = await turn(manager, view_of(TURNS[:6]))
+            other = await turn(manager, view_of(TURNS[:6]), sid="another-session")
+            return plan, other[1], manager.session_status(SID)
+        finally:
+            await store.close()
+
+    asyncio.run(before_restart())
+    plan, other, status = asyncio.run(after_restart())
+    # The first turn after the restart starts at the persisted layer; other sessions do not.
+    assert plan.layer == 3 and plan.reason == "forced"
+    assert status["force_min_layer"] == 3
+    assert other.layer == 0
+
+
+def test_force_min_layer_is_clamped_and_read_once():
+    class CountingStore(MemoryStore):
+        reads = 0
+
+        async def get_state(self, session_id, key, default=None):
+            CountingStore.reads += 1
+            return await super().get_state(session_id, key, default)
+
+    async def run():
+        store = CountingStore()
+        await store.open()
+        await store.set_state(SID, FORCE_MIN_LAYER, 9)
+        manager = ContextManager(config(), PriceTable(), store, LAYERS)
+        for n in (5, 6, 7):
+            await turn(manager, view_of(TURNS[:n]))
+        return manager
+
+    manager = asyncio.run(run())
+    assert CountingStore.reads == 1
+    assert manager.session_status(SID)["force_min_layer"] == 4 and manager.session_status(SID)["layer"] == 4
+
+
+# -- a slow or failing store --------------------------------------------------------------
+
+
+def test_a_slow_store_never_holds_the_request(monkeypatch):
+    monkeypatch.setattr(M, "STORE_TIMEOUT_SECONDS", 0.05)
+
+    class Slow(MemoryStore):
+        async def list_distillations(self, session_id=None, include_archived=True):
+            await asyncio.sleep(30)
+            return []
+
+        async def get_state(self, session_id, key, default=None):
+            raise RuntimeError("store unavailable")
+
+    async def run():
+        store = Slow()
+        await store.open()
+        manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), store, LAYERS)
+        out, plan = await turn(manager, view_of(TURNS))
+        return manager, out, plan
+
+    manager, out, plan = asyncio.run(run())
+    # Without distillations nothing pays: the request goes out as it came.
+    assert plan.layer == 0 and not out.modified
+    assert manager.counts["store_timeouts"] == 1 and manager.counts["store_errors"] == 1
+    assert manager.session(SID).force_loaded is False  # tried again on the next turn
+
+
+def test_status_and_health_report_the_figures_others_show():
+    async def run():
+        manager = ContextManager(config(), PriceTable(), await memory_store(), LAYERS)
+        view = view_of(TURNS[:8])
+        await turn(manager, view)
+        answered(manager, view, read=3_000, write=1_000, uncached=100)
+        return manager
+
+    manager = asyncio.run(run())
+    status = manager.session_status(SID)
+    for key in (
+        "layer",
+        "force_min_layer",
+        "prompt_tokens",
+        "cap",
+        "session_cost_usd",
+        "cache_hit_rate",
+        "busts",
+    ):
+        assert key in status
+    assert status["cache_hit_rate"] == pytest.approx(3_000 / 4_100)
+    assert status["session_cost_usd"] > 0
+    health = manager.health()
+    assert health["sessions"] == 1 and health["by_layer"]["0"] == 1
+    assert health["compose_ms_p99"] is not None
+    assert manager.session_status("unknown")["layer"] is None
