@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from lore_e2e_support import RecordingTap
 
 from lore_core.server import ThreadedServer
+
+
+@pytest.fixture
+def gateway(start_gateway: Callable[..., ThreadedServer]) -> ThreadedServer:
+    """A gateway that rewrites no request body, so the transparency checks (the upstream
+    receives the client's bytes) hold: without the recall tool, which the gateway otherwise
+    adds to every request that offers tools (``tests/e2e/test_recall_claude.py`` covers it)."""
+    return start_gateway({"recall": {"tool": False}})
 
 
 @pytest.fixture

@@ -1,0 +1,94 @@
+"""Real Claude Code through a real gateway: the fake upstream calls the gateway's recall tool,
+the gateway searches and continues upstream, Claude Code completes the turn with the marker
+and the final answer; on the next turn (``--continue``) the upstream sees the real recall call
+and result again, byte for byte as in the follow-up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lore_e2e_support import client_env, find_client, run_client
+from lore_harness_claude.plugin import ClaudeCodeHarness
+
+from lore_core.recall.tool import marker_text
+from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply, ToolCall
+
+pytestmark = pytest.mark.e2e
+
+QUERY = "zebra release script"
+FINAL = "The zebra release script is tools/zebra-release.sh."
+
+
+def _offers_recall(body: dict) -> bool:
+    return any(isinstance(t, dict) and t.get("name") == "recall" for t in body.get("tools") or [])
+
+
+def _answered_recall(body: dict) -> bool:
+    last = (body.get("messages") or [{}])[-1]
+    content = last.get("content") if isinstance(last, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(b, dict)
+        and b.get("type") == "tool_result"
+        and str(b.get("tool_use_id", "")).startswith("call_")
+        for b in content
+    )
+
+
+def _without_cache_control(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def test_claude_code_turn_with_recall(tmp_path: Path, start_gateway, fake_upstream: FakeUpstream) -> None:
+    claude = find_client("claude")
+    gateway = start_gateway()
+    follow_ups: list[RecordedRequest] = []
+
+    def responder(req: RecordedRequest) -> Reply | None:
+        body = req.json or {}
+        if not _offers_recall(body):
+            return Reply(text="pong")  # side calls (titles, quota checks) get no recall
+        text = json.dumps(body.get("messages"))
+        if _answered_recall(body):
+            follow_ups.append(req)
+            return Reply(text=FINAL)
+        if "next question" in text:
+            return Reply(text="Second answer.")
+        return Reply(text="", tool_calls=[ToolCall("recall", {"query": QUERY})])
+
+    fake_upstream.responder = responder
+    plan = ClaudeCodeHarness().launch(gateway.url, [])
+    env = client_env(tmp_path / "home", {**plan.env, "ANTHROPIC_API_KEY": "sk-ant-test-key"})
+    argv = [claude, "-p", "--output-format", "stream-json", "--verbose", "where is the release script?"]
+    result = run_client(argv, env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "result" and events[-1]["subtype"] == "success", result.describe()
+    assert FINAL in events[-1]["result"]
+    blocks = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]]
+    assert marker_text(QUERY) in [b.get("text") for b in blocks]
+    assert [b for b in blocks if b.get("type") == "tool_use"] == []  # no dangling recall call
+    assert len(follow_ups) == 1
+    follow_up = follow_ups[0].json["messages"]
+    call = follow_up[-2]["content"][-1]
+    assert call["type"] == "tool_use" and call["name"] == "recall" and call["input"] == {"query": QUERY}
+
+    # Next turn: Claude Code sends its history (with the marker); the upstream gets the real
+    # call and result back, the follow-up's messages byte for byte.
+    before = len(fake_upstream.api_requests())
+    argv = [claude, "-p", "--continue", "--output-format", "stream-json", "--verbose", "next question"]
+    result = run_client(argv, env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    turn = [r for r in fake_upstream.api_requests()[before:] if _offers_recall(r.json or {})][-1]
+    sent = turn.json["messages"]
+    # Claude Code moves its cache breakpoint to the newest message each turn (its own
+    # change); everything else is what the follow-up sent.
+    assert _without_cache_control(sent[: len(follow_up)]) == _without_cache_control(follow_up)
+    restored = json.dumps(follow_up[-2:], ensure_ascii=False).encode()[1:-1]
+    assert restored in turn.body and restored in follow_ups[0].body
+    assert marker_text(QUERY) not in json.dumps(sent)
