@@ -195,8 +195,16 @@ class _DirectReader:
     ) -> dict[str, Any]:
         from lore_core.recall.store_engine import recall, response_json, store_recall_engine
 
-        engine = store_recall_engine(self.store)
+        engine = store_recall_engine(self.store, embedder=self._embedder())
         return response_json(self._run(recall(engine, query, scope, session, project, limit)))
+
+    def _embedder(self) -> Any:
+        """The embedder the gateway would use (its vectors are what the store indexed)."""
+        from lore_core.config import LoreConfig
+        from lore_core.gateway import choose_embedder
+        from lore_core.plugins import Registry, make_plugin_manager
+
+        return choose_embedder(self.config or LoreConfig(), Registry.collect(make_plugin_manager()).embedders)
 
     def session_ids(self) -> list[str]:
         return [s.id for s in self._run(self.store.list_sessions(limit=10_000))]
@@ -592,6 +600,108 @@ def cmd_distillations(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Embed what is stored and not yet embedded for the embedding model (resumable)."""
+    import asyncio
+    import time
+
+    from lore_core.config import load_config
+    from lore_core.gateway import choose_embedder
+    from lore_core.indexer import VectorIndexer
+    from lore_core.interfaces import EmbedderUnavailable
+    from lore_core.plugins import Registry, make_plugin_manager
+    from lore_core.recall.sources import embedder_model
+    from lore_core.storage import choose_store
+
+    pm = make_plugin_manager()
+    sections: dict[str, type] = {}
+    for result in pm.hook.lore_config_sections():
+        sections.update(result or {})
+    config = load_config(sections)
+    pm.hook.lore_configure(config=config)
+    url = _gateway_url(config.server.host, config.server.port)
+    if url is not None:
+        # The gateway holds the store (DuckDB allows one process) and already embeds in
+        # the background: its /health shows the indexer's progress.
+        print(
+            f"lore: a gateway is running at {url}: it embeds new and pending items itself "
+            "(see 'lore status'); stop it to reindex directly",
+            file=sys.stderr,
+        )
+        return 3
+    if args.provider:
+        config.embedding.provider = args.provider
+    registry = Registry.collect(pm)
+    embedder = choose_embedder(config, registry.embedders)
+    if embedder is None:
+        print("lore: no embedding provider is installed (pip install lore-embed-local)", file=sys.stderr)
+        return 3
+    store = choose_store(config, registry.stores)
+    model = embedder_model(embedder)
+    bar = _ProgressBar(f"embedding for {model}")
+    last_drawn = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        # A redraw per batch would be thousands of lines when stderr is not a terminal.
+        now = time.monotonic()
+        if done == 0 or done >= total or now - last_drawn[0] >= (0.2 if bar.tty else 2.0):
+            last_drawn[0] = now
+            bar(done, total)
+
+    async def main() -> int:
+        try:
+            await store.open()
+        except Exception as exc:
+            print(f"lore: cannot open the store: {exc}", file=sys.stderr)
+            return 3
+        indexer = VectorIndexer(
+            store,
+            embedder,
+            batch_size=config.embedding.batch_size,
+            max_chunks=config.embedding.max_chunks_per_item,
+        )
+        try:
+            load = getattr(embedder, "load", None)
+            if load is not None:
+                await load()
+            if args.full:
+                await store.reset_vectors(model)
+            print(f"lore: embedding the {store.name} store's items for {model}", file=sys.stderr)
+            done = await indexer.run_until_idle(progress)
+            bar.finish()
+            stats = (await store.vector_stats(model)).get(model, {})
+            summary = {"model": model, "embedded": done, **stats}
+            if args.json:
+                _print_json(summary)
+            else:
+                print(
+                    f"{done} items embedded; the {model} index holds {stats.get('vectors', 0)} vectors, "
+                    f"{stats.get('pending', 0)} items pending"
+                )
+            return 0
+        except EmbedderUnavailable as exc:
+            print(f"lore: the embedding model cannot be used: {exc.reason}", file=sys.stderr)
+            return 3
+        except NotImplementedError:
+            print(f"lore: the {store.name} store has no vector index", file=sys.stderr)
+            return 3
+        except asyncio.CancelledError:
+            bar.finish()
+            print(
+                f"lore: interrupted after {indexer.items_indexed} items; what was embedded is kept, "
+                "run 'lore reindex' again to continue",
+                file=sys.stderr,
+            )
+            raise
+        finally:
+            await store.close()
+            close = getattr(embedder, "close", None)
+            if close is not None:
+                await close()
+
+    return asyncio.run(main())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lore", description="Lore: a memory layer for AI coding agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -661,6 +771,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a JSON array: id, session, generation, archived, source_ids, text",
     )
     distillations.set_defaults(func=cmd_distillations)
+
+    reindex = sub.add_parser(
+        "reindex",
+        help="embed every stored message and distillation not yet embedded for the embedding model "
+        "(resumable, progress on stderr; the gateway does this in the background while it runs)",
+    )
+    reindex.add_argument(
+        "--provider",
+        "--model",
+        dest="provider",
+        default=None,
+        help="the embedding provider to index for (default: embedding.provider, else the on-device one)",
+    )
+    reindex.add_argument(
+        "--full", action="store_true", help="drop this model's vectors first and embed everything again"
+    )
+    reindex.add_argument("--json", action="store_true", help="print the summary as JSON")
+    reindex.set_defaults(func=cmd_reindex)
 
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
     status.add_argument("--json", action="store_true", help="print JSON")
