@@ -1,0 +1,172 @@
+"""The DuckDB store's vector index (LanceDB in ``<file>.vec/``): many small appends stay
+compact, a crash between an append and its watermark neither loses nor repeats work, a
+deleted index is rebuilt, and the approximate index takes over past its threshold."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lore_store_duckdb import vectors
+from lore_store_duckdb.store import DuckDBStore
+
+from lore_core.store import ItemVectors
+from lore_core.testing.store_conformance import batch_of, exchange, text
+
+MODEL = "fixed-vectors-v1"
+DIMS = 8
+
+
+def unit(rng: random.Random, dims: int = DIMS) -> list[float]:
+    v = [rng.gauss(0, 1) for _ in range(dims)]
+    norm = sum(x * x for x in v) ** 0.5
+    return [x / norm for x in v]
+
+
+async def add_messages(store: DuckDBStore, count: int, start: int = 0) -> None:
+    await store.write(
+        batch_of(
+            *(
+                exchange([text("user", f"note number {i}")], session=f"s-{i % 3}", at=float(i))
+                for i in range(start, start + count)
+            )
+        )
+    )
+
+
+async def embed_pending(store: DuckDBStore, rng: random.Random, batch: int = 256) -> dict[str, list[float]]:
+    """Embed what is pending with random unit vectors; returns id -> vector."""
+    given: dict[str, list[float]] = {}
+    while items := await store.pending_embeddings(MODEL, limit=batch):
+        done = [ItemVectors(i, [unit(rng)]) for i in items]
+        for iv in done:
+            given[iv.item.id] = list(iv.vectors[0])
+        await store.write_vectors(MODEL, DIMS, done)
+    return given
+
+
+def run(path: Path, body: Any) -> None:
+    async def main() -> None:
+        store = DuckDBStore(path)
+        await store.open()
+        try:
+            await body(store)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_many_small_appends_stay_compact_and_searchable(tmp_path: Path) -> None:
+    rng = random.Random(1)
+
+    async def body(store: DuckDBStore) -> None:
+        given: dict[str, list[float]] = {}
+        # One message at a time, embedded at once: the gateway's pattern under light traffic.
+        for i in range(60):
+            await add_messages(store, 1, start=i)
+            given.update(await embed_pending(store, rng))
+        stats = (await store.vector_stats(MODEL))[MODEL]
+        assert stats["vectors"] == 60 and stats["pending"] == 0
+        # 60 appends, but compaction keeps the fragment count bounded.
+        assert stats["fragments"] <= vectors.OPTIMIZE_APPENDS + 1
+        assert stats["optimizations"] >= 3
+        for ident, vector in list(given.items())[::7]:
+            hits = await store.vector_search(MODEL, vector, limit=3)
+            assert hits[0].id == ident and hits[0].score == pytest.approx(1.0, abs=1e-4)
+
+    run(tmp_path / "lore.duckdb", body)
+
+
+def test_a_crash_between_append_and_watermark_repeats_nothing(tmp_path: Path) -> None:
+    rng = random.Random(2)
+    path = tmp_path / "lore.duckdb"
+
+    async def crash(store: DuckDBStore) -> None:
+        await add_messages(store, 6)
+        items = await store.pending_embeddings(MODEL)
+        await store.write_vectors(MODEL, DIMS, [ItemVectors(i, [unit(rng)]) for i in items[:2]])
+        # The next append lands in LanceDB but the process dies before the watermark is saved.
+        index = store._vectors
+        saved = index._save
+        index._save = lambda m: None  # type: ignore[method-assign]
+        try:
+            await store.write_vectors(MODEL, DIMS, [ItemVectors(i, [unit(rng)]) for i in items[2:4]])
+        finally:
+            index._save = saved  # type: ignore[method-assign]
+
+    async def resume(store: DuckDBStore) -> None:
+        pending = await store.pending_embeddings(MODEL)
+        assert len(pending) == 2  # the four written are not pending again
+        await store.write_vectors(MODEL, DIMS, [ItemVectors(i, [unit(rng)]) for i in pending])
+        stats = (await store.vector_stats(MODEL))[MODEL]
+        assert (stats["vectors"], stats["pending"]) == (6, 0)  # and none twice
+
+    run(path, crash)
+    run(path, resume)
+
+
+def test_a_deleted_vector_directory_is_embedded_again(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    path = tmp_path / "lore.duckdb"
+
+    async def first(store: DuckDBStore) -> None:
+        await add_messages(store, 4)
+        await embed_pending(store, rng)
+        assert await store.pending_embeddings(MODEL) == []
+
+    async def after(store: DuckDBStore) -> None:
+        # Derived data: the messages are pending again rather than silently missing.
+        assert len(await store.pending_embeddings(MODEL)) == 4
+        assert await store.vector_search(MODEL, unit(rng)) == []
+        await embed_pending(store, rng)
+        assert (await store.vector_stats(MODEL))[MODEL]["vectors"] == 4
+
+    run(path, first)
+    shutil.rmtree(tmp_path / "lore.duckdb.vec")
+    run(path, after)
+
+
+def test_the_approximate_index_takes_over_past_its_threshold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 600)
+    rng = random.Random(4)
+
+    async def body(store: DuckDBStore) -> None:
+        await add_messages(store, 700)
+        given = await embed_pending(store, rng, batch=700)
+        stats = (await store.vector_stats(MODEL))[MODEL]
+        assert stats["ann_index"] is True and stats["vectors"] == 700
+        # Exact re-ranking of the candidates keeps an item's own vector its top hit.
+        for ident, vector in list(given.items())[::50]:
+            hits = await store.vector_search(MODEL, vector, limit=5)
+            assert hits[0].id == ident
+        # Filters still apply with the index.
+        hits = await store.vector_search(MODEL, unit(rng), session_id="s-1", limit=10)
+        assert hits and {h.session_id for h in hits} == {"s-1"}
+        # Rows appended after the index was built are found too (scanned until merged).
+        await add_messages(store, 1, start=5000)
+        new = await embed_pending(store, rng)
+        ((ident, vector),) = new.items()
+        assert (await store.vector_search(MODEL, vector, limit=1))[0].id == ident
+
+    run(tmp_path / "lore.duckdb", body)
+
+
+def test_stats_report_vectors_beside_the_store(tmp_path: Path) -> None:
+    async def body(store: DuckDBStore) -> None:
+        await add_messages(store, 2)
+        assert await store.vector_stats() == {}
+        await embed_pending(store, random.Random(5))
+        stats = await store.vector_stats()
+        assert list(stats) == [MODEL]
+        assert stats[MODEL]["path"].endswith("lore.duckdb.vec")
+        await store.reset_vectors(MODEL)
+        assert await store.vector_stats() == {}
+
+    run(tmp_path / "lore.duckdb", body)
