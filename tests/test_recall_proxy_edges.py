@@ -384,3 +384,67 @@ def test_a_small_side_call_is_relayed_untouched(gateway, fake_upstream):
     ) as s:
         message = s.get_final_message()
     assert message.usage.cache_read_input_tokens == 150_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Without a recall call the answer is the upstream's, byte for byte
+# ---------------------------------------------------------------------------------------------
+
+PLAIN = {
+    "/v1/messages": {
+        "model": MODEL,
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [ANTHROPIC_TOOL],
+    },
+    "/v1/chat/completions": {
+        "model": "gpt-4.1",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [CHAT_TOOL],
+        "stream_options": {"include_usage": True},
+    },
+    "/v1/responses": {"model": "gpt-5", "input": "hi", "tools": [RESPONSES_TOOL]},
+}
+
+
+@pytest.mark.parametrize("path", list(PLAIN))
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("with_call", [False, True])
+def test_plain_answers_keep_the_upstream_bytes(gateway, fake_upstream, path, stream, with_call):
+    calls = [ToolCall("read_file", {"path": "a.py"})] if with_call else []
+    fake_upstream.enqueue(Reply(text="Hello there, friend.", tool_calls=calls, text_chunks=5))
+    body = dict(PLAIN[path])
+    if stream:
+        body["stream"] = True
+    else:
+        body.pop("stream_options", None)
+    response = httpx.post(
+        gateway.url + path, json=body, headers={"x-api-key": "k", "authorization": "Bearer k"}
+    )
+    assert response.status_code == 200
+    assert response.content == bytes(fake_upstream.responses_sent[-1])
+    sent = fake_upstream.api_requests()[-1].json
+    names = [t.get("name") or t.get("function", {}).get("name") for t in sent["tools"]]
+    assert names == ["read_file", "recall"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_recall_loop_over_compressed_upstream_answers(gateway, fake_upstream, stream, encoding):
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": "deploy"})], compress=encoding),
+        Reply(text="Done.", compress=encoding),
+    )
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "what did we deploy?"}], stream)
+    assert [b.text for b in message.content] == [marker_text("deploy"), "Done."]
+    assert "deploy" in _tool_result(fake_upstream)
+
+
+def test_a_continuation_cut_off_aborts_the_client_stream(gateway, fake_upstream):
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": "deploy"})]),
+        Reply(text="This answer never ends.", drop_after_events=4),
+    )
+    # Whatever exception type the SDK's transport raises: the stream must not end cleanly.
+    with pytest.raises(Exception, match=r"incomplete|closed|Connection"):
+        _ask(_anthropic(gateway), [{"role": "user", "content": "what did we deploy?"}], stream=True)

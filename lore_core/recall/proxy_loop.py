@@ -579,6 +579,12 @@ class RecallLoop:
 
     # -- non-streaming -----------------------------------------------------------------------
 
+    def _needs_scaling(self, payload: dict[str, Any]) -> bool:
+        usage = payload.get("usage")
+        if not isinstance(usage, dict):
+            return False
+        return scale_factor(prompt_tokens(self.api, usage), self.context_limit, self.usage_share) is not None
+
     async def buffered(self, upstream: httpx.Response) -> tuple[int, bytes, list[tuple[str, str]] | None]:
         """(status, body, headers or None to keep the upstream's)."""
         shape = _JSONShape(self)
@@ -608,6 +614,9 @@ class RecallLoop:
                 break
             result = shape.add_round(payload)
             if not self.active or not result.recall_calls:
+                if round_no == 0 and not self._needs_scaling(payload):
+                    # Nothing to change: the upstream's own bytes.
+                    return response.status_code, raw, None
                 break
             if result.client_calls:
                 results = await self.run_calls(result.recall_calls)
@@ -1059,7 +1068,9 @@ class _AnthropicStream:
                 self._track_delta(_int(ev.get("index")), ev.get("delta") or {})
 
     def end_round(self) -> RoundResult:
-        self._replay_fast_deltas()
+        if self.round > 0 or any(v is None for v in self.index_map.values()):
+            # Text relayed on the fast path is only decoded when a follow-up needs it.
+            self._replay_fast_deltas()
         result = self.result
         content = []
         self.texts = []
@@ -1276,7 +1287,8 @@ class _ChatStream:
 
     def end_round(self) -> RoundResult:
         result = self.result
-        text = self._texts()
+        needed = self.round > 0 or any(v is None for v in self.tool_map.values())
+        text = self._texts() if needed else ""  # decoded only when a follow-up needs it
         self.final_texts = [text]
         wire: dict[str, Any] = {"role": "assistant", "content": text or None}
         calls = []
