@@ -1,0 +1,324 @@
+"""Recall benchmark: hybrid recall latency over a large store, and embedding throughput.
+
+Latency. For each level (10k, 100k, 1M stored messages of ~400 characters, generated as in
+``store.py``) a DuckDB store is bulk-loaded (``store.write`` of 100K-message batches; the
+writer queue is measured by ``store.py``), its full-text index brought current, and every
+message given a vector through ``store.write_vectors``, then compacted and indexed as the
+gateway's indexer leaves it (IVF-PQ past 50K vectors). The vectors are random unit vectors
+of the model's size (384): embedding 1M texts with the model would take hours on a laptop,
+and the index's cost depends on the vectors' count and size, not on what they mean. Then,
+for the same queries (two words from the corpus vocabulary, default scope ``project``):
+
+* ``hybrid``: ``RecallEngine.search`` as the recall tool runs it: the query embedded by the
+  on-device model (lore-embed-local, real inference), the BM25 list (with the relaxed
+  cascade) and the vector list from the store, fused by RRF;
+* baselines in the same run: ``full-text`` (the same engine without vectors: what recall
+  was before), ``vector search`` (``store.vector_search`` alone) and ``query embedding``
+  (the model on one query).
+
+Throughput. Texts per second at batch 1 and 32 through the indexer's path (chunking plus
+``LocalEmbedder.embed``) against the tokenizer and onnxruntime called directly on the same
+model and texts (``embed.py``'s ``Direct``), interleaved in rounds.
+
+Targets (issue 4): recall p50 <= 100 ms at 1M messages; embedding throughput >= 80% of
+calling onnxruntime directly.
+
+    python benchmarks/recall.py                    # 10k and 100k, ~3 minutes
+    python benchmarks/recall.py --levels 1m        # ~10 minutes, ~4 GB of memory
+    python benchmarks/recall.py --skip-throughput --queries 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from lore_store_duckdb import vectors as duckdb_vectors
+from lore_store_duckdb.store import DuckDBStore
+
+from lore_core.indexer import VectorIndexer
+from lore_core.recall.store_engine import store_recall_engine
+from lore_core.store import ItemVectors, StoredMessage, WriteBatch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The store benchmark's text generator.
+from store import make_texts, make_vocab
+
+LEVELS = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
+DIMS = 384
+MODEL = "bench-random-384"
+PROJECTS = 10
+LOAD_BATCH = 100_000
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class QueryEmbedder:
+    """Embeds queries with the real model (its cost is part of recall) but names the
+    benchmark's vector index, which holds random vectors of the same size. Without the
+    model installed, queries get random unit vectors too (said in the output)."""
+
+    model_id = MODEL
+    name = "bench"
+    dimensions = DIMS
+
+    def __init__(self, model: Any, seed: int) -> None:
+        self.model = model
+        self.rng = np.random.default_rng(seed)
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.model is not None:
+            return await self.model.embed(texts)
+        v = self.rng.standard_normal((len(texts), DIMS)).astype(np.float32)
+        return (v / np.linalg.norm(v, axis=1, keepdims=True)).tolist()
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True}
+
+
+def local_embedder() -> Any:
+    try:
+        from lore_embed_local import LocalEmbedder
+    except ImportError:
+        return None
+    embedder = LocalEmbedder()
+    return embedder if embedder.health()["ok"] else None
+
+
+async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[str, float], list[str]]:
+    rng = random.Random(seed)
+    words, weights = make_vocab(rng)
+    pool = make_texts(rng, words, weights, 5_000)
+    store = DuckDBStore(path)
+    await store.open()
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    for start in range(0, total, LOAD_BATCH):
+        batch = WriteBatch()
+        for i in range(start, min(total, start + LOAD_BATCH)):
+            batch.messages.append(
+                StoredMessage(
+                    id=f"{i:032x}",
+                    session_id=f"s-{i // 40}",
+                    parent_id=None,
+                    position=i % 40,
+                    role="user" if i % 2 == 0 else "assistant",
+                    text=pool[i % len(pool)],
+                    project=f"/work/p{(i // 40) % PROJECTS}",
+                    created_at=float(i),
+                )
+            )
+        await store.write(batch)
+    timings["load"] = time.perf_counter() - started
+    started = time.perf_counter()
+    await store.sync_index()
+    timings["fts"] = time.perf_counter() - started
+
+    # Vectors: in the indexer's order, with the ANN index built once at the end (as a
+    # backfill leaves it) rather than rebuilt at every growth step on the way.
+    started = time.perf_counter()
+    vrng = np.random.default_rng(seed)
+    saved = duckdb_vectors.ANN_MIN_ROWS
+    duckdb_vectors.ANN_MIN_ROWS = 1 << 62
+    try:
+        while items := await store.pending_embeddings(MODEL, limit=50_000):
+            v = vrng.standard_normal((len(items), DIMS)).astype(np.float32)
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
+            await store.write_vectors(
+                MODEL, DIMS, [ItemVectors(item, [row]) for item, row in zip(items, v, strict=True)]
+            )
+    finally:
+        duckdb_vectors.ANN_MIN_ROWS = saved
+    timings["vectors"] = time.perf_counter() - started
+    started = time.perf_counter()
+    await store.optimize_vectors(MODEL)  # compaction, and the ANN index past its threshold
+    timings["ann"] = time.perf_counter() - started
+    # Two-word queries from the middle of the vocabulary (neither stop-word common nor
+    # absent), so both lists have something to rank.
+    queries = [f"{rng.choice(words[50:2000])} {rng.choice(words[50:2000])}" for _ in range(400)]
+    return store, timings, queries
+
+
+async def timed_ms(run: Any, args: list[Any]) -> list[float]:
+    out = []
+    for a in args:
+        started = time.perf_counter()
+        await run(a)
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+async def run_level(
+    name: str, total: int, workdir: Path, queries: int, seed: int, model: Any
+) -> dict[str, Any]:
+    store, timings, texts = await build(workdir / name / "lore.duckdb", total, seed)
+    try:
+        embedder = QueryEmbedder(model, seed)
+        hybrid = store_recall_engine(store, embedder=embedder)
+        full_text = store_recall_engine(store)
+        qs = texts[:queries]
+        projects = [f"/work/p{i % PROJECTS}" for i in range(len(qs))]
+        qvec = np.random.default_rng(seed + 1).standard_normal((len(qs), DIMS)).astype(np.float32)
+        qvec /= np.linalg.norm(qvec, axis=1, keepdims=True)
+
+        # Warm caches (index files, the model) before timing.
+        for q, p in zip(qs[:5], projects[:5], strict=True):
+            await hybrid.search(q, scope="project", project=p)
+            await full_text.search(q, scope="project", project=p)
+        check = await hybrid.search(qs[0], scope="project", project=projects[0])
+        assert check.error is None and not check.notes, (check.error, check.notes)
+
+        async def run_hybrid(i: int) -> None:
+            r = await hybrid.search(qs[i], scope="project", project=projects[i])
+            assert r.error is None
+
+        async def run_text(i: int) -> None:
+            await full_text.search(qs[i], scope="project", project=projects[i])
+
+        async def run_vector(i: int) -> None:
+            await store.vector_search(MODEL, qvec[i].tolist(), project=projects[i], limit=30)
+
+        async def run_vector_all(i: int) -> None:
+            await store.vector_search(MODEL, qvec[i].tolist(), limit=30)
+
+        idx = list(range(len(qs)))
+        results: dict[str, list[float]] = {"hybrid": [], "full-text": [], "vector": [], "vector-all": []}
+        # Interleaved in rounds of 10 so drift on a shared machine hits all alike.
+        for start in range(0, len(idx), 10):
+            part = idx[start : start + 10]
+            results["hybrid"] += await timed_ms(run_hybrid, part)
+            results["full-text"] += await timed_ms(run_text, part)
+            results["vector"] += await timed_ms(run_vector, part)
+            results["vector-all"] += await timed_ms(run_vector_all, part)
+        stats = (await store.vector_stats(MODEL))[MODEL]
+        return {"timings": timings, "latency": results, "stats": stats, "messages": total}
+    finally:
+        await store.close()
+
+
+def throughput(model: Any, seconds: float, rounds: int) -> list[tuple[int, float, float]]:
+    from embed import Direct, timed
+    from lore_embed_local.model import packaged_model_path, packaged_tokenizer_path
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(model.load())
+    direct = Direct(
+        str(model.settings.model_path or packaged_model_path()),
+        str(model.settings.tokenizer_path or packaged_tokenizer_path()),
+        model.settings.max_tokens,
+        None,
+    )
+    indexer = VectorIndexer(store=None, embedder=model)
+    rng = random.Random(7)
+    words, weights = make_vocab(rng, 3_000)
+    texts = make_texts(rng, words, weights, 256)
+
+    def indexer_path(batch: list[str]) -> Any:
+        chunks = [c for t in batch for c in indexer.chunks(t)]
+        return loop.run_until_complete(model.embed(chunks))
+
+    out = []
+    for batch in (1, 32):
+        a: list[float] = []
+        b: list[float] = []
+        for _ in range(rounds):
+            a.append(timed(indexer_path, texts, batch, seconds))
+            b.append(timed(direct.embed, texts, batch, seconds))
+        out.append((batch, statistics.median(a), statistics.median(b)))
+    query_ms = []
+    for q in texts[:50]:
+        started = time.perf_counter()
+        loop.run_until_complete(model.embed([q[:40]]))
+        query_ms.append((time.perf_counter() - started) * 1000)
+    out.append((0, statistics.median(query_ms), 0.0))
+    loop.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="10k,100k", help="comma-separated: 10k, 100k, 1m")
+    parser.add_argument("--queries", type=int, default=100, help="timed queries per path and level")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=2.0, help="throughput: time per cell per round")
+    parser.add_argument("--rounds", type=int, default=2, help="throughput: rounds")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--workdir", default=None, help="keep the stores here (default: a temporary dir)")
+    args = parser.parse_args()
+    levels = [x.strip().lower() for x in args.levels.split(",") if x.strip()]
+    unknown = [x for x in levels if x not in LEVELS]
+    if unknown:
+        parser.error(f"unknown level(s) {unknown}: choose from {', '.join(LEVELS)}")
+
+    model = local_embedder()
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="lore-recall-bench-"))
+    print(
+        f"recall benchmark: {os.cpu_count()} CPUs, Python {platform.python_version()}; vectors are "
+        f"random unit vectors of {DIMS} dims (the model would take hours at 1M; the index's cost "
+        "does not depend on what they mean)"
+    )
+    if model is None:
+        print("note: lore-embed-local is not installed: queries get random vectors, no model time included")
+    try:
+        for level in levels:
+            r = asyncio.run(run_level(level, LEVELS[level], workdir, args.queries, args.seed, model))
+            t, s, lat = r["timings"], r["stats"], r["latency"]
+            print(
+                f"== {level}: {r['messages']:,} messages; built in: store {t['load']:.0f} s, full-text index "
+                f"{t['fts']:.0f} s, vectors {t['vectors']:.0f} s, compaction + ANN {t['ann']:.0f} s; "
+                f"{s['vectors']:,} vectors, {s['fragments']} fragments, "
+                f"ANN index {'yes' if s['ann_index'] else 'no'}"
+            )
+            print(f"   {'path':<44} {'p50 ms':>8} {'p99 ms':>8}")
+            rows = [
+                ("hybrid recall (query embedded, BM25 + vectors)", "hybrid"),
+                ("baseline: full-text recall (no vectors)", "full-text"),
+                ("baseline: store.vector_search, one project", "vector"),
+                ("baseline: store.vector_search, all projects", "vector-all"),
+            ]
+            for label, key in rows:
+                p50 = statistics.median(lat[key])
+                flag = "  > 100 ms target" if key == "hybrid" and level == "1m" and p50 > 100 else ""
+                print(f"   {label:<44} {p50:>8.1f} {pct(lat[key], 0.99):>8.1f}{flag}")
+            shutil.rmtree(workdir / level, ignore_errors=True)
+        if not args.skip_throughput:
+            if model is None:
+                print("throughput: skipped (lore-embed-local is not installed)")
+            else:
+                rates = throughput(model, args.seconds, args.rounds)
+                print(
+                    f"== embedding throughput, texts/s (~400-char messages, median of {args.rounds} rounds x "
+                    f"{args.seconds:g} s)"
+                )
+                print(f"   {'batch':>5} {'indexer path':>13} {'onnxruntime direct':>19} {'ratio':>6}")
+                for batch, mine, direct in rates:
+                    if batch == 0:
+                        print(f"   query embedding (batch 1, short query): p50 {mine:.1f} ms")
+                        continue
+                    flag = "" if mine / direct >= 0.8 else "  < 80% target"
+                    print(f"   {batch:>5} {mine:>13.1f} {direct:>19.1f} {mine / direct:>6.0%}{flag}")
+        load = os.getloadavg()[0]
+        if load > (os.cpu_count() or 1):
+            print(f"note: load average {load:.1f} exceeds the {os.cpu_count()} CPUs; figures are noisy")
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
