@@ -1,4 +1,4 @@
-"""Real Claude Code through a real gateway: the fake upstream calls the gateway's recall tool,
+"""Real Claude Code (and Codex) through a real gateway: the fake upstream calls the recall tool,
 the gateway searches and continues upstream, Claude Code completes the turn with the marker
 and the final answer; on the next turn (``--continue``) the upstream sees the real recall call
 and result again, byte for byte as in the follow-up."""
@@ -92,3 +92,54 @@ def test_claude_code_turn_with_recall(tmp_path: Path, start_gateway, fake_upstre
     restored = json.dumps(follow_up[-2:], ensure_ascii=False).encode()[1:-1]
     assert restored in turn.body and restored in follow_ups[0].body
     assert marker_text(QUERY) not in json.dumps(sent)
+
+
+# The same through Codex (Responses API), as its harness would be configured by hand.
+CODEX_EXEC = ["exec", "--skip-git-repo-check", "-c", "analytics.enabled=false"]
+
+
+def _responses_offers_recall(body: dict) -> bool:
+    return any(isinstance(t, dict) and t.get("name") == "recall" for t in body.get("tools") or [])
+
+
+def test_codex_turn_with_recall(tmp_path: Path, start_gateway, fake_upstream: FakeUpstream) -> None:
+    codex = find_client("codex")
+    gateway = start_gateway()
+    follow_ups: list[RecordedRequest] = []
+
+    def responder(req: RecordedRequest) -> Reply | None:
+        body = req.json or {}
+        items = body.get("input") or []
+        if not _responses_offers_recall(body):
+            return Reply(text="pong")
+        if any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in items):
+            follow_ups.append(req)
+            return Reply(text=FINAL)
+        return Reply(text="", tool_calls=[ToolCall("recall", {"query": QUERY})])
+
+    fake_upstream.responder = responder
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "lore"\n\n[model_providers.lore]\nname = "lore"\n'
+        f'base_url = "{gateway.url}/v1"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
+    )
+    env = client_env(tmp_path / "home", {"CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-test"})
+    result = run_client([codex, *CODEX_EXEC, "where is the release script?"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert FINAL in result.stdout, result.describe()
+    assert len(follow_ups) == 1
+    items = follow_ups[0].json["input"]
+    calls = [i for i in items if i.get("type") == "function_call"]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("recall", {"query": QUERY})]
+
+    # Next turn (`codex exec resume --last`): the marker item becomes the real call + output.
+    before = len(fake_upstream.api_requests())
+    argv = [codex, *CODEX_EXEC, "resume", "--last", "next question"]
+    result = run_client(argv, env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    turn = [r for r in fake_upstream.api_requests()[before:] if _responses_offers_recall(r.json or {})][-1]
+    sent = turn.json["input"]
+    assert marker_text(QUERY) not in json.dumps(sent)
+    restored = json.dumps(items[-2:], ensure_ascii=False).encode()[1:-1]
+    assert restored in turn.body
