@@ -88,6 +88,8 @@ class Gateway:
             self.store,
             registry.prompt_layers,
             distill_version=lambda: sum(self.distiller.counts.values()),
+            distill_now=lambda sid: self.distiller.distill_session(sid, reason="urgent"),
+            costs=self.costs,
         )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
@@ -154,6 +156,7 @@ class Gateway:
             await await_all(self.pm.hook.lore_shutdown(gateway=self))
         finally:
             # An interrupted distillation is re-done on the next start (it is derived state).
+            await self.context.stop()
             await self.distiller.stop()
             if self.indexer is not None:
                 # Before the writer closes the store: the batch in progress is written.
@@ -296,6 +299,11 @@ class Gateway:
     def exchange_finished(self, exchange: Exchange) -> None:
         """Hand a finished exchange to the plugins (they only enqueue work)."""
         exchange.finished_at = time.time()
+        try:
+            # First: it also puts the client's own request back in place of the composed one.
+            self.context.exchange_finished(exchange)
+        except Exception:
+            log.exception("could not tell the context manager about an exchange")
         self.stats["exchanges"] += 1
         exchange.forget_positions = list(self.amnesia.ranges(exchange.session_id))
         response = exchange.response
@@ -315,10 +323,6 @@ class Gateway:
             self.distiller.exchange_finished(exchange)
         except Exception:
             log.exception("could not tell the distillation scheduler about an exchange")
-        try:
-            self.context.exchange_finished(exchange)
-        except Exception:
-            log.exception("could not tell the context manager about an exchange")
         try:
             self.pm.hook.lore_exchange_complete(gateway=self, exchange=exchange)
         except Exception:

@@ -28,7 +28,7 @@ import collections
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -135,6 +135,7 @@ class ContextManager:
         *,
         counter: TokenCounter | None = None,
         distill_version: Callable[[], int] | None = None,
+        distill_now: Callable[[str], Awaitable[Any]] | None = None,
         costs: CostTracker | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -144,11 +145,20 @@ class ContextManager:
         self.store = store
         self.layers = list(layers)
         self.counter = counter or default_counter()
+        # A tracker handed in is recorded into by its owner (the gateway prices every
+        # exchange); one of our own is recorded here.
+        self._own_costs = costs is None
         self.costs = costs or CostTracker(prices, config.budget.daily_budget_usd)
         self._distill_version = distill_version or (lambda: 0)
+        # Distils a session's undistilled tail at once (MISSION 4: "urgently when the
+        # context manager needs it"); one run per session at a time, off the request path.
+        self._distill_now = distill_now
+        self._urgent: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
         self.sessions: dict[str, SessionContext] = {}
         self._sent: dict[int, _Sent] = {}
+        # Composed view id -> the client's view, until the exchange is finished.
+        self._client_views: dict[int, RequestView] = {}
         self._timings: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
         self.counts: collections.Counter[str] = collections.Counter()
         #: Long-term knowledge providers: ``(session_id, project) -> text``; none until the
@@ -203,15 +213,19 @@ class ContextManager:
 
     async def _parts(self, state: SessionContext, wait: bool) -> list[PrefixPart]:
         """The session's distillations as prefix parts: cached, re-read when the distiller
-        wrote or the cache is old. ``wait``: read now (bounded) when nothing is cached."""
+        wrote or the cache is old. ``wait``: a re-composition is about to use them, so read
+        now (bounded by the store timeout) rather than in the background."""
         version = self._distill_version()
         fresh = state.parts is not None and (
             version == state.parts_version and self._clock() - state.parts_read_at < DISTILLATIONS_TTL_SECONDS
         )
         if fresh or self.store is None:
             return state.parts or []
-        if state.parts is None and wait:
-            await self._refresh_parts(state, version)
+        if wait:
+            if state.refreshing is not None and not state.refreshing.done():
+                await asyncio.wait({state.refreshing}, timeout=STORE_TIMEOUT_SECONDS)
+            else:
+                await self._refresh_parts(state, version)
         elif state.refreshing is None or state.refreshing.done():
             state.refreshing = asyncio.create_task(self._refresh_parts(state, version))
         return state.parts or []
@@ -227,6 +241,38 @@ class ContextManager:
         state.parts = prefix_parts(rows)
         state.parts_version = version
         state.parts_read_at = self._clock()
+
+    def _distil_urgently(self, session_id: str) -> None:
+        if self._distill_now is None:
+            return
+        running = self._urgent.get(session_id)
+        if running is not None and not running.done():
+            return
+
+        async def run() -> None:
+            try:
+                await self._distill_now(session_id)
+                self.counts["urgent_distillations"] += 1
+            except Exception as exc:
+                log.warning("context: urgent distillation of %s failed: %s", session_id, exc)
+
+        self._urgent[session_id] = asyncio.create_task(run(), name=f"lore-urgent-distill-{session_id[:16]}")
+
+    async def stop(self) -> None:
+        """Cancel urgent distillations still running (re-done on demand after a restart)."""
+        tasks = [t for t in self._urgent.values() if not t.done()]
+        tasks += [
+            s.refreshing
+            for s in self.sessions.values()
+            if s.refreshing is not None and not s.refreshing.done()
+        ]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
 
     def invalidate(self, session_id: str) -> None:
         """Forget the cached distillations of a session (read again on its next turn)."""
@@ -301,6 +347,7 @@ class ContextManager:
                 current.reason = "holding"  # after repeated busts: keep growing
         composition = current
         if need:
+            self._distil_urgently(ctx.session_id)
             parts = await self._parts(state, wait=True)
             previous = state.pinned.prefix if state.pinned is not None else ()
             candidate = least_layer(
@@ -344,9 +391,10 @@ class ContextManager:
             state.estimated_tokens = correct(composition.tokens)
             state.turns += 1
         self._sent[id(view)] = _Sent(ctx.session_id, composition.tokens, main)
-        if len(self._sent) > 10_000:  # responses that never came back (a crashed relay)
-            for key in list(self._sent)[:5_000]:
-                del self._sent[key]
+        for pending in (self._sent, self._client_views):
+            if len(pending) > 10_000:  # responses that never came back (a crashed relay)
+                for key in list(pending)[:5_000]:
+                    del pending[key]
         self.counts[f"layer{composition.layer}"] += 1
         return composition
 
@@ -361,7 +409,11 @@ class ContextManager:
             self.counts["plan_errors"] += 1
             log.exception("context: planning the turn failed; sending the request unchanged")
             ctx.composition = None
-        original = (list(view.messages), list(view.system), list(view.tools), view.modified)
+        client = view
+        if ctx.composition is not None and ctx.composition.modified:
+            # The layers place the composition on a copy: the client's own view is what the
+            # store records (the conversation as the client will resend it).
+            view = attrs.evolve(view)
         for layer in self.layers:
             try:
                 result = layer.compose(view, ctx)
@@ -371,19 +423,26 @@ class ContextManager:
             except Exception:
                 self.counts["layer_errors"] += 1
                 log.exception("prompt layer %s failed; continuing without it", getattr(layer, "name", layer))
-                if (
-                    getattr(layer, "builtin", False)
-                    and ctx.composition is not None
-                    and ctx.composition.modified
-                ):
-                    view.messages, view.system, view.tools, view.modified = original
+                if getattr(layer, "builtin", False) and view is not client:
+                    view = client
                     ctx.composition = None
+        if view is not client:
+            sent = self._sent.pop(id(client), None)
+            if sent is not None:
+                self._sent[id(view)] = sent
+            self._client_views[id(view)] = client
         self._timings.append((time.perf_counter() - started) * 1000)
         return view
 
     def exchange_finished(self, exchange: Exchange) -> None:
-        """Learn from a response's usage: calibration, cache state, cost. Never raises."""
+        """Learn from a response's usage: calibration, cache state, cost; and give the
+        exchange back the client's own request view (what the store must record), in place
+        of the composed one that went upstream. Called before anything else sees the
+        exchange. Never raises."""
         sent = self._sent.pop(id(exchange.request), None)
+        client = self._client_views.pop(id(exchange.request), None)
+        if client is not None:
+            exchange.request = client
         response = exchange.response
         if response is None:
             return
@@ -391,10 +450,11 @@ class ContextManager:
         if prompt_tokens(usage) <= 0:
             return
         state = self.session(exchange.session_id)
-        try:
-            self.costs.record(exchange.session_id, response.model or exchange.request.model, usage)
-        except Exception:
-            log.exception("context: could not record a response's cost")
+        if self._own_costs:
+            try:
+                self.costs.record(exchange.session_id, response.model or exchange.request.model, usage)
+            except Exception:
+                log.exception("context: could not record a response's cost")
         state.input_tokens += prompt_tokens(usage)
         state.cache_read_tokens += usage.cache_read_tokens
         if sent is not None and not sent.main:

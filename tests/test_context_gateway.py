@@ -1,0 +1,128 @@
+"""The context manager through a real gateway: a session that outgrows a small configured
+window is sent upstream at layers above 0, every request well-formed, the distiller's logs
+becoming the distilled prefix; usage reported by the upstream calibrates the session."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+import anthropic
+import pytest
+
+from lore_core.context.simulate import ToolStep, Turn, anthropic_messages
+from lore_core.testing.fake_upstream import Reply
+
+SESSION = "ctx-gateway-1"
+WINDOW = 6_000
+CONFIG = {
+    "models": {"claude-tiny": {"maxInputTokens": WINDOW, "contextWindow": WINDOW + 2_000}},
+    "budget": {"maxLayer0Tokens": 2_000},
+    "distill": {
+        "observer": "extractive",
+        "idleTimeoutSeconds": 3600.0,
+        "segmentMaxTokens": 1_200,
+        "firstSegmentMinMessages": 2,
+        "metaThreshold": 1000,
+    },
+}
+
+
+def turns(count: int) -> list[Turn]:
+    out = []
+    for t in range(count):
+        listing = "\n".join(f"src/pkg/mod_{t}_{i}.py: def handler_{i}(): return {i * t}" for i in range(30))
+        out.append(
+            Turn(
+                f"step {t}: look at the handlers of module {t}",
+                [
+                    ToolStep(
+                        "Bash",
+                        {"command": f"grep -rn handler src/pkg/mod_{t}_*"},
+                        listing,
+                        call_id=f"toolu_{t:04d}",
+                    )
+                ],
+                f"module {t} has 30 handlers; handler_{t} returns {t * t}.",
+            )
+        )
+    return out
+
+
+def realistic_usage(req) -> Reply:
+    """Input tokens as a provider would count them (about a token per 4 bytes of body)."""
+    return Reply(text="noted", input_tokens=max(len(req.body) // 4, 1))
+
+
+def well_formed(body: dict) -> None:
+    msgs = body["messages"]
+    roles = [m["role"] for m in msgs]
+    assert roles[0] == "user"
+    assert all(a != b for a, b in itertools.pairwise(roles)), roles
+    for i, msg in enumerate(msgs):
+        content = msg["content"] if isinstance(msg["content"], list) else []
+        uses = sorted(b["id"] for b in content if b.get("type") == "tool_use")
+        if uses:
+            nxt = msgs[i + 1]["content"]
+            assert uses == sorted(b["tool_use_id"] for b in nxt if b.get("type") == "tool_result")
+        results = [b["tool_use_id"] for b in content if b.get("type") == "tool_result"]
+        if results:
+            prev = msgs[i - 1]["content"]
+            assert sorted(results) == sorted(b["id"] for b in prev if b.get("type") == "tool_use")
+
+
+def poll(check, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_a_session_past_a_small_window_goes_upstream_compressed_and_well_formed(start_gateway, fake_upstream):
+    fake_upstream.responder = realistic_usage
+    server = start_gateway(CONFIG)
+    client = anthropic.Anthropic(
+        base_url=server.url, api_key="sk-test", default_headers={"x-session-id": SESSION}, max_retries=0
+    )
+    session = turns(24)
+    tools = [{"name": "Bash", "description": "run a command", "input_schema": {"type": "object"}}]
+    sent_layers = []
+    for n in range(1, len(session) + 1):
+        history = anthropic_messages(session[:n], answered=False)
+        answer = client.messages.create(
+            model="claude-tiny",
+            max_tokens=512,
+            system="You are a coding agent.",
+            messages=history,
+            tools=tools,
+        )
+        assert answer.content[0].text == "noted"
+        upstream = fake_upstream.api_requests()[-1].json
+        well_formed(upstream)
+        # Fields the pipeline does not own travel unchanged.
+        assert upstream["tools"][0]["name"] == "Bash" and upstream["max_tokens"] == 512
+        # The current turn always goes out whole.
+        assert f"step {n - 1}:" in json.dumps(upstream["messages"][-3:])
+        status = server.gateway.context.session_status(SESSION)
+        sent_layers.append(status["layer"])
+        if status["layer"] > 0:
+            assert upstream["messages"] != history
+            if status["layer"] < 4:
+                # What the upstream counted (calibration corrects the local estimate to it).
+                counted = len(fake_upstream.api_requests()[-1].body) // 4
+                assert counted <= WINDOW
+        if n == 12:
+            # Let the distiller catch up with what has been said so far.
+            poll(lambda: server.call(server.gateway.store.list_distillations(SESSION)), "distillations")
+    assert sent_layers[0] == 0 and max(sent_layers) > 0
+    # With observation logs stored, the prompt carries them as the distilled prefix.
+    assert any("[Lore memory]" in json.dumps(r.json) for r in fake_upstream.api_requests()[12:])
+    status = server.gateway.context.session_status(SESSION)
+    assert status["turns"] == len(session) and status["prompt_tokens_real"] > 0
+    assert status["calibration_factor"] != 1.0
+    health = server.gateway.health()["context"]
+    assert health["sessions"] >= 1 and sum(health["by_layer"].values()) >= len(session)
