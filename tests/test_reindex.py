@@ -82,6 +82,8 @@ def test_reindex_embeds_everything_then_recall_finds_by_meaning(
     results = json.loads(captured.out)
     assert results[0]["text"] == "my tabby kitten sleeps all day"
     assert "full-text" not in captured.err
+    assert cli.main(["status"]) == 0
+    assert "vectors: topics-v1: 6 vectors, 0 items pending" in capsys.readouterr().out
     # Nothing left: a second run embeds nothing.
     assert cli.main(["reindex", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)

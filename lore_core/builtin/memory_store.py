@@ -337,6 +337,7 @@ class MemoryStore:
             "sessions": len(self._sessions),
             "messages": len(self._messages),
             "distillations": len(self._distillations),
+            "vectors": await self.vector_stats(),
         }
 
 

@@ -539,6 +539,8 @@ class DuckDBStore:
                 "messages": messages,
                 "distillations": distillations,
                 "index": self._index.health() if self._index else None,
+                # Per embedding model; opening LanceDB only when some model was indexed.
+                "vectors": self._vector_stats(None),
             }
 
         return await asyncio.to_thread(run)
@@ -642,19 +644,19 @@ class DuckDBStore:
         return await asyncio.to_thread(run)
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            out: dict[str, Any] = {}
-            for name in [model] if model is not None else self._vectors.models():
-                stats = self._vectors.stats(name)
-                (pending,) = self._query(
-                    "SELECT (SELECT count(*) FROM messages WHERE seq > $1) "
-                    "+ (SELECT count(*) FROM distillations WHERE seq > $1)",
-                    (stats["watermark"],),
-                )[0]
-                out[name] = {**stats, "pending": int(pending)}
-            return out
+        return await asyncio.to_thread(self._vector_stats, model)
 
-        return await asyncio.to_thread(run)
+    def _vector_stats(self, model: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in [model] if model is not None else self._vectors.models():
+            stats = self._vectors.stats(name)
+            (pending,) = self._query(
+                "SELECT (SELECT count(*) FROM messages WHERE seq > $1) "
+                "+ (SELECT count(*) FROM distillations WHERE seq > $1)",
+                (stats["watermark"],),
+            )[0]
+            out[name] = {**stats, "pending": int(pending)}
+        return out
 
     async def reset_vectors(self, model: str) -> None:
         await asyncio.to_thread(self._vectors.reset, model)
