@@ -448,3 +448,64 @@ def test_a_continuation_cut_off_aborts_the_client_stream(gateway, fake_upstream)
     # Whatever exception type the SDK's transport raises: the stream must not end cleanly.
     with pytest.raises(Exception, match=r"incomplete|closed|Connection"):
         _ask(_anthropic(gateway), [{"role": "user", "content": "what did we deploy?"}], stream=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several recalls: in one round, and over two rounds (restored together)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_two_recalls_in_one_round(gateway, fake_upstream, stream):
+    one, two = ToolCall("recall", {"query": "alpha"}), ToolCall("recall", {"id": "t:0000"})
+    fake_upstream.enqueue(Reply(text="", tool_calls=[one, two]), Reply(text="Both."))
+    client = _openai(gateway)
+    kwargs = dict(model="gpt-4.1", messages=[{"role": "user", "content": "x"}], tools=[CHAT_TOOL])
+    if stream:
+        with client.chat.completions.stream(**kwargs) as s:
+            completion = s.get_final_completion()
+    else:
+        completion = client.chat.completions.create(**kwargs)
+    content = completion.choices[0].message.content
+    assert marker_text("alpha") in content and marker_text(None, "t:0000") in content
+    assert content.endswith("Both.")
+    sent = fake_upstream.api_requests()[1].json["messages"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == [one.id, two.id]
+    assert [(m["role"], m["tool_call_id"]) for m in sent[2:]] == [("tool", one.id), ("tool", two.id)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_two_rounds_are_restored_together(gateway, fake_upstream, stream):
+    first, second = ToolCall("recall", {"query": "alpha"}), ToolCall("recall", {"query": "beta"})
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[first]), Reply(text="Hm.", tool_calls=[second]), Reply(text="Found both.")
+    )
+    client = _anthropic(gateway)
+    history = [{"role": "user", "content": "alpha and beta?"}]
+    message = _ask(client, history, stream)
+    assert [b.text for b in message.content] == [
+        marker_text("alpha"),
+        "Hm.",
+        marker_text("beta"),
+        "Found both.",
+    ]
+    follow_up = fake_upstream.api_requests()[2]
+    fake_upstream.enqueue(Reply(text="ok"))
+    history += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+        {"role": "user", "content": "and gamma?"},
+    ]
+    _ask(client, history, stream)
+    sent = fake_upstream.api_requests()[3]
+    n = len(follow_up.json["messages"])
+    assert n == 5 and sent.json["messages"][:n] == follow_up.json["messages"]
+    assert json.dumps(follow_up.json["messages"], ensure_ascii=False).encode()[:-1] in sent.body
+    assert sent.json["messages"][n:] == [
+        {"role": "assistant", "content": [{"type": "text", "text": "Found both."}]},
+        {"role": "user", "content": "and gamma?"},
+    ]
+    # A third turn restores the same way (the record is used on every later request).
+    fake_upstream.enqueue(Reply(text="ok"))
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "thanks"}]
+    _ask(client, history, stream)
+    assert fake_upstream.api_requests()[4].json["messages"][: n + 2] == sent.json["messages"]

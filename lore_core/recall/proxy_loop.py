@@ -51,6 +51,10 @@ RESPONSES = "openai-responses"
 APIS = (ANTHROPIC, CHAT, RESPONSES)
 
 STATE_KEY = "recall.restore"
+# How every marker line begins (see ``marker_text``).
+MARKER_PREFIXES = ("Searching memory for ", "Opening memory ")
+# Sessions whose records stay cached in memory.
+MAX_CACHED_SESSIONS = 1000
 # Records kept per session: one per recall turn; old ones fall off (their markers then stay
 # plain text in the history, which is still a valid conversation).
 MAX_RECORDS = 200
@@ -106,14 +110,20 @@ class RecallMemory:
             log.exception("could not read the recall records of session %s", session_id)
             value = []
         records = value if isinstance(value, list) else []
-        self._cache[session_id] = records
+        self._remember(session_id, records)
         return records
+
+    def _remember(self, session_id: str, records: list[dict[str, Any]]) -> None:
+        self._cache.pop(session_id, None)
+        self._cache[session_id] = records  # most recently used last
+        while len(self._cache) > MAX_CACHED_SESSIONS:
+            self._cache.pop(next(iter(self._cache)))
 
     async def add(self, session_id: str, record: dict[str, Any]) -> None:
         records = list(await self.records(session_id))
         records.append(record)
         records = records[-MAX_RECORDS:]
-        self._cache[session_id] = records
+        self._remember(session_id, records)
         try:
             await self.store.set_state(session_id, STATE_KEY, records)
         except Exception:
@@ -142,15 +152,23 @@ def _restore(codec: Codec, messages: list[Message], records: list[dict[str, Any]
     out = list(messages)
     changed = False
     used: set[int] = set()
+    mine = [(n, r) for n, r in enumerate(records) if r.get("api") == codec.api]
+    anchors = {r.get("anchor") for _, r in mine if r.get("kind") == "mixed"}
     i = 0
     while i < len(out):
         msg = out[i]
         if msg.role != "assistant":
             i += 1
             continue
+        # Cheap checks first: most assistant messages hold no marker and no anchored call.
+        text = _text_of(msg)
+        has_marker = MARKER_PREFIXES[0] in text or MARKER_PREFIXES[1] in text
+        if not has_marker and not (anchors and anchors & set(_call_ids(msg))):
+            i += 1
+            continue
         replaced = None
-        for n, record in enumerate(records):
-            if n in used or record.get("api") != codec.api:
+        for n, record in mine:
+            if n in used:
                 continue
             if record.get("kind") == "loop":
                 replaced = _restore_loop(codec, out, i, record)
