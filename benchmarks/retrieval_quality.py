@@ -3,12 +3,15 @@
 For each question of the shipped LongMemEval-S subset (``benchmarks/data/longmemeval/``), its
 haystack (~50 chat sessions, ~500 turns) is stored in a fresh, empty DuckDB store (the
 ``store-duckdb`` plugin, through ``Store.write`` with the records the gateway would make of
-each session), then the product's recall engine answers the question text with scope
-``project``, three ways:
+each session) and embedded into the store's vector index by the gateway's own background
+indexer (``lore_core.indexer``, with the on-device embedder of ``embed-local``), then the
+product's recall engine answers the question text with scope ``project``, three ways:
 
-* ``bm25``: the engine with only the store's full-text source (relaxed cascade included);
-* ``vector``: the engine with only a vector source (the on-device embedder of ``embed-local``);
-* ``hybrid``: both, fused by weighted reciprocal rank fusion, which is what recall does.
+* ``bm25``: ``store_recall_engine`` without an embedder: the store's full-text (BM25) source,
+  relaxed cascade included;
+* ``vector``: the recall engine with only the store's vector source;
+* ``hybrid``: ``store_recall_engine`` with the embedder, both lists fused by weighted
+  reciprocal rank fusion: what recall does.
 
 A hit is a stored message, i.e. one turn; it counts at its rank in the engine's answer.
 Metrics, per question, then averaged over the questions (abstention questions have no evidence
@@ -47,16 +50,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from lore_core.config import EmbeddingConfig
+from lore_core.indexer import VectorIndexer
 from lore_core.model import TEXT, Block, Exchange, Message, RequestView
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
 from lore_core.recall.ids import Kind, parse_id
-from lore_core.recall.sources import SearchFilter, SourceHit, StoreMessageSource
+from lore_core.recall.sources import StoreVectorSource, embedder_model
+from lore_core.recall.store_engine import store_recall_engine
 from lore_core.store import WriteBatch, logical_messages, records_from_exchange
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "longmemeval"
 METHODS = ("bm25", "vector", "hybrid")
 KS = (5, 10)
-DEFAULT_QUESTIONS = 30
+DEFAULT_QUESTIONS = 16
 SEED = 0
 
 Turn = tuple[str, int]  # (session_id, turn_index), turn_index 0-based within the session
@@ -164,9 +170,10 @@ def session_batch(question_id: str, session: dict[str, Any]) -> tuple[WriteBatch
     return batch, {m.id: turns_at[m.position] for m in batch.messages}
 
 
-async def ingest(store: Any, haystack: dict[str, Any]) -> tuple[dict[str, list[Turn]], list[Any]]:
-    """Write every session of the haystack; returns message id -> turns, and the stored
-    messages (id, text) in haystack order."""
+async def ingest(store: Any, haystack: dict[str, Any], embedder: Any = None) -> dict[str, list[Turn]]:
+    """Write every session of the haystack and, with an embedder, embed what was stored the
+    way the gateway's background indexer does (its own code: chunked with overlap, at most
+    ``embedding.maxChunksPerItem`` chunks per message). Returns message id -> turns."""
     batch = WriteBatch()
     turns_of: dict[str, list[Turn]] = {}
     for session in haystack["sessions"]:
@@ -175,7 +182,13 @@ async def ingest(store: Any, haystack: dict[str, Any]) -> tuple[dict[str, list[T
         turns_of.update(mapping)
     await store.write(batch)
     await store.sync_index(optimize=True)
-    return turns_of, batch.messages
+    if embedder is not None:
+        settings = EmbeddingConfig()
+        indexer = VectorIndexer(
+            store, embedder, batch_size=settings.batch_size, max_chunks=settings.max_chunks_per_item
+        )
+        await indexer.run_until_idle()
+    return turns_of
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,76 +196,65 @@ async def ingest(store: Any, haystack: dict[str, Any]) -> tuple[dict[str, list[T
 # ---------------------------------------------------------------------------------------------
 
 
-class ExactVectorSource:
-    """Exact k-nearest-neighbour search (cosine; the vectors are unit length) over the
-    embedded messages of one store, as a recall :class:`VectorSource`."""
-
-    name = "exact-knn"
-
-    def __init__(self, messages: Sequence[Any], vectors: Any) -> None:
-        import numpy as np
-
-        self._np = np
-        self._messages = list(messages)
-        self._vectors = np.asarray(vectors, dtype=np.float32)
-
-    async def search_vector(
-        self, vector: Sequence[float], where: SearchFilter, limit: int
-    ) -> list[SourceHit]:
-        np = self._np
-        if not self._messages or limit <= 0:
-            return []
-        scores = self._vectors @ np.asarray(vector, dtype=np.float32)
-        keep = [
-            i for i, m in enumerate(self._messages) if where.project is None or m.project == where.project
-        ]
-        if where.session is not None:
-            keep = [i for i in keep if self._messages[i].session_id == where.session]
-        keep_arr = np.asarray(keep, dtype=np.int64)
-        order = keep_arr[np.argsort(-scores[keep_arr], kind="stable")][:limit]
-        return [
-            SourceHit(
-                key=self._messages[i].id,
-                score=float(scores[i]),
-                text=self._messages[i].text,
-                meta={"session": self._messages[i].session_id, "role": self._messages[i].role},
-                kind=Kind.MESSAGE,
-            )
-            for i in order
-        ]
-
-
-class Embeddings:
-    """The on-device embedder (``embed-local``), with an optional on-disk cache of each
-    haystack's message vectors (keyed by the texts and the embedder's settings)."""
+class Embedder:
+    """The on-device embedder of ``embed-local`` as the gateway would use it, counting the
+    texts it embeds and the time it takes, with an optional on-disk cache of vectors by text
+    (``--cache-dir``; keyed by model, token limit and text, so it never serves another
+    model's vectors). Everything else (``chunk``, ``load``, ``health``) is the plugin's."""
 
     def __init__(self, cache_dir: Path | None = None, batch_size: int = 32) -> None:
         from lore_embed_local import EmbedLocalConfig, LocalEmbedder
 
-        self.embedder = LocalEmbedder(EmbedLocalConfig(batch_size=batch_size))
-        self.cache_dir = cache_dir
+        self.inner = LocalEmbedder(EmbedLocalConfig(batch_size=batch_size))
+        self.name = self.inner.name
+        self.model_id = self.inner.model_id
+        self.dimensions = self.inner.dimensions
         self.seconds = 0.0
         self.texts = 0
+        self._cache: Any = None
+        if cache_dir is not None:
+            import sqlite3
 
-    def messages(self, texts: Sequence[str]) -> Any:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            self._cache = sqlite3.connect(cache_dir / "embeddings.sqlite")
+            self._cache.execute("CREATE TABLE IF NOT EXISTS v (key TEXT PRIMARY KEY, vec BLOB)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _key(self, text: str) -> str:
+        data = f"{self.model_id}\x00{self.inner.settings.max_tokens}\x00{text}"
+        return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         import numpy as np
 
-        key = hashlib.sha256(
-            json.dumps(
-                [self.embedder.health().get("model"), self.embedder.settings.max_tokens, list(texts)]
-            ).encode("utf-8", "surrogatepass")
-        ).hexdigest()[:32]
-        path = self.cache_dir / f"{key}.npy" if self.cache_dir else None
-        if path is not None and path.is_file():
-            return np.load(path)
-        started = time.perf_counter()
-        vectors = self.embedder.embed_blocking(list(texts))
-        self.seconds += time.perf_counter() - started
-        self.texts += len(texts)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.save(path, vectors)
-        return vectors
+        texts = list(texts)
+        out: list[list[float] | None] = [None] * len(texts)
+        if self._cache is not None:
+            for i, text in enumerate(texts):
+                row = self._cache.execute("SELECT vec FROM v WHERE key = ?", (self._key(text),)).fetchone()
+                if row is not None:
+                    out[i] = np.frombuffer(row[0], dtype=np.float32).tolist()
+        missing = [i for i, v in enumerate(out) if v is None]
+        if missing:
+            started = time.perf_counter()
+            vectors = await self.inner.embed([texts[i] for i in missing])
+            self.seconds += time.perf_counter() - started
+            self.texts += len(missing)
+            for i, vector in zip(missing, vectors, strict=True):
+                out[i] = vector
+                if self._cache is not None:
+                    blob = np.asarray(vector, dtype=np.float32).tobytes()
+                    self._cache.execute("INSERT OR REPLACE INTO v VALUES (?, ?)", (self._key(texts[i]), blob))
+            if self._cache is not None:
+                self._cache.commit()
+        return [v for v in out if v is not None]
+
+    async def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close()
+        await self.inner.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,13 +318,15 @@ def mean(values: Sequence[float]) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_engine(method: str, store: Any, vector_source: Any, embedder: Any) -> RecallEngine:
-    """The recall engine as the product wires it, with one leg or both."""
-    engine = RecallEngine(embedder=embedder if method != "bm25" else None)
-    if method in ("bm25", "hybrid"):
-        engine.add_text_source(Kind.MESSAGE, StoreMessageSource(store))
-    if method in ("vector", "hybrid"):
-        engine.add_vector_source(Kind.MESSAGE, vector_source)
+def build_engine(method: str, store: Any, embedder: Any) -> RecallEngine:
+    """The recall engine as the product builds it (``store_recall_engine``: hybrid with an
+    embedder, full-text only without), or with the store's vector source alone."""
+    if method == "hybrid":
+        return store_recall_engine(store, embedder=embedder)
+    if method == "bm25":
+        return store_recall_engine(store, embedder=None)
+    engine = RecallEngine(embedder=embedder)
+    engine.add_vector_source(Kind.MESSAGE, StoreVectorSource(store, embedder_model(embedder)))
     return engine
 
 
@@ -330,8 +334,9 @@ async def run_question(
     question: dict[str, Any],
     haystack: dict[str, Any],
     methods: Sequence[str],
-    embeddings: Embeddings | None,
+    embedder: Embedder | None,
     workdir: Path,
+    ks: Sequence[int] = KS,
 ) -> dict[str, dict[str, float]]:
     from lore_store_duckdb.store import DuckDBStore
 
@@ -342,23 +347,21 @@ async def run_question(
     store = DuckDBStore(path / "lore.duckdb")
     await store.open()
     try:
-        turns_of, messages = await ingest(store, haystack)
-        vector_source = None
-        if embeddings is not None and any(m != "bm25" for m in methods):
-            vectors = embeddings.messages([m.text for m in messages])
-            vector_source = ExactVectorSource(messages, vectors)
+        vectors = embedder is not None and any(m != "bm25" for m in methods)
+        turns_of = await ingest(store, haystack, embedder if vectors else None)
         scores: dict[str, dict[str, float]] = {}
         for method in methods:
-            engine = build_engine(method, store, vector_source, embeddings.embedder if embeddings else None)
+            engine = build_engine(method, store, embedder)
             answers = []
             for limit in (DEFAULT_LIMIT, MAX_LIMIT):
                 response = await engine.search(question["question"], "project", None, project_of(qid), limit)
                 if response.error:
                     raise RuntimeError(f"{qid} {method}: {response.error}")
-                if response.notes:
-                    print(f"  note {qid} {method}: {'; '.join(response.notes)}", file=sys.stderr)
+                notes = [n for n in response.notes if method != "bm25" or "full-text" not in n]
+                if notes:
+                    print(f"  note {qid} {method}: {'; '.join(notes)}", file=sys.stderr)
                 answers.append(ranked_turns([r.id for r in response.results], turns_of))
-            scores[method] = score_question(question, answers[0], answers[1])
+            scores[method] = score_question(question, answers[0], answers[1], ks)
         return scores
     finally:
         await store.close()
@@ -408,9 +411,9 @@ async def run(args: argparse.Namespace) -> int:
     questions = select_questions(load_questions(data_dir), count)
     if args.only:
         questions = [q for q in questions if q["question_id"] in set(args.only.split(","))]
-    embeddings = None
+    embedder = None
     if any(m != "bm25" for m in methods):
-        embeddings = Embeddings(Path(args.cache_dir) if args.cache_dir else None, args.batch_size)
+        embedder = Embedder(Path(args.cache_dir) if args.cache_dir else None, args.batch_size)
     started = time.perf_counter()
     results: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
     qtypes: list[str] = []
@@ -420,7 +423,7 @@ async def run(args: argparse.Namespace) -> int:
         for n, haystack in enumerate(iter_haystacks(by_id, data_dir), start=1):
             q = by_id[haystack["question_id"]]
             t0 = time.perf_counter()
-            scores = await run_question(q, haystack, methods, embeddings, workdir)
+            scores = await run_question(q, haystack, methods, embedder, workdir)
             for m in methods:
                 results[m].append(scores[m])
             qtypes.append(q["question_type"])
@@ -436,14 +439,18 @@ async def run(args: argparse.Namespace) -> int:
                 )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if embedder is not None:
+            await embedder.close()
     elapsed = time.perf_counter() - started
 
     print(f"LongMemEval-S, {len(qtypes)} questions (non-abstention, stratified by type), scope project")
-    if embeddings is not None:
+    if embedder is not None:
+        settings = EmbeddingConfig()
         print(
-            "vector leg: exact kNN (cosine) over embed-local vectors, one per stored message, "
-            f"truncated at {embeddings.embedder.settings.max_tokens} tokens "
-            f"({embeddings.texts} texts embedded in {embeddings.seconds:.0f} s)"
+            f"vector leg: the store's vector index ({embedder.model_id}), filled by the product's "
+            f"indexer: chunks of <= {embedder.inner.settings.max_tokens} tokens with overlap, "
+            f"<= {settings.max_chunks_per_item} per message, a message scored by its best chunk "
+            f"({embedder.texts} texts embedded in {embedder.seconds:.0f} s)"
         )
     print()
     print(table(results, methods))

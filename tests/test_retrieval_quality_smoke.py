@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import math
 import sys
 from pathlib import Path
 
 import pytest
-
-from lore_core.recall.ids import Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,31 +104,77 @@ def test_selection_is_fixed_stratified_and_skips_abstention():
     assert rq.select_questions(questions, 500) == everything
 
 
-def test_exact_vector_source_ranks_by_cosine_and_filters_by_project():
-    import numpy as np
-
-    from lore_core.recall.ids import Scope
-    from lore_core.recall.sources import SearchFilter
-    from lore_core.store import StoredMessage
-
-    msgs = [
-        StoredMessage(
-            id="a", session_id="s", parent_id=None, position=0, role="user", text="x", project="/p"
-        ),
-        StoredMessage(
-            id="b", session_id="s", parent_id=None, position=1, role="user", text="y", project="/p"
-        ),
-        StoredMessage(
-            id="c", session_id="t", parent_id=None, position=0, role="user", text="z", project="/q"
-        ),
+def _tiny_case() -> tuple[dict, dict]:
+    chatter = [
+        "Can you suggest a good recipe for banana bread?",
+        "Sure: mash three ripe bananas, mix with flour, sugar, butter and an egg, bake for an hour.",
+        "What is the capital of Australia?",
+        "Canberra is the capital of Australia.",
+        "How do I change a flat bicycle tyre?",
+        "Remove the wheel, lever the tyre off, replace the inner tube and pump it up.",
+        "Recommend a science fiction novel please.",
+        "Try The Left Hand of Darkness by Ursula K. Le Guin.",
     ]
-    vectors = np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 0.0]], dtype=np.float32)
-    source = rq.ExactVectorSource(msgs, vectors)
-    hits = asyncio.run(source.search_vector([0.0, 1.0], SearchFilter(Scope.PROJECT, project="/p"), 5))
-    assert [h.key for h in hits] == ["b", "a"]
-    assert math.isclose(hits[0].score, 0.8, rel_tol=1e-6) and hits[0].kind is Kind.MESSAGE
-    hits = asyncio.run(source.search_vector([1.0, 0.0], SearchFilter(Scope.PROJECT), 1))
-    assert [h.key for h in hits] == ["a"]
+    sessions = [
+        {
+            "session_id": f"noise_{i}",
+            "date": f"2023/01/0{i + 1} (Mon) 10:00",
+            "turns": [
+                {"role": "user" if j % 2 == 0 else "assistant", "content": text, "has_answer": False}
+                for j, text in enumerate(chatter[2 * i : 2 * i + 2])
+            ],
+        }
+        for i in range(4)
+    ]
+    sessions.insert(
+        2,
+        {
+            "session_id": "answer_1",
+            "date": "2023/01/03 (Tue) 09:00",
+            "turns": [
+                {
+                    "role": "user",
+                    "content": "We just brought home a kitten and named her Miso.",
+                    "has_answer": True,
+                },
+                {"role": "assistant", "content": "Lovely! Kittens need lots of play.", "has_answer": False},
+            ],
+        },
+    )
+    question = {
+        "question_id": "tiny",
+        "question": "What did I call my new cat?",
+        "answer_session_ids": ["answer_1"],
+        "evidence_turns": [{"session_id": "answer_1", "turn_index": 0, "role": "user"}],
+    }
+    return question, {"question_id": "tiny", "sessions": sessions}
+
+
+def test_all_three_legs_on_a_tiny_haystack_with_the_real_embedder(tmp_path):
+    """The vector leg as the product runs it: the indexer embeds the stored messages into the
+    store's vector index, the recall engine searches it; and the optional embedding cache."""
+    question, haystack = _tiny_case()
+    embedder = rq.Embedder(tmp_path / "cache")
+    try:
+        scores = asyncio.run(
+            rq.run_question(question, haystack, rq.METHODS, embedder, tmp_path / "w", ks=(1, 5))
+        )
+    finally:
+        asyncio.run(embedder.close())
+    # No word of the question is in the evidence ("cat" vs "kitten"): full text cannot find
+    # it, the vectors rank it first, and fusion keeps it in the top 5.
+    assert scores["bm25"]["turn any@5"] == 0.0
+    assert scores["vector"]["turn any@1"] == 1.0 and scores["vector"]["session all@1"] == 1.0
+    assert scores["hybrid"]["turn any@5"] == 1.0
+    assert embedder.texts >= 10  # every stored turn and the query
+    again = rq.Embedder(tmp_path / "cache")
+    try:
+        cached = asyncio.run(
+            rq.run_question(question, haystack, ["vector"], again, tmp_path / "w", ks=(1, 5))
+        )
+    finally:
+        asyncio.run(again.close())
+    assert again.texts == 0 and cached["vector"] == scores["vector"]
 
 
 def test_bm25_leg_on_shipped_questions(tmp_path):
