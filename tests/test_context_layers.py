@@ -302,3 +302,26 @@ def test_prefix_parts_resolve_meta_distillation_coverage_through_generations():
             id="x", session_id=SID, generation=0, text="a <system-reminder>b</system-reminder> c"
         )
     )
+
+
+def test_a_memo_of_the_previous_request_gives_the_same_ids_and_counts():
+    turns = coding_session(10, seed=9)
+    memo = C.Memo()
+    for n in (4, 5, 6):
+        plain = analysis(anthropic_messages(turns[:n], answered=False))
+        memoed = C.analyse(view_of(anthropic_messages(turns[:n], answered=False)), SID, COUNTER, memo)
+        assert memoed.ids == plain.ids and memoed.tokens == plain.tokens
+    # An edited earlier message (a new branch) changes every id from there on.
+    edited = anthropic_messages(turns[:6], answered=False)
+    edited[3]["content"][0]["text"] = "I changed my mind"
+    plain = analysis(edited)
+    memoed = C.analyse(view_of(edited), SID, COUNTER, memo)
+    assert memoed.ids == plain.ids and memoed.tokens == plain.tokens
+    # Consecutive assistant items (one stored message) that grow are re-hashed as a group.
+    split = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+    ]
+    C.analyse(view_of(split), SID, COUNTER, memo)
+    grown = [*split, {"role": "assistant", "content": [{"type": "text", "text": "b"}]}]
+    assert C.analyse(view_of(grown), SID, COUNTER, memo).ids == analysis(grown).ids

@@ -24,9 +24,9 @@ from typing import Any
 
 import attrs
 
-from lore_core.context.tokens import REQUEST_OVERHEAD, TokenCounter
+from lore_core.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCounter
 from lore_core.distill.render import annotate_output, clean, strip_housekeeping
-from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
+from lore_core.model import IMAGE, OTHER, TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
 from lore_core.store import StoredDistillation, canonical_message, message_id
 
 #: Layer 2 keeps the tool outputs of this many newest turns.
@@ -99,22 +99,7 @@ def view_message_ids(session_id: str, messages: Sequence[Message]) -> list[str |
     """The store's id of every message of the view (``None`` for items without a role):
     the same hash chain as :func:`lore_core.store.chain_ids`, mapped back to view indices
     (consecutive assistant items are one stored message)."""
-    groups: list[tuple[str, list[Block], list[int]]] = []
-    for i, msg in enumerate(messages):
-        if not msg.role:
-            continue
-        if msg.role == "assistant" and groups and groups[-1][0] == "assistant":
-            groups[-1][1].extend(msg.blocks)
-            groups[-1][2].append(i)
-        else:
-            groups.append((msg.role, list(msg.blocks), [i]))
-    ids: list[str | None] = [None] * len(messages)
-    parent: str | None = None
-    for role, blocks, indices in groups:
-        parent = message_id(session_id, parent, canonical_message(role, blocks))
-        for i in indices:
-            ids[i] = parent
-    return ids
+    return _chain(session_id, messages, 0, None)
 
 
 @attrs.define
@@ -149,19 +134,88 @@ class Analysis:
         return None
 
 
-def analyse(view: RequestView, session_id: str, counter: TokenCounter) -> Analysis:
+def _block_key(b: Block) -> tuple[Any, ...]:
+    return (
+        b.type,
+        b.text,
+        b.tool_name,
+        b.tool_call_id,
+        b.is_error,
+        b.wire_type,
+        b.tool_input,
+        b.raw if b.type in (IMAGE, OTHER) else None,
+    )
+
+
+def message_key(m: Message) -> tuple[Any, ...]:
+    """Everything a message's identity and token count depend on, compared by value (string
+    equality is a memcmp: far cheaper than hashing the message again)."""
+    return (m.role, tuple(_block_key(b) for b in m.blocks))
+
+
+@attrs.define
+class Memo:
+    """The previous request of a session, measured: a request that resends it unchanged (the
+    common case: the client appends a turn) reuses its ids and token counts."""
+
+    keys: list[tuple[Any, ...]] = attrs.field(factory=list)
+    ids: list[str | None] = attrs.field(factory=list)
+    tokens: list[int] = attrs.field(factory=list)
+
+
+def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Memo | None = None) -> Analysis:
+    """Measure a request. With ``memo`` (the session's previous request), only the messages
+    after the part it shares with it are hashed and counted; ``memo`` is updated."""
     messages = list(view.messages)
     head = head_length(messages)
     fixed = REQUEST_OVERHEAD + (counter.blocks(view.system, "system") if view.system else 0)
     fixed += counter.tools(view.tools)
+    if memo is None:
+        ids = view_message_ids(session_id, messages)
+        tokens = [counter.message(m) for m in messages]
+    else:
+        keys = [message_key(m) for m in messages]
+        same = 0
+        limit = min(len(keys), len(memo.keys))
+        while same < limit and keys[same] == memo.keys[same]:
+            same += 1
+        # A changed message may extend an assistant group that began earlier (consecutive
+        # assistant items are one stored message): re-derive from that group's start.
+        if same < len(keys):
+            while same > 0 and messages[same - 1].role in ("assistant", ""):
+                same -= 1
+        parent = next((memo.ids[i] for i in range(same - 1, -1, -1) if memo.ids[i] is not None), None)
+        ids = memo.ids[:same] + _chain(session_id, messages, same, parent)
+        tokens = memo.tokens[:same] + [counter.message(m) for m in messages[same:]]
+        memo.keys, memo.ids, memo.tokens = keys, ids, tokens
     return Analysis(
         messages=messages,
-        ids=view_message_ids(session_id, messages),
-        tokens=[counter.message(m) for m in messages],
+        ids=ids,
+        tokens=tokens,
         fixed=fixed,
         head=head,
         turn_starts=[i for i in range(head, len(messages)) if is_turn_start(messages[i])],
     )
+
+
+def _chain(session_id: str, messages: Sequence[Message], start: int, parent: str | None) -> list[str | None]:
+    """Ids of ``messages[start:]``, continuing the chain after ``parent``."""
+    tail = messages[start:]
+    groups: list[tuple[str, list[Block], list[int]]] = []
+    for i, msg in enumerate(tail):
+        if not msg.role:
+            continue
+        if msg.role == "assistant" and groups and groups[-1][0] == "assistant":
+            groups[-1][1].extend(msg.blocks)
+            groups[-1][2].append(i)
+        else:
+            groups.append((msg.role, list(msg.blocks), [i]))
+    ids: list[str | None] = [None] * len(tail)
+    for role, blocks, indices in groups:
+        parent = message_id(session_id, parent, canonical_message(role, blocks))
+        for i in indices:
+            ids[i] = parent
+    return ids
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,9 +240,13 @@ def render_part(d: StoredDistillation) -> str:
     return f'<distillation id="{d.ref}" kind="{kind}">\n{clean(d.text)}\n</distillation>'
 
 
-def prefix_parts(distillations: Sequence[StoredDistillation]) -> list[PrefixPart]:
+def prefix_parts(
+    distillations: Sequence[StoredDistillation], rendered: dict[str, str] | None = None
+) -> list[PrefixPart]:
     """Every distillation of a session (archived ones included) as a part, with the message
-    ids each covers resolved through the generations, oldest first."""
+    ids each covers resolved through the generations, oldest first. ``rendered`` caches the
+    rendered texts by id across calls (distillations are immutable)."""
+    rendered = {} if rendered is None else rendered
     by_id = {d.id: d for d in distillations}
     memo: dict[str, frozenset[str]] = {}
 
@@ -206,10 +264,12 @@ def prefix_parts(distillations: Sequence[StoredDistillation]) -> list[PrefixPart
         memo[d.id] = out
         return out
 
-    parts = [
-        PrefixPart(d.id, d.generation, d.end or d.created_at, render_part(d), covers(d))
-        for d in distillations
-    ]
+    parts = []
+    for d in distillations:
+        text = rendered.get(d.id)
+        if text is None:
+            text = rendered[d.id] = render_part(d)
+        parts.append(PrefixPart(d.id, d.generation, d.end or d.created_at, text, covers(d)))
     return sorted(parts, key=lambda p: (p.end, p.generation, p.id))
 
 
@@ -260,7 +320,24 @@ def prefix_messages(parts: Sequence[PrefixPart]) -> list[Message]:
 
 
 def prefix_tokens(parts: Sequence[PrefixPart], counter: TokenCounter) -> int:
-    return sum(counter.message(m) for m in prefix_messages(parts))
+    """Tokens of the prefix pair, counted part by part (each part's count is cached, so a
+    prefix that grows by one part tokenises only that part)."""
+    if not parts:
+        return 0
+    head, ack = _frame()
+    return (
+        counter.message(head)
+        + counter.message(ack)
+        + sum(counter.blocks([Block(TEXT, text=p.text)]) - MESSAGE_OVERHEAD for p in parts)
+    )
+
+
+def _frame() -> list[Message]:
+    """The prefix pair without parts (the header and the acknowledgement)."""
+    return [
+        Message(role="user", blocks=[Block(TEXT, text=PREFIX_HEADER)], synthetic=True),
+        Message(role="assistant", blocks=[Block(TEXT, text=PREFIX_ACK)], synthetic=True),
+    ]
 
 
 def tool_names(messages: Sequence[Message]) -> dict[str, str]:

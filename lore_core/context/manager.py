@@ -36,6 +36,7 @@ import attrs
 from lore_core.config import LoreConfig
 from lore_core.context.compose import (
     Composition,
+    Memo,
     PrefixPart,
     analyse,
     least_layer,
@@ -112,6 +113,10 @@ class SessionContext:
     ltm_baseline: str | None = None
     ltm_context: str | None = None
     last_seen: float = 0.0
+    #: The last main request, measured (ids and token counts reused by the next).
+    memo: Memo = attrs.field(factory=Memo)
+    #: Distillations rendered as prefix parts, by id (they never change).
+    rendered: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -238,7 +243,7 @@ class ContextManager:
             )
         except _StoreMiss:
             return
-        state.parts = prefix_parts(rows)
+        state.parts = prefix_parts(rows, state.rendered)
         state.parts_version = version
         state.parts_read_at = self._clock()
 
@@ -305,14 +310,14 @@ class ContextManager:
         await self._load_force(state)
         model = self.prices.lookup(view.model)
         usable = usable_tokens(model, view)
-        an = analyse(view, ctx.session_id, self.counter)
+        main = len(view.messages) >= SIDE_REQUEST_SHARE * state.largest_request
+        an = analyse(view, ctx.session_id, self.counter, state.memo if main else None)
         correct = state.calibration.correct
         limit = int(usable * FIT_SHARE)
 
         def fits(tokens: int) -> bool:
             return correct(tokens) <= limit
 
-        main = len(an.messages) >= SIDE_REQUEST_SHARE * state.largest_request
         state.largest_request = max(state.largest_request, len(an.messages))
         baseline, context_block = self._ltm(state, ctx.project)
         extra = (self.counter.text(baseline) if baseline else 0) + (
