@@ -121,6 +121,11 @@ def test_a_session_past_a_small_window_goes_upstream_compressed_and_well_formed(
     assert sent_layers[0] == 0 and max(sent_layers) > 0
     # With observation logs stored, the prompt carries them as the distilled prefix.
     assert any("[Lore memory]" in json.dumps(r.json) for r in fake_upstream.api_requests()[12:])
+    # The store keeps the conversation as the client sent it, never the composed prompt.
+    server.call(server.gateway.writer.wait_idle(timeout=10))
+    stored = server.call(server.gateway.store.session_messages(SESSION))
+    assert len(stored) >= 2 * len(session)
+    assert not any("[Lore memory]" in m.text or "stripped by Lore" in m.text for m in stored)
     status = server.gateway.context.session_status(SESSION)
     assert status["turns"] == len(session) and status["prompt_tokens_real"] > 0
     assert status["calibration_factor"] != 1.0
