@@ -19,6 +19,7 @@ from quart import Quart, Response, request
 
 from lore_core.api import api as lore_api
 from lore_core.context.commands import find_command
+from lore_core.context.overflow import OVERFLOW_STATUSES, parse_overflow
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
@@ -31,15 +32,12 @@ from lore_core.proxy import (
     response_headers,
     upstream_path,
 )
+from lore_core.recall import proxy_loop
+from lore_core.recall.proxy_loop import UpstreamStreamBroken
 
 log = logging.getLogger("lore.app")
 
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-class UpstreamStreamBroken(Exception):
-    """The upstream cut a stream off; raised into the server so the client's connection is
-    aborted rather than ended as if the stream were complete."""
 
 
 class ClientError(Exception):
@@ -151,7 +149,10 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
                 )
             )
             return Response(body, status=200, content_type=content_type)
+    # Markers of earlier recalls become the real tool call + result again (cache-stable).
+    view = await gateway.recall_memory.restore(codec, view, session_id)
     view = await gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
+    recall_on = proxy_loop.inject_tool(view, gateway.config.recall.tool)
 
     out_headers = forward_headers(_client_headers())
     if view.modified:
@@ -195,9 +196,68 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
 
     exchange.status = upstream.status_code
     is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    limit = _context_limit(gateway, view.model)
+    share = gateway.config.budget.client_usage_share
+    if upstream.status_code == 200 and (recall_on or _may_scale(len(out_body), limit, share)):
+        loop = proxy_loop.RecallLoop(
+            codec=codec,
+            view=view,
+            body=out_body,
+            exchange=exchange,
+            # Bound now: the stream runs after the request context is gone.
+            send=lambda follow_up, method=request.method: gateway.upstream.send(
+                method, url, out_headers, follow_up
+            ),
+            finished=gateway.exchange_finished,
+            run=proxy_loop.run_for(gateway, session_id, project),
+            memory=gateway.recall_memory,
+            recall_active=recall_on,
+            max_rounds=gateway.config.recall.max_rounds,
+            context_limit=limit,
+            usage_share=share,
+        )
+        return await _loop_response(loop, upstream, is_sse)
     if is_sse:
         return _stream_response(gateway, codec, upstream, exchange)
     return await _buffered_response(gateway, codec, upstream, exchange)
+
+
+async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, is_sse: bool) -> Response:
+    """The answer through the recall loop (which also scales the usage the client sees)."""
+    # The loop relays decoded bytes, rewritten where it must: no content-encoding or length.
+    headers = [
+        (k, v)
+        for k, v in response_headers(upstream.headers)
+        if k.lower() not in ("content-encoding", "content-length")
+    ]
+    if is_sse:
+        response = Response(loop.stream(upstream), status=upstream.status_code, headers=headers)
+        response.timeout = None  # Quart would cut streams after 60 s while still reporting 200
+        return response
+    try:
+        status, body, new_headers = await loop.buffered(upstream)
+    except httpx.HTTPError as exc:
+        loop.exchange.status = 502
+        loop.finished(loop.exchange)
+        return _error(loop.codec, 502, f"the upstream {loop.exchange.upstream} broke off its response: {exc}")
+    if new_headers is None:
+        return Response(body, status=status, headers=response_headers(upstream.headers))
+    kept = [(k, v) for k, v in headers if k.lower() != "content-type"]
+    return Response(body, status=status, headers=kept + new_headers)
+
+
+def _context_limit(gateway: Gateway, model: str | None) -> int:
+    try:
+        return gateway.price_table.lookup(model).context_window
+    except Exception:
+        return 0
+
+
+def _may_scale(body_bytes: int, limit: int, share: float) -> bool:
+    """Could the prompt be past the share of the context the client may see? A request
+    without the recall tool only goes through the (rewriting) loop then; about 4 bytes make
+    a token, so 2 bytes per token is a generous upper bound."""
+    return 0 < share < 1 and limit > 0 and body_bytes / 2 > limit * share
 
 
 def _stream_response(
@@ -265,6 +325,15 @@ async def _buffered_response(
                 exchange.response = codec.parse_response(payload)
         except (ValueError, UnsupportedEncoding):
             log.warning("%s: a 200 response was not JSON; relayed as is", codec.api)
+    elif upstream.status_code in OVERFLOW_STATUSES:
+        try:
+            error_body = decode_body(raw, upstream.headers.get("content-encoding"))
+            overflow = parse_overflow(upstream.status_code, error_body)
+        except (ValueError, UnsupportedEncoding):
+            overflow = None
+        if overflow is not None:
+            # "Prompt is too long": the session's next turns start at a higher layer.
+            await gateway.context_overflow(exchange.session_id, overflow)
     gateway.exchange_finished(exchange)
     return Response(raw, status=upstream.status_code, headers=response_headers(upstream.headers))
 

@@ -21,6 +21,7 @@ from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
+from lore_core.context.overflow import Overflow, next_min_layer
 from lore_core.context.pricing import PriceTable
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
@@ -36,6 +37,7 @@ from lore_core.interfaces import (
 from lore_core.model import Exchange, RequestView
 from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.proxy import UpstreamClient
+from lore_core.recall.proxy_loop import RecallMemory
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.storage import StoreWriter, choose_store
 from lore_core.store import logical_messages
@@ -105,6 +107,8 @@ class Gateway:
                 store_ready=lambda: self.writer.opened,
             )
             self.writer.listeners.append(self.indexer.notify)
+        # What went upstream for each recall the client saw only as a marker.
+        self.recall_memory = RecallMemory(self.store)
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
         self.distiller = DistillScheduler(
@@ -234,6 +238,23 @@ class Gateway:
                 await asyncio.sleep(delay)
         self._last_upstream_at[session_id] = time.time()
         return delay
+
+    async def context_overflow(self, session_id: str, overflow: Overflow) -> int:
+        """The upstream refused the session's prompt as too long: raise the session's
+        persisted ``forceMinLayer`` (2 or 3 by overshoot); returns the new value."""
+        layer = next_min_layer(self.context.session(session_id).force_min_layer, overflow)
+        self.stats["context_overflows"] += 1
+        log.warning(
+            "session %s: the upstream refused the prompt as too long (%s); its turns start at layer %d now",
+            session_id,
+            overflow.message[:200],
+            layer,
+        )
+        try:
+            await self.context.force_min_layer(session_id, layer)
+        except Exception:
+            log.exception("could not raise forceMinLayer of session %s", session_id)
+        return layer
 
     async def answer_command(self, command: SlashCommand, session_id: str, view: RequestView) -> str:
         """The text answer to a ``/lore:`` command in the last user message."""

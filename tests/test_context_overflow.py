@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import pytest
 
 from lore_core.context.overflow import Overflow, next_min_layer, parse_overflow
+from lore_core.testing.fake_upstream import Reply
 
 
 def _body(payload: object) -> bytes:
@@ -96,3 +98,65 @@ def test_repeated_overflow_goes_one_layer_further_up_to_four() -> None:
     assert [next_min_layer(current, small) for current in range(5)] == [2, 2, 3, 4, 4]
     large = Overflow("prompt is too long", tokens=300_000, limit=200_000)
     assert [next_min_layer(current, large) for current in range(5)] == [3, 3, 3, 4, 4]
+
+
+# -- through the gateway -----------------------------------------------------------------------
+
+
+def _turns(count: int) -> list[dict]:
+    history: list[dict] = []
+    for n in range(count):
+        history.append(
+            {"role": "user", "content": f"question {n}: " + "explain the scheduler in depth " * 20}
+        )
+        history.append(
+            {"role": "assistant", "content": f"answer {n}: " + "the scheduler polls idle sessions " * 20}
+        )
+    return history
+
+
+def test_an_overflow_raises_the_persisted_min_layer_and_the_next_turn_starts_there(
+    start_gateway, fake_upstream
+) -> None:
+    session = "overflow-session"
+    config = {"distill": {"observer": "extractive"}}
+    server = start_gateway(config)
+    client = anthropic.Anthropic(
+        base_url=server.url, api_key="sk-ant-k", max_retries=0, default_headers={"x-lore-session": session}
+    )
+    history = [*_turns(6), {"role": "user", "content": "and now?"}]
+    fake_upstream.enqueue(Reply(status=400, error_body=ANTHROPIC_TOO_LONG))
+    with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
+        client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
+    assert server.gateway.stats["context_overflows"] == 1
+    assert server.call(server.gateway.store.get_state(session, "forceMinLayer")) == 2
+
+    # A restart in between: the next turn still starts at layer 2.
+    server.stop()
+    server = start_gateway(config)
+    client = anthropic.Anthropic(
+        base_url=server.url, api_key="sk-ant-k", max_retries=0, default_headers={"x-lore-session": session}
+    )
+    fake_upstream.enqueue(Reply(text="fine now"))
+    answer = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
+    assert answer.content[0].text == "fine now"
+    status = server.gateway.context.session_status(session)
+    assert status["force_min_layer"] == 2 and status["layer"] >= 2
+
+    # A second overflow at layer 2 goes one further.
+    fake_upstream.enqueue(Reply(status=400, error_body=OPENAI_TOO_LONG))
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
+    assert server.call(server.gateway.store.get_state(session, "forceMinLayer")) == 3
+
+
+def test_other_client_errors_leave_the_layer_alone(gateway, fake_upstream) -> None:
+    client = anthropic.Anthropic(
+        base_url=gateway.url, api_key="sk-ant-k", max_retries=0, default_headers={"x-lore-session": "s2"}
+    )
+    error = {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: too large"}}
+    fake_upstream.enqueue(Reply(status=400, error_body=error))
+    with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
+        client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=_turns(1)[:1])
+    assert gateway.gateway.stats["context_overflows"] == 0
+    assert gateway.call(gateway.gateway.store.get_state("s2", "forceMinLayer")) in (None, 0)

@@ -18,6 +18,8 @@ import attrs
 #: Overshoot (actual / limit - 1) from which layer 2 is not expected to be enough.
 LAYER3_OVERSHOOT = 0.25
 MAX_LAYER = 4
+#: The statuses an overflow comes with.
+OVERFLOW_STATUSES = frozenset({400, 413, 422})
 
 _ANTHROPIC = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.I)
 _OPENAI = re.compile(
@@ -60,7 +62,7 @@ def _error_message(payload: Any) -> tuple[str, str]:
 
 def parse_overflow(status: int, body: bytes) -> Overflow | None:
     """The overflow an error response reports, or ``None`` for any other answer."""
-    if status not in (400, 413, 422):
+    if status not in OVERFLOW_STATUSES:
         return None
     try:
         message, code = _error_message(json.loads(body))
