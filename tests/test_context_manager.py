@@ -344,3 +344,24 @@ def test_status_and_health_report_the_figures_others_show():
     assert health["sessions"] == 1 and health["by_layer"]["0"] == 1
     assert health["compose_ms_p99"] is not None
     assert manager.session_status("unknown")["layer"] is None
+
+
+def test_a_conversation_that_restarts_small_under_the_same_session_becomes_the_main_one():
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS, share=0.97)
+        manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), store, LAYERS)
+        await turn(manager, view_of(TURNS[:30]))
+        assert manager.session(SID).pinned is not None
+        fresh = coding_session(6, seed=99)
+        plans = []
+        for n in (1, 2, 3, 4):
+            view = view_of(fresh[:n])
+            _, plan = await turn(manager, view)
+            plans.append((plan.layer, manager.session_status(SID)["turns"]))
+        return plans, manager.session(SID)
+
+    plans, state = asyncio.run(run())
+    # Side requests do not count as the session's turns; the third in a row is adopted.
+    assert [turns for _, turns in plans] == [1, 1, 2, 3]
+    assert state.pinned is None and state.largest_request > 0

@@ -63,6 +63,9 @@ DISTILLATIONS_TTL_SECONDS = 30.0
 #: A request with fewer than this share of the session's largest message count is a side
 #: request (a title, a quota probe): composed on its own, it never moves the pinned state.
 SIDE_REQUEST_SHARE = 0.5
+#: A side conversation seen this many times in a row (same first message) becomes the
+#: session's main conversation.
+SIDE_TURNS_TO_ADOPT = 3
 #: Composition times kept for the p50/p99 on ``/health``.
 TIMING_WINDOW = 1_000
 #: Highest layer.
@@ -98,7 +101,11 @@ class SessionContext:
     #: Local estimate of the last composed prompt (corrected) and the real count reported.
     estimated_tokens: int = 0
     real_tokens: int = 0
+    #: Messages of the last main request; much smaller requests are side requests ...
     largest_request: int = 0
+    # ... unless the same one keeps coming back (see SIDE_TURNS_TO_ADOPT).
+    side_first_id: str | None = None
+    side_turns: int = 0
     turns: int = 0
     recompositions: int = 0
     busts: int = 0
@@ -312,13 +319,28 @@ class ContextManager:
         usable = usable_tokens(model, view)
         main = len(view.messages) >= SIDE_REQUEST_SHARE * state.largest_request
         an = analyse(view, ctx.session_id, self.counter, state.memo if main else None)
+        if not main:
+            # A "side" conversation that keeps coming back and growing is the session's
+            # conversation now (the client compacted or started over under the same id).
+            first = next((i for i in an.ids if i is not None), None)
+            if first is not None and first == state.side_first_id:
+                state.side_turns += 1
+            else:
+                state.side_first_id, state.side_turns = first, 1
+            if state.side_turns >= SIDE_TURNS_TO_ADOPT:
+                main = True
+                state.pinned = None
+                state.memo = Memo()
+                an = analyse(view, ctx.session_id, self.counter, state.memo)
+        if main:
+            state.largest_request = len(an.messages)
+            state.side_first_id, state.side_turns = None, 0
         correct = state.calibration.correct
         limit = int(usable * FIT_SHARE)
 
         def fits(tokens: int) -> bool:
             return correct(tokens) <= limit
 
-        state.largest_request = max(state.largest_request, len(an.messages))
         baseline, context_block = self._ltm(state, ctx.project)
         extra = (self.counter.text(baseline) if baseline else 0) + (
             self.counter.text(context_block) if context_block else 0
