@@ -52,6 +52,11 @@ ANN_PARTITION_ROWS = 4096
 #: Partitions probed per query, and how many candidates per result are re-ranked exactly.
 ANN_NPROBES = 24
 ANN_REFINE_FACTOR = 4
+#: Filter indexes (project, session, kind) once a table holds this many vectors: measured
+#: at 200K, a project-scoped search 16 -> 11 ms, a session-scoped one 11 -> 6 ms; they build
+#: in a fraction of a second and rows appended later are scanned until the next optimize.
+SCALAR_MIN_ROWS = 10_000
+_SCALAR_INDEXES = (("project", "bitmap"), ("kind", "bitmap"), ("session_id", "btree"))
 #: Old LanceDB versions kept after an optimize (a running query may still read one).
 CLEANUP_OLDER_THAN = timedelta(minutes=2)
 #: Chunk rows fetched per wanted item (an item's chunks compete for the same places).
@@ -94,6 +99,7 @@ class _Model:
         self.watermark = watermark
         self.ann_rows = ann_rows
         self.appends = 0
+        self.scalar_ready = False
         self.optimizations = 0
         self.last_optimize_seconds: float | None = None
 
@@ -244,6 +250,9 @@ class VectorIndex:
             rows = m.table.count_rows()
             if rows >= ANN_MIN_ROWS and (not m.ann_rows or rows >= ANN_REBUILD_GROWTH * m.ann_rows):
                 self.build_ann(m, rows)
+            if rows >= SCALAR_MIN_ROWS and not m.scalar_ready:
+                _ensure_scalar_indexes(m.table)
+                m.scalar_ready = True
             self.error = None
         except Exception as exc:  # upkeep only costs speed when it fails: keep serving
             self.error = " ".join(str(exc).split())[:300]
@@ -356,6 +365,15 @@ def _fragments(table: Any) -> int:
         return int(table.stats()["fragment_stats"]["num_fragments"])
     except Exception:  # statistics are a hint, never a reason to fail
         return 0
+
+
+def _ensure_scalar_indexes(table: Any) -> None:
+    from lancedb.index import Bitmap, BTree
+
+    have = {column for ix in table.list_indices() for column in getattr(ix, "columns", ())}
+    for column, kind in _SCALAR_INDEXES:
+        if column not in have:
+            table.create_index(column, config=Bitmap() if kind == "bitmap" else BTree(), replace=True)
 
 
 def _has_vector_index(table: Any) -> bool:

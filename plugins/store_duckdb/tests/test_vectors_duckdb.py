@@ -135,6 +135,7 @@ def test_the_approximate_index_takes_over_past_its_threshold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 600)
+    monkeypatch.setattr(vectors, "SCALAR_MIN_ROWS", 600)
     rng = random.Random(4)
 
     async def body(store: DuckDBStore) -> None:
@@ -146,7 +147,10 @@ def test_the_approximate_index_takes_over_past_its_threshold(
         for ident, vector in list(given.items())[::50]:
             hits = await store.vector_search(MODEL, vector, limit=5)
             assert hits[0].id == ident
-        # Filters still apply with the index.
+        # Filters still apply with the index (and the filter indexes beside it).
+        table = store._vectors.model(MODEL).table  # type: ignore[union-attr]
+        indexed = {c for ix in table.list_indices() for c in ix.columns}
+        assert {"vector", "project", "session_id", "kind"} <= indexed
         hits = await store.vector_search(MODEL, unit(rng), session_id="s-1", limit=10)
         assert hits and {h.session_id for h in hits} == {"s-1"}
         # Rows appended after the index was built are found too (scanned until merged).
