@@ -365,3 +365,22 @@ def test_a_conversation_that_restarts_small_under_the_same_session_becomes_the_m
     # Side requests do not count as the session's turns; the third in a row is adopted.
     assert [turns for _, turns in plans] == [1, 1, 2, 3]
     assert state.pinned is None and state.largest_request > 0
+
+
+def test_a_responses_request_continuing_server_state_is_never_composed():
+    from lore_core.codecs.openai_responses import OpenAIResponsesCodec
+    from lore_core.context.simulate import responses_items
+
+    responses = OpenAIResponsesCodec()
+    raw = {"model": "gpt-4.1", "previous_response_id": "resp_1", "input": responses_items(TURNS[:30])}
+
+    async def run():
+        manager = ContextManager(config(), PriceTable(), await memory_store(), LAYERS)
+        await manager.force_min_layer(SID, 2)
+        view = responses.parse(raw, json.dumps(raw).encode())
+        ctx = CompositionContext(SID, "/project", "codex", responses)
+        out = await manager.compose(view, ctx)
+        return out, ctx.composition
+
+    out, plan = asyncio.run(run())
+    assert plan.layer == 0 and plan.reason == "server-state" and not out.modified

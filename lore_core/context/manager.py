@@ -363,7 +363,11 @@ class ContextManager:
                 current.tokens += extra
         size = correct(current.tokens)
         need = ""
-        if current.layer < state.force_min_layer:
+        if view.raw.get("previous_response_id"):
+            # The history lives upstream (Responses API server state): this request carries
+            # only the new items, and there is nothing here to compose.
+            current.reason = "server-state"
+        elif current.layer < state.force_min_layer:
             need = "forced"
         elif not fits(current.tokens):
             need = "overflow"
