@@ -325,3 +325,33 @@ def test_a_memo_of_the_previous_request_gives_the_same_ids_and_counts():
     C.analyse(view_of(split), SID, COUNTER, memo)
     grown = [*split, {"role": "assistant", "content": [{"type": "text", "text": "b"}]}]
     assert C.analyse(view_of(grown), SID, COUNTER, memo).ids == analysis(grown).ids
+
+
+def test_an_append_only_prefix_is_rebuilt_once_the_meta_distillation_halves_it():
+    import attrs
+
+    an = analysis(session(10))
+    logs = [
+        attrs.evolve(d, text=f"log {d.id}: " + "edited src/app/models.py and ran the tests. " * 40)
+        for d in logs_every(an, 48, per=6)
+    ]
+    pinned = C.plan_layer(1, an, C.prefix_parts(logs[:6]), COUNTER, usable=200_000).prefix
+    # The reflector consolidated the first six logs into a short meta-distillation.
+    meta = StoredDistillation(
+        id="meta",
+        session_id=SID,
+        generation=1,
+        text="state: models edited, tests pass",
+        end=35.5,
+        source_ids=[d.id for d in logs[:6]],
+    )
+    archived = [attrs.evolve(d, archived=True) for d in logs[:6]]
+    parts = C.prefix_parts([*archived, *logs[6:], meta])
+    plan = C.plan_layer(1, an, parts, COUNTER, usable=200_000, previous_prefix=pinned)
+    assert [p.id for p in plan.prefix] == ["meta", *(d.id for d in logs[6:])]
+    # Coverage through the meta-distillation: nothing before the cut is lost.
+    assert plan.cut_index == 48
+    # With only one new log the prefix stays append-only (the blocks sent before stay).
+    few = C.prefix_parts([*logs[:7]])
+    kept = C.plan_layer(1, an, few, COUNTER, usable=200_000, previous_prefix=pinned)
+    assert [p.id for p in kept.prefix] == [d.id for d in logs[:7]]

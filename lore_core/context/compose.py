@@ -233,6 +233,8 @@ class PrefixPart:
     text: str
     #: Message ids it covers (a meta-distillation: those of the logs it consolidated).
     covers: frozenset[str]
+    #: Consolidated into a meta-distillation: kept in a prefix already sent, never added anew.
+    archived: bool = False
 
 
 def render_part(d: StoredDistillation) -> str:
@@ -269,7 +271,7 @@ def prefix_parts(
         text = rendered.get(d.id)
         if text is None:
             text = rendered[d.id] = render_part(d)
-        parts.append(PrefixPart(d.id, d.generation, d.end or d.created_at, text, covers(d)))
+        parts.append(PrefixPart(d.id, d.generation, d.end or d.created_at, text, covers(d), d.archived))
     return sorted(parts, key=lambda p: (p.end, p.generation, p.id))
 
 
@@ -469,7 +471,7 @@ def choose_parts(
     of this branch that cover something it does not; layer 3: only the newest gen-0 logs;
     layer 4: the newest two."""
     on_branch = {i for i in an.ids if i is not None}
-    mine = [p for p in parts if p.covers & on_branch]
+    mine = [p for p in parts if not p.archived and p.covers & on_branch]
     if layer >= 4:
         return sorted(mine, key=lambda p: (p.end, p.id))[-LAYER4_DISTILLATIONS:]
     if layer == 3:
@@ -509,17 +511,18 @@ def plan_layer(
     gen-0 log archived into a meta-distillation still covers its messages);
     ``previous_prefix`` the prefix pinned so far, kept append-only at layers 1-2;
     ``extra_tokens`` what other parts (LTM blocks) add."""
-    live = [p for p in parts]
+    live = list(parts)
     if layer <= 2:
         prefix = choose_parts(live, an, layer, previous_prefix)
-        # An append-only prefix that outgrew its use is rebuilt from the newest state:
-        # meta-distillations supersede the logs they consolidated.
-        if (
-            previous_prefix
-            and len(prefix) > len(previous_prefix)
-            and prefix_tokens(prefix, counter) > usable // 2
-        ):
-            prefix = choose_parts(live, an, layer)
+        if previous_prefix:
+            # The append-only prefix keeps the blocks already sent byte-identical (a cache
+            # hit up to the first new one); it is rebuilt from the newest state, meta-
+            # distillations in place of the logs they consolidated, once that is at most
+            # half its size or it outgrew half the window.
+            rebuilt = choose_parts(live, an, layer)
+            appended_tokens = prefix_tokens(prefix, counter)
+            if appended_tokens > usable // 2 or 2 * prefix_tokens(rebuilt, counter) <= appended_tokens:
+                prefix = rebuilt
     else:
         prefix = choose_parts(live, an, layer)
     names = tool_names(an.messages)
