@@ -131,3 +131,43 @@ def test_a_session_past_a_small_window_goes_upstream_compressed_and_well_formed(
     assert status["calibration_factor"] != 1.0
     health = server.gateway.health()["context"]
     assert health["sessions"] >= 1 and sum(health["by_layer"].values()) >= len(session)
+
+
+def test_an_openai_chat_session_past_its_window_keeps_every_tool_call_with_its_result(
+    start_gateway, fake_upstream
+):
+    import openai
+
+    from lore_core.context.simulate import chat_messages
+
+    fake_upstream.responder = realistic_usage
+    config = {**CONFIG, "models": {"gpt-tiny": {"maxInputTokens": WINDOW, "contextWindow": WINDOW + 2_000}}}
+    server = start_gateway(config)
+    client = openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="sk-test",
+        default_headers={"x-session-id": "ctx-chat"},
+        max_retries=0,
+    )
+    session = turns(20)
+    layers = []
+    for n in range(1, len(session) + 1):
+        history = chat_messages(session[:n], answered=False, system="You are a coding agent.")
+        client.chat.completions.create(model="gpt-tiny", messages=history, temperature=0)
+        upstream = fake_upstream.api_requests()[-1].json
+        msgs = upstream["messages"]
+        assert msgs[0] == {"role": "system", "content": "You are a coding agent."}
+        assert upstream["temperature"] == 0
+        for i, msg in enumerate(msgs):
+            for call in msg.get("tool_calls") or []:
+                assert msgs[i + 1] == {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": msgs[i + 1]["content"],
+                }
+            if msg["role"] == "tool":
+                previous = msgs[i - 1].get("tool_calls") or []
+                assert msg["tool_call_id"] in [c["id"] for c in previous]
+        assert f"step {n - 1}:" in json.dumps(msgs[-3:])
+        layers.append(server.gateway.context.session_status("ctx-chat")["layer"])
+    assert layers[0] == 0 and max(layers) > 0

@@ -537,7 +537,8 @@ class ContextManager:
             "by_layer": by_layer,
             "compose_ms_p50": round(_quantile(timings, 0.5), 3) if timings else None,
             "compose_ms_p99": round(_quantile(timings, 0.99), 3) if timings else None,
-            "errors": {k: v for k, v in self.counts.items() if not k.startswith("layer") or "error" in k},
+            # store_timeouts, store_errors, plan_errors, layer_errors, urgent_distillations
+            "events": {k: v for k, v in self.counts.items() if not k[-1].isdigit()},
             "daily_spend_usd": round(self.costs.day_cost(), 6),
         }
 
