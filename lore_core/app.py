@@ -150,52 +150,64 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
             )
             return Response(body, status=200, content_type=content_type)
     # Markers of earlier recalls become the real tool call + result again (cache-stable).
-    view = await gateway.recall_memory.restore(codec, view, session_id)
-    view = await gateway.compose(view, CompositionContext(session_id, project, harness.name, codec))
-    recall_on = proxy_loop.inject_tool(view, gateway.config.recall.tool)
-
-    out_headers = forward_headers(_client_headers())
-    if view.modified:
-        try:
-            out_body = json.dumps(codec.render(view), ensure_ascii=False).encode()
-            out_headers = [(k, v) for k, v in out_headers if k.lower() != "content-encoding"]
-        except Exception:
-            log.exception("%s codec could not render a composed request; sending the original", codec.api)
-            out_body = body
-    else:
-        out_body = body  # byte for byte, still in the client's content-encoding
-
+    client_view = await gateway.recall_memory.restore(codec, view, session_id)
     try:
-        base = gateway.upstream.resolve(codec.provider, view.model, headers)
+        base = gateway.upstream.resolve(codec.provider, client_view.model, headers)
     except BadUpstreamURL as exc:
         return _error(codec, 400, f"X-Lore-Upstream-URL: {exc}")
     url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
-    gateway.session_seen(session_id, codec.api, codec.provider, base, headers, view.model)
+    gateway.session_seen(session_id, codec.api, codec.provider, base, headers, client_view.model)
 
-    exchange = Exchange(
-        api=codec.api,
-        path=path,
-        request=view,
-        harness=harness.name,
-        session_id=session_id,
-        project=project,
-        upstream=base,
-    )
-    await gateway.throttle_upstream(session_id, view.model)
-    try:
-        upstream = await gateway.upstream.send(request.method, url, out_headers, out_body)
-    except UpstreamError as exc:
-        gateway.stats["upstream_errors"] += 1
-        exchange.status = 502
-        gateway.exchange_finished(exchange)
-        return _error(codec, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}")
-    except asyncio.CancelledError:
-        exchange.client_disconnected = True
-        gateway.exchange_finished(exchange)
-        raise
+    # A prompt the upstream refuses as too long is composed again, once, at the layer the
+    # overflow raised the session to: the client sees the answer, not the error.
+    for attempt in (1, 2):
+        view = await gateway.compose(
+            client_view, CompositionContext(session_id, project, harness.name, codec)
+        )
+        recall_on = proxy_loop.inject_tool(view, gateway.config.recall.tool)
 
-    exchange.status = upstream.status_code
-    is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+        out_headers = forward_headers(_client_headers())
+        if view.modified:
+            try:
+                out_body = json.dumps(codec.render(view), ensure_ascii=False).encode()
+                out_headers = [(k, v) for k, v in out_headers if k.lower() != "content-encoding"]
+            except Exception:
+                log.exception("%s codec could not render a composed request; sending the original", codec.api)
+                out_body = body
+        else:
+            out_body = body  # byte for byte, still in the client's content-encoding
+
+        exchange = Exchange(
+            api=codec.api,
+            path=path,
+            request=view,
+            harness=harness.name,
+            session_id=session_id,
+            project=project,
+            upstream=base,
+        )
+        await gateway.throttle_upstream(session_id, view.model)
+        try:
+            upstream = await gateway.upstream.send(request.method, url, out_headers, out_body)
+        except UpstreamError as exc:
+            gateway.stats["upstream_errors"] += 1
+            exchange.status = 502
+            gateway.exchange_finished(exchange)
+            return _error(codec, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}")
+        except asyncio.CancelledError:
+            exchange.client_disconnected = True
+            gateway.exchange_finished(exchange)
+            raise
+
+        exchange.status = upstream.status_code
+        is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+        if attempt == 1 and not is_sse and upstream.status_code in OVERFLOW_STATUSES:
+            refused = await _refused_for_overflow(gateway, codec, upstream, exchange)
+            if refused is None:
+                continue  # composed again at the raised layer
+            return refused
+        break
+
     limit = _context_limit(gateway, view.model)
     share = gateway.config.budget.client_usage_share
     if upstream.status_code == 200 and (recall_on or _may_scale(len(out_body), limit, share)):
@@ -244,6 +256,35 @@ async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, 
         return Response(body, status=status, headers=response_headers(upstream.headers))
     kept = [(k, v) for k, v in headers if k.lower() != "content-type"]
     return Response(body, status=status, headers=kept + new_headers)
+
+
+async def _refused_for_overflow(
+    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange
+) -> Response | None:
+    """An error answer that may be an overflow: ``None`` when the prompt was refused as too
+    long and composing it at the raised layer may fit (the caller sends it again), else the
+    error relayed as the upstream sent it."""
+    try:
+        raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
+    except httpx.HTTPError as exc:
+        gateway.stats["upstream_errors"] += 1
+        exchange.status = 502
+        gateway.exchange_finished(exchange)
+        return _error(codec, 502, f"the upstream {exchange.upstream} broke off its response: {exc}")
+    finally:
+        await upstream.aclose()
+    try:
+        overflow = parse_overflow(
+            upstream.status_code, decode_body(raw, upstream.headers.get("content-encoding"))
+        )
+    except (ValueError, UnsupportedEncoding):
+        overflow = None
+    sent_at = gateway.context.session(exchange.session_id).layer
+    gateway.exchange_finished(exchange)
+    if overflow is not None and await gateway.context_overflow(exchange.session_id, overflow) > sent_at:
+        gateway.stats["overflow_retries"] += 1
+        return None
+    return Response(raw, status=upstream.status_code, headers=response_headers(upstream.headers))
 
 
 def _context_limit(gateway: Gateway, model: str | None) -> int:

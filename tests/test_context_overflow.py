@@ -115,39 +115,52 @@ def _turns(count: int) -> list[dict]:
     return history
 
 
-def test_an_overflow_raises_the_persisted_min_layer_and_the_next_turn_starts_there(
+def test_an_overflow_is_recomposed_at_once_and_later_turns_start_at_the_raised_layer(
     start_gateway, fake_upstream
 ) -> None:
     session = "overflow-session"
     config = {"distill": {"observer": "extractive"}}
     server = start_gateway(config)
-    client = anthropic.Anthropic(
-        base_url=server.url, api_key="sk-ant-k", max_retries=0, default_headers={"x-lore-session": session}
-    )
+
+    def client(srv):
+        headers = {"x-lore-session": session}
+        return anthropic.Anthropic(
+            base_url=srv.url, api_key="sk-ant-k", max_retries=0, default_headers=headers
+        )
+
     history = [*_turns(6), {"role": "user", "content": "and now?"}]
-    fake_upstream.enqueue(Reply(status=400, error_body=ANTHROPIC_TOO_LONG))
-    with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
-        client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
-    assert server.gateway.stats["context_overflows"] == 1
+    # The upstream refuses the raw prompt: the gateway composes it again at layer 2 and the
+    # client gets the answer, not the error.
+    fake_upstream.enqueue(Reply(status=400, error_body=ANTHROPIC_TOO_LONG), Reply(text="fits now"))
+    answer = client(server).messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
+    assert answer.content[0].text == "fits now"
+    refused, retried = fake_upstream.api_requests()
+    assert refused.json["messages"] == history
+    assert retried.json["messages"] != history
+    assert "and now?" in json.dumps(retried.json["messages"][-1])
+    assert server.gateway.stats["context_overflows"] == 1 and server.gateway.stats["overflow_retries"] == 1
     assert server.call(server.gateway.store.get_state(session, "forceMinLayer")) == 2
 
-    # A restart in between: the next turn still starts at layer 2.
+    # After a restart the next turn starts at layer 2 straight away.
     server.stop()
     server = start_gateway(config)
-    client = anthropic.Anthropic(
-        base_url=server.url, api_key="sk-ant-k", max_retries=0, default_headers={"x-lore-session": session}
-    )
-    fake_upstream.enqueue(Reply(text="fine now"))
-    answer = client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
-    assert answer.content[0].text == "fine now"
+    fake_upstream.reset()
+    history += [{"role": "assistant", "content": "fits now"}, {"role": "user", "content": "next"}]
+    fake_upstream.enqueue(Reply(text="fine"))
+    assert client(server).messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
     status = server.gateway.context.session_status(session)
     assert status["force_min_layer"] == 2 and status["layer"] >= 2
+    assert fake_upstream.api_requests()[0].json["messages"] != history
 
-    # A second overflow at layer 2 goes one further.
-    fake_upstream.enqueue(Reply(status=400, error_body=OPENAI_TOO_LONG))
-    with pytest.raises(anthropic.BadRequestError):
-        client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
-    assert server.call(server.gateway.store.get_state(session, "forceMinLayer")) == 3
+    # Refused again at layer 2 and at layer 3: one retry only, the client gets the error, and
+    # the session goes one layer further each time.
+    fake_upstream.enqueue(
+        Reply(status=400, error_body=OPENAI_TOO_LONG), Reply(status=400, error_body=OPENAI_TOO_LONG)
+    )
+    with pytest.raises(anthropic.BadRequestError, match="maximum context length"):
+        client(server).messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=history)
+    assert server.call(server.gateway.store.get_state(session, "forceMinLayer")) == 4
+    assert len(fake_upstream.api_requests()) == 3
 
 
 def test_other_client_errors_leave_the_layer_alone(gateway, fake_upstream) -> None:
