@@ -264,3 +264,26 @@ def test_an_async_third_party_layer_runs_in_priority_order():
 
     _out, plan = asyncio.run(run())
     assert seen == [0] and plan.layer == 0
+
+
+def test_gateway_breakpoints_take_the_one_hour_ttl_when_a_later_client_marker_has_it():
+    turns = coding_session(12, seed=8)
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        manager.session(SID).force_min_layer = 1
+        manager.session(SID).force_loaded = True
+        view = request("anthropic-messages", turns)
+        view.raw["messages"][-1]["content"][-1]["cache_control"] = {"type": "ephemeral", "ttl": "1h"}
+        view = CODECS["anthropic-messages"].parse(view.raw, json.dumps(view.raw).encode())
+        out, _ = await compose(manager, "anthropic-messages", view)
+        return CODECS["anthropic-messages"].render(out)
+
+    body = asyncio.run(run())
+    ttls = [
+        block["cache_control"].get("ttl", "5m")
+        for msg in body["messages"]
+        for block in (msg["content"] if isinstance(msg["content"], list) else [])
+        if "cache_control" in block
+    ]
+    assert ttls == ["1h", "1h"]  # the prefix's, then the client's: never 5m before 1h

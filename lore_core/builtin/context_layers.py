@@ -195,10 +195,20 @@ def place_breakpoints(view: RequestView, plan: Composition) -> None:
     drop = client[max(room, 0) :]
     if len(gateway) > MAX_BREAKPOINTS:
         gateway = gateway[-MAX_BREAKPOINTS:]
+    kept = client[: max(room, 0)]
     for where, index, block in drop:
         _set_marker(view, where, index, block, None)
+    # Anthropic wants 1-hour breakpoints before 5-minute ones: when a message marker the
+    # client keeps (after the gateway's) has the 1-hour TTL, so do the gateway's.
+    later_hour = any(
+        _marker_ttl(view, where, index, block) == "1h"
+        for where, index, block in kept
+        if where.startswith("message")
+    )
     for where, index, block in gateway:
-        hour = where == "system" and not client_other and index == n_client_system and bool(plan.ltm_baseline)
+        hour = later_hour or (
+            where == "system" and not client_other and index == n_client_system and bool(plan.ltm_baseline)
+        )
         _set_marker(view, where, index, block, EPHEMERAL_HOUR if hour else EPHEMERAL)
     if tail_needed and room >= 0:
         last = view.messages[-1]
@@ -208,6 +218,14 @@ def place_breakpoints(view: RequestView, plan: Composition) -> None:
         elif isinstance(content, str):
             raw = {**last.raw, "content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]}
             view.messages[-1] = attrs.evolve(last, raw=raw)
+
+
+def _marker_ttl(view: RequestView, where: str, index: int, block: int) -> str | None:
+    raw = view.messages[index].raw
+    if where == "message":
+        raw = raw.get("content")[block] if isinstance(raw, dict) else None
+    marker = raw.get("cache_control") if isinstance(raw, dict) else None
+    return marker.get("ttl") if isinstance(marker, dict) else None
 
 
 def _set_marker(view: RequestView, where: str, index: int, block: int, marker: dict[str, Any] | None) -> None:
