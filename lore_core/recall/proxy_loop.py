@@ -847,7 +847,7 @@ class _JSONShape:
                 self.visible.append(_marker_item(marker))
 
     def final_text(self) -> str:
-        return "".join(self.texts)
+        return "\n".join(self.texts)  # blocks and parts, as a client joins them
 
     def result(self) -> dict[str, Any]:
         out = dict(self.last)
@@ -1169,7 +1169,7 @@ class _AnthropicStream:
         return out
 
     def final_text(self) -> str:
-        return "".join(self.texts)
+        return "\n".join(self.texts)
 
 
 _CHAT_SPECIAL = re.compile(r'"tool_calls"|"finish_reason"\s*:\s*"|"usage"\s*:\s*\{|"error"')

@@ -143,3 +143,32 @@ def test_codex_turn_with_recall(tmp_path: Path, start_gateway, fake_upstream: Fa
     assert marker_text(QUERY) not in json.dumps(sent)
     restored = json.dumps(items[-2:], ensure_ascii=False).encode()[1:-1]
     assert restored in turn.body
+
+
+def test_claude_code_does_not_compact_on_scaled_usage(tmp_path: Path, start_gateway, fake_upstream) -> None:
+    """Claude Code's own auto-compaction left on (no launch-plan switch), an auto-compact
+    window of 200K and 170K prompt tokens really used: the usage it is shown is scaled to
+    half the window, so it never sends its summarisation request."""
+    claude = find_client("claude")
+    gateway = start_gateway()
+    plan = ClaudeCodeHarness().launch(gateway.url, [])
+    extra = {"ANTHROPIC_API_KEY": "sk-ant-test-key", "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "200000"}
+    env = client_env(tmp_path / "home", {**plan.env, **extra})
+    env.pop("DISABLE_AUTO_COMPACT", None)
+    base = [claude, "-p", "--model", "claude-opus-4-8"]
+    turns = (
+        ([*base, "say pong"], Reply(text="pong")),
+        (
+            [*base, "--continue", "say pong"],
+            Reply(text="pong", input_tokens=20_000, cache_read_tokens=150_000),
+        ),
+        ([*base, "--continue", "say pong again"], Reply(text="pong")),
+    )
+    for argv, reply in turns:
+        fake_upstream.enqueue(reply)
+        result = run_client(argv, env, cwd=tmp_path)
+        assert result.returncode == 0, result.describe()
+    summaries = [r for r in fake_upstream.api_requests() if b"summary of the conversation" in r.body]
+    assert summaries == []
+    assert gateway.gateway.stats["compactions_answered"] == 0
+    assert len(fake_upstream.api_requests()) == 3
