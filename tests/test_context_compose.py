@@ -287,3 +287,37 @@ def test_gateway_breakpoints_take_the_one_hour_ttl_when_a_later_client_marker_ha
         if "cache_control" in block
     ]
     assert ttls == ["1h", "1h"]  # the prefix's, then the client's: never 5m before 1h
+
+
+@pytest.mark.parametrize("api", sorted(CODECS))
+def test_ltm_slots_are_pinned_at_their_first_render(api):
+    turns = coding_session(12, seed=6)
+    versions = iter(["prefers pytest -q; service billing-api", "prefers tox", "changed again"])
+
+    async def run():
+        manager = await manager_with_logs(api, turns)
+        manager.ltm_baseline_provider = lambda session, project: next(versions)
+        manager.session(SID).force_min_layer = 1
+        manager.session(SID).force_loaded = True
+        bodies = []
+        for n in (10, 11):
+            out, plan = await compose(manager, api, request(api, turns[:n]))
+            assert plan.ltm_baseline == "prefers pytest -q; service billing-api"
+            bodies.append(CODECS[api].render(out))
+        return bodies
+
+    first, second = asyncio.run(run())
+    for body in (first, second):
+        text = json.dumps(body)
+        assert text.count("prefers pytest -q; service billing-api") == 1 and "prefers tox" not in text
+    if api == "anthropic-messages":
+        block = first["system"][-1]
+        assert block["text"].startswith("<lore-knowledge>")
+        assert block["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+        assert first["system"] == second["system"]
+    elif api == "openai-responses":
+        assert first["instructions"].startswith("You are a coding agent.\n\n<lore-knowledge>")
+    else:
+        assert (
+            first["messages"][1]["role"] == "system" and "<lore-knowledge>" in first["messages"][1]["content"]
+        )
