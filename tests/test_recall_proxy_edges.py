@@ -509,3 +509,47 @@ def test_two_rounds_are_restored_together(gateway, fake_upstream, stream):
     history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "thanks"}]
     _ask(client, history, stream)
     assert fake_upstream.api_requests()[4].json["messages"][: n + 2] == sent.json["messages"]
+
+
+def test_injecting_twice_keeps_one_recall_tool_and_stays_ours():
+    from lore_core.codecs.anthropic import AnthropicMessagesCodec
+    from lore_core.recall.proxy_loop import inject_tool
+
+    raw = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [ANTHROPIC_TOOL]}
+    view = AnthropicMessagesCodec().parse(raw, json.dumps(raw).encode())
+    assert inject_tool(view) is True
+    assert inject_tool(view) is True  # composed again after an overflow: still the gateway's
+    assert [t["name"] for t in view.tools] == ["read_file", "recall"]
+    own = {"name": "recall", "description": "mine", "input_schema": {"type": "object"}}
+    raw["tools"] = [own]
+    view = AnthropicMessagesCodec().parse(raw, json.dumps(raw).encode())
+    assert inject_tool(view) is False and view.tools == [own]
+
+
+def test_recall_after_an_overflow_retry(start_gateway, fake_upstream):
+    too_long = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 208310 tokens > 200000 maximum",
+        },
+    }
+    server = start_gateway({"distill": {"observer": "extractive"}})
+    fake_upstream.enqueue(
+        Reply(status=400, error_body=too_long),
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": "deploy"})]),
+        Reply(text="Done."),
+    )
+    history = []
+    for i in range(6):
+        history += [
+            {"role": "user", "content": f"step {i}: " + "details " * 50},
+            {"role": "assistant", "content": f"ok {i}"},
+        ]
+    history.append({"role": "user", "content": "and now?"})
+    message = _ask(_anthropic(server), history, stream=True)
+    assert [b.text for b in message.content] == [marker_text("deploy"), "Done."]
+    refused, retried, follow_up = fake_upstream.api_requests()
+    for req in (refused, retried, follow_up):
+        assert [t["name"] for t in req.json["tools"]] == ["read_file", "recall"]
+    assert follow_up.json["messages"][-2]["content"][-1]["name"] == "recall"

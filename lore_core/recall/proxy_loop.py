@@ -39,6 +39,7 @@ from lore_core.recall.tool import (
     add_recall_tool,
     marker_text,
     parse_arguments,
+    recall_tool,
     run_recall,
     tool_name,
 )
@@ -71,8 +72,12 @@ def inject_tool(view: RequestView, enabled: bool = True) -> bool:
     Returns whether the gateway now owns a recall tool in this request."""
     if not enabled or view.api not in APIS or not view.tools:
         return False
-    if any(tool_name(t) == TOOL_NAME for t in view.tools):
-        return False  # the client's own recall tool: its calls are the client's
+    ours = recall_tool(view.api)
+    named = [t for t in view.tools if tool_name(t) == TOOL_NAME]
+    if named:
+        # Already added (a view composed again, e.g. after an overflow) is ours; any other
+        # tool named recall is the client's own, and so are its calls.
+        return all(t == ours for t in named)
     view.tools = add_recall_tool(view.api, view.tools)
     view.modified = True
     return True
