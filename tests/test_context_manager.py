@@ -244,7 +244,7 @@ def test_force_min_layer_survives_a_restart_with_the_duckdb_store(tmp_path):
         store = duckdb_store.DuckDBStore(path)
         await store.open()
         manager = ContextManager(config(), PriceTable(), store, LAYERS)
-        await manager.force_min_layer(SID, 3)
+        assert await manager.force_min_layer(SID, 3) is True
         assert manager.session_status(SID)["force_min_layer"] == 3
         await store.close()
 
@@ -384,3 +384,20 @@ def test_a_responses_request_continuing_server_state_is_never_composed():
 
     out, plan = asyncio.run(run())
     assert plan.layer == 0 and plan.reason == "server-state" and not out.modified
+
+
+def test_force_min_layer_applies_at_once_even_when_the_store_cannot_persist_it():
+    class ReadOnly(MemoryStore):
+        async def set_state(self, session_id, key, value):
+            raise RuntimeError("disk full")
+
+    async def run():
+        store = ReadOnly()
+        await store.open()
+        manager = ContextManager(config(), PriceTable(), store, LAYERS)
+        persisted = await manager.force_min_layer(SID, 2)
+        _, plan = await turn(manager, view_of(TURNS[:5]))
+        return persisted, plan, manager
+
+    persisted, plan, manager = asyncio.run(run())
+    assert persisted is False and plan.layer == 2 and manager.counts["store_errors"] == 1

@@ -213,15 +213,24 @@ class ContextManager:
         state.force_min_layer = _as_layer(value)
         state.force_loaded = True
 
-    async def force_min_layer(self, session_id: str, layer: int) -> None:
-        """Make the session's turns start at ``layer`` or above (persisted, survives restarts).
-        The overflow recovery calls this when the upstream answered "prompt is too long"."""
+    async def force_min_layer(self, session_id: str, layer: int) -> bool:
+        """Make the session's turns start at ``layer`` (0-4) or above, from its next turn;
+        persisted, so it survives restarts. The overflow recovery calls this when the
+        upstream answered "prompt is too long". Takes effect at once even when the store
+        cannot persist it (returns whether it was persisted; never raises for the store)."""
         layer = _as_layer(layer)
         state = self.session(session_id)
         state.force_min_layer = layer
         state.force_loaded = True
-        if self.store is not None:
+        if self.store is None:
+            return False
+        try:
             await self.store.set_state(session_id, FORCE_MIN_LAYER, layer)
+        except Exception as exc:
+            self.counts["store_errors"] += 1
+            log.warning("context: could not persist forceMinLayer of %s: %s", session_id, exc)
+            return False
+        return True
 
     async def _parts(self, state: SessionContext, wait: bool) -> list[PrefixPart]:
         """The session's distillations as prefix parts: cached, re-read when the distiller
