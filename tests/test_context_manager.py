@@ -401,3 +401,29 @@ def test_force_min_layer_applies_at_once_even_when_the_store_cannot_persist_it()
 
     persisted, plan, manager = asyncio.run(run())
     assert persisted is False and plan.layer == 2 and manager.counts["store_errors"] == 1
+
+
+def test_after_an_overflow_the_next_turn_is_composed_afresh_even_at_the_same_layer():
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS[:20], share=0.5)
+        tiny = PriceTable({"claude-tiny": ModelConfig(max_input_tokens=60_000, context_window=70_000)})
+        manager = ContextManager(config(max_layer0_tokens=0), tiny, store, LAYERS)
+        _, first = await turn(manager, view_of(TURNS[:20], model="claude-tiny"))
+        # The distiller caught up meanwhile.
+        ids = [i for i in C.view_message_ids(SID, view_of(TURNS[:21]).messages) if i is not None]
+        await store.write_distillation(
+            StoredDistillation(
+                id="late", session_id=SID, generation=0, text="late log", source_ids=ids, end=99.0
+            )
+        )
+        manager.invalidate(SID)
+        # The upstream refused the prompt: the overflow recovery raises forceMinLayer to
+        # the layer the session is already at.
+        await manager.force_min_layer(SID, first.layer)
+        _, after = await turn(manager, view_of(TURNS[:21], model="claude-tiny"))
+        return first, after
+
+    first, after = asyncio.run(run())
+    assert first.layer >= 1 and after.layer >= first.layer
+    assert after.reason == "forced" and after.cut_index > first.cut_index

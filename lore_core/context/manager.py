@@ -222,6 +222,10 @@ class ContextManager:
         state = self.session(session_id)
         state.force_min_layer = layer
         state.force_loaded = True
+        if layer > 0:
+            # The pinned composition is what the upstream refused: the next turn is composed
+            # afresh (at ``layer`` or above), never replayed.
+            state.pinned = None
         if self.store is None:
             return False
         try:
