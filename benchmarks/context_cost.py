@@ -437,6 +437,18 @@ def main() -> None:
         )
     print()
     print("extra: summarising calls (compaction) or cache-busting re-compositions (Lore).")
+    compaction = ledgers[1].cost
+    for ledger in ledgers[2:]:
+        share = ledger.read / ledger.input_tokens if ledger.input_tokens else 0.0
+        checks = {
+            "cost <= 1/3 of raw": ledger.cost <= raw / 3,
+            "below compaction": ledger.cost < compaction,
+            "cache-read share >= 90%": share >= 0.9,
+            "composition p99 < 50 ms": bool(ledger.compose_ms) and quantile(ledger.compose_ms, 0.99) < 50,
+        }
+        print(
+            f"{ledger.name}: " + ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in checks.items())
+        )
     if ledgers[2].compose_ms:
         print(
             f"Lore compositions: mean {statistics.fmean(ledgers[2].compose_ms):.2f} ms "

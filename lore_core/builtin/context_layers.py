@@ -119,13 +119,13 @@ class ConversationLayer(_Layer):
 
     def place(self, view: RequestView, plan: Composition) -> None:
         view.messages.extend(plan.conversation)
-        _merge_adjacent_roles(view)
+        _start_with_user(view)
 
 
-def _merge_adjacent_roles(view: RequestView) -> None:
-    """Anthropic wants user and assistant to alternate: a raw window that starts with a user
-    message after the prefix pair does; a window starting right after the preamble with an
-    assistant message (nothing distilled) gets a one-line user placeholder."""
+def _start_with_user(view: RequestView) -> None:
+    """Anthropic wants the first message to be the user's: a raw window that starts right
+    after the preamble with an assistant message (nothing distilled before it) gets a
+    one-line user placeholder."""
     if view.api != ANTHROPIC:
         return
     msgs = [m for m in view.messages if m.role in ("user", "assistant")]
