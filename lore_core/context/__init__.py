@@ -1,5 +1,7 @@
-"""The gradient context manager's engine: token counts, model prices, and the cost rules.
+"""The gradient context manager: token counts, model prices, the cost rules, the layer engine
+(:mod:`~lore_core.context.compose`) and the per-session manager the gateway holds
+(:mod:`~lore_core.context.manager`).
 
-The modules here are pure and cheap to import: :mod:`tiktoken` is loaded only when the first
-token is counted, so ``import lore_core`` and the gateway start fast.
+The modules here are cheap to import: :mod:`tiktoken` is loaded only when the first token is
+counted, so ``import lore_core`` and the gateway start fast.
 """
