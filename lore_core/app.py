@@ -210,7 +210,11 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
 
     limit = _context_limit(gateway, view.model)
     share = gateway.config.budget.client_usage_share
-    if upstream.status_code == 200 and (recall_on or _may_scale(len(out_body), limit, share)):
+    if (
+        upstream.status_code == 200
+        and codec.api in proxy_loop.APIS
+        and (recall_on or _may_scale(len(out_body), limit, share))
+    ):
         loop = proxy_loop.RecallLoop(
             codec=codec,
             view=view,

@@ -33,7 +33,7 @@ import httpx
 
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.interfaces import Codec
-from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Exchange, Message, RequestView
+from lore_core.model import TEXT, TOOL_CALL, Exchange, Message, RequestView
 from lore_core.recall.tool import (
     TOOL_NAME,
     add_recall_tool,
@@ -931,32 +931,7 @@ def _stream_shape(loop: RecallLoop) -> Any:
         return _AnthropicStream(loop)
     if loop.api == CHAT:
         return _ChatStream(loop)
-    if loop.api == RESPONSES:
-        return _ResponsesStream(loop)
-    return _PlainStream(loop)
-
-
-class _PlainStream:
-    def __init__(self, loop: RecallLoop) -> None:
-        self.loop = loop
-
-    def event(self, name: str, data: str, raw: bytes) -> bytes:
-        return raw
-
-    def end_round(self) -> RoundResult:
-        return RoundResult(ok=False)
-
-    def next_round(self) -> None:  # pragma: no cover - never asked for
-        pass
-
-    def markers(self, markers: list[str]) -> bytes:  # pragma: no cover
-        return b""
-
-    def finish(self) -> bytes:
-        return b""
-
-    def final_text(self) -> str:
-        return ""
+    return _ResponsesStream(loop)
 
 
 class _AnthropicStream:
@@ -1598,7 +1573,3 @@ def run_for(gateway: Any, session: str, project: str) -> Callable[[Any], Awaitab
         return await run_recall(gateway.recall, arguments, session=session, project=project)
 
     return run
-
-
-def assistant_of(message: AssistantMessage) -> str:
-    return message.text
