@@ -553,3 +553,37 @@ def test_recall_after_an_overflow_retry(start_gateway, fake_upstream):
     for req in (refused, retried, follow_up):
         assert [t["name"] for t in req.json["tools"]] == ["read_file", "recall"]
     assert follow_up.json["messages"][-2]["content"][-1]["name"] == "recall"
+
+
+def test_client_leaving_during_the_continuation(gateway, fake_upstream):
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": "deploy"})]),
+        Reply(text="a long answer " * 40, text_chunks=40, chunk_delay=0.05),
+    )
+    body = {
+        "model": MODEL,
+        "max_tokens": 100,
+        "stream": True,
+        "messages": [{"role": "user", "content": "what did we deploy?"}],
+        "tools": [ANTHROPIC_TOOL],
+    }
+    seen = b""
+    with httpx.stream(
+        "POST", gateway.url + "/v1/messages", json=body, headers={"x-api-key": "k"}
+    ) as response:
+        for chunk in response.iter_raw():
+            seen += chunk
+            if b"a long answer" in seen:
+                break  # leave mid-continuation
+    assert marker_text("deploy").encode() in seen.replace(b'\\"', b'"')
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and gateway.gateway.stats["client_disconnects"] < 1:
+        time.sleep(0.05)
+    assert gateway.gateway.stats["client_disconnects"] == 1
+    assert len(fake_upstream.api_requests()) == 2
+    # The gateway serves on.
+    fake_upstream.enqueue(Reply(text="still here"))
+    assert (
+        _ask(_anthropic(gateway), [{"role": "user", "content": "hi"}], stream=True).content[0].text
+        == "still here"
+    )

@@ -734,10 +734,14 @@ class RecallLoop:
                 if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
                     "text/event-stream"
                 ):
-                    raw = b"".join([c async for c in response.aiter_raw()])
-                    await response.aclose()
+                    try:
+                        raw = b"".join([c async for c in response.aiter_raw()])
+                    except httpx.HTTPError:
+                        raw = b""
+                    finally:
+                        await asyncio.shield(response.aclose())
+                        self.finished(exchange)
                     log.warning("the recall follow-up got HTTP %s: %s", response.status_code, raw[:300])
-                    self.finished(exchange)
                     break
                 round_no += 1
                 shape.next_round()
