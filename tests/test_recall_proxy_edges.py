@@ -587,3 +587,19 @@ def test_client_leaving_during_the_continuation(gateway, fake_upstream):
         _ask(_anthropic(gateway), [{"role": "user", "content": "hi"}], stream=True).content[0].text
         == "still here"
     )
+
+
+def test_non_streaming_follow_up_cut_off_answers_with_what_was_said(gateway, fake_upstream):
+    fake_upstream.enqueue(
+        Reply(text="Checking.", tool_calls=[ToolCall("recall", {"query": "deploy"})]),
+        Reply(text="never arrives whole", drop_after_bytes=20),
+    )
+    message = _ask(_anthropic(gateway), [{"role": "user", "content": "what did we deploy?"}], stream=False)
+    assert [b.text for b in message.content] == ["Checking.", marker_text("deploy")]
+    assert message.stop_reason == "end_turn"
+
+
+def test_non_streaming_first_answer_cut_off_is_a_502(gateway, fake_upstream):
+    fake_upstream.enqueue(Reply(text="never arrives whole", drop_after_bytes=20))
+    with pytest.raises(anthropic.InternalServerError, match="broke off"):
+        _ask(_anthropic(gateway), [{"role": "user", "content": "hi"}], stream=False)

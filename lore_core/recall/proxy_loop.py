@@ -616,6 +616,14 @@ class RecallLoop:
         for round_no in range(self.max_rounds + 1):
             try:
                 raw = b"".join([chunk async for chunk in response.aiter_raw()])
+            except httpx.HTTPError as exc:
+                if round_no == 0:
+                    raise
+                # A follow-up cut off: answer with what the model said so far.
+                log.warning("the recall follow-up from %s broke off: %s", exchange.upstream, exc)
+                exchange.status = 502
+                self.finished(exchange)
+                break
             finally:
                 await response.aclose()
             try:

@@ -53,6 +53,8 @@ class Reply:
     chunk_delay: float = 0.0  # seconds between SSE events
     compress: str | None = None  # "gzip" | "br" | "zstd"
     drop_after_events: int | None = None  # close the connection after this many events
+    # A JSON answer: declare the whole body's length, send this many bytes, close.
+    drop_after_bytes: int | None = None
     input_tokens: int = 12
     output_tokens: int = 3
     cache_read_tokens: int = 0
@@ -216,6 +218,14 @@ class FakeUpstream:
             data = _compress_all(reply.compress, data)
             headers["content-encoding"] = reply.compress
         self.responses_sent.append(data)
+        if reply.drop_after_bytes is not None:
+            response = web.StreamResponse(status=200, headers=headers)
+            response.content_length = len(data)
+            await response.prepare(request)
+            await response.write(data[: reply.drop_after_bytes])
+            if request.transport is not None:
+                request.transport.close()
+            return response
         return web.Response(body=data, status=200, headers=headers)
 
     async def _stream(
