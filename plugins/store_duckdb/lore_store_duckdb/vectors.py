@@ -148,6 +148,11 @@ class VectorIndex:
     def model(self, name: str, dimensions: int | None = None) -> _Model | None:
         """The model's table, opened (created when ``dimensions`` is given); ``None`` for a
         model never indexed."""
+        # Without the lock when open: a search must not wait for a write holding it (its
+        # upkeep may be building the ANN index for minutes).
+        found = self._models.get(name)
+        if found is not None:
+            return found
         with self._lock:
             found = self._models.get(name)
             if found is not None:

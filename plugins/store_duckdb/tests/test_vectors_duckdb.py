@@ -174,3 +174,20 @@ def test_stats_report_vectors_beside_the_store(tmp_path: Path) -> None:
         assert await store.vector_stats() == {}
 
     run(tmp_path / "lore.duckdb", body)
+
+
+def test_searches_never_wait_for_a_write_in_progress(tmp_path: Path) -> None:
+    """A write holds the index's lock through its upkeep (an ANN build can take minutes at
+    1M vectors); searches of an open model must not queue behind it."""
+    rng = random.Random(6)
+
+    async def body(store: DuckDBStore) -> None:
+        await add_messages(store, 3)
+        given = await embed_pending(store, rng)
+        ident, vector = next(iter(given.items()))
+        with store._vectors._lock:  # as a write's upkeep would hold it
+            hits = await asyncio.wait_for(store.vector_search(MODEL, vector, limit=1), 60)
+            stats = await asyncio.wait_for(store.vector_stats(MODEL), 60)
+        assert hits[0].id == ident and stats[MODEL]["vectors"] == 3
+
+    run(tmp_path / "lore.duckdb", body)
