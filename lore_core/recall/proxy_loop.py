@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 import httpx
 
+from lore_core.codecs import loads_or, new_id
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.interfaces import Codec
 from lore_core.model import TEXT, TOOL_CALL, Exchange, Message, RequestView
@@ -927,8 +928,6 @@ def _responses_input_item(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _marker_item(marker: str, item_id: str | None = None) -> dict[str, Any]:
-    from lore_core.codecs import new_id
-
     return {
         "id": item_id or new_id("msg_lore"),
         "type": "message",
@@ -1087,11 +1086,11 @@ class _AnthropicStream:
         for index in sorted(self.blocks):
             block = dict(self.blocks[index])
             if block.get("type") == "tool_use":
-                from lore_core.codecs import loads_or
-
-                block["input"] = loads_or(self.partial.get(index, ""), {})
+                arguments = loads_or(self.partial.get(index, ""), {})
+                # A call cut off mid-arguments (max_tokens) still goes back as an object.
+                block["input"] = arguments if isinstance(arguments, dict) else {}
                 if self.index_map.get(index) is None:
-                    result.recall_calls.append(RecallCall(block.get("id"), block["input"]))
+                    result.recall_calls.append(RecallCall(block.get("id"), arguments))
             elif block.get("type") == "text":
                 self.texts.append(str(block.get("text", "")))
             content.append(block)
