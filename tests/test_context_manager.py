@@ -346,25 +346,34 @@ def test_status_and_health_report_the_figures_others_show():
     assert manager.session_status("unknown")["layer"] is None
 
 
-def test_a_conversation_that_restarts_small_under_the_same_session_becomes_the_main_one():
+def test_each_conversation_of_a_session_keeps_its_own_pinned_composition():
+    """Sub-agents and side requests share the session id, not the conversation."""
+
     async def run():
         store = await memory_store()
         await with_logs(store, TURNS, share=0.97)
         manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), store, LAYERS)
-        await turn(manager, view_of(TURNS[:30]))
-        assert manager.session(SID).pinned is not None
-        fresh = coding_session(6, seed=99)
-        plans = []
-        for n in (1, 2, 3, 4):
-            view = view_of(fresh[:n])
-            _, plan = await turn(manager, view)
-            plans.append((plan.layer, manager.session_status(SID)["turns"]))
-        return plans, manager.session(SID)
+        _, first = await turn(manager, view_of(TURNS[:30]))
+        state = manager.session(SID)
+        main_key, pinned = state.main, state.pinned
+        assert first.layer == 1 and pinned is not None
+        # A sub-agent runs a few turns of its own conversation ...
+        agent = coding_session(6, seed=99)
+        agent_plans = [(await turn(manager, view_of(agent[:n])))[1] for n in (1, 2)]
+        # ... and the main conversation continues exactly where it was.
+        _, again = await turn(manager, view_of(TURNS[:31]))
+        reported = manager.session_status(SID)
+        # A conversation that restarts small and keeps going becomes the main one.
+        for n in (3, 4, 5):
+            await turn(manager, view_of(agent[:n]))
+        return state, main_key, pinned, agent_plans, again, reported, manager.session_status(SID)
 
-    plans, state = asyncio.run(run())
-    # Side requests do not count as the session's turns; the third in a row is adopted.
-    assert [turns for _, turns in plans] == [1, 1, 2, 3]
-    assert state.pinned is None and state.largest_request > 0
+    state, main_key, pinned, agent_plans, again, reported, later = asyncio.run(run())
+    assert [p.layer for p in agent_plans] == [0, 0]
+    assert again.reason == "pinned" and again.cut_id == pinned.cut_id
+    assert reported["layer"] == 1 and reported["threads"] == 2 and reported["turns"] == 4
+    assert state.main != main_key and later["layer"] == 0
+    assert state.threads[main_key].pinned is not None  # kept for when it comes back
 
 
 def test_a_responses_request_continuing_server_state_is_never_composed():

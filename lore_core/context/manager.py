@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import inspect
 import logging
 import time
@@ -39,6 +40,7 @@ from lore_core.context.compose import (
     Memo,
     PrefixPart,
     analyse,
+    head_length,
     least_layer,
     prefix_parts,
     raw_composition,
@@ -49,7 +51,7 @@ from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
 from lore_core.interfaces import CompositionContext, PromptLayer, Store
 from lore_core.model import Exchange, RequestView
-from lore_core.store import FORCE_MIN_LAYER
+from lore_core.store import FORCE_MIN_LAYER, canonical_message
 
 log = logging.getLogger("lore.context")
 
@@ -60,16 +62,30 @@ FIT_SHARE = 0.95
 STORE_TIMEOUT_SECONDS = 0.5
 #: Distillations are re-read at most this often per session unless the distiller wrote.
 DISTILLATIONS_TTL_SECONDS = 30.0
-#: A request with fewer than this share of the session's largest message count is a side
-#: request (a title, a quota probe): composed on its own, it never moves the pinned state.
+#: A thread with fewer than this share of the main thread's messages is a side thread (a
+#: title, a quota probe, a sub-agent) for ``lore status`` ...
 SIDE_REQUEST_SHARE = 0.5
-#: A side conversation seen this many times in a row (same first message) becomes the
-#: session's main conversation.
+#: ... until this many requests in a row came from side threads: then the latest becomes the
+#: session's main conversation (the client compacted or started over under the same id).
 SIDE_TURNS_TO_ADOPT = 3
+#: Threads kept per session (least recently seen dropped first).
+MAX_THREADS = 32
 #: Composition times kept for the p50/p99 on ``/health``.
 TIMING_WINDOW = 1_000
 #: Highest layer.
 MAX_LAYER = 4
+
+
+def thread_key(view: RequestView) -> str:
+    """Which conversation of its session a request continues: a hash of its first message
+    after the harness's preamble (every later request of that conversation resends it)."""
+    messages = view.messages
+    head = head_length(messages)
+    first = messages[head] if head < len(messages) else None
+    if first is None:
+        return ""
+    text = canonical_message(first.role, first.blocks)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 def usable_tokens(model: ModelInfo, view: RequestView) -> int:
@@ -84,16 +100,17 @@ def usable_tokens(model: ModelInfo, view: RequestView) -> int:
 
 
 @attrs.define
-class SessionContext:
-    """What the context manager knows of one session."""
+class ThreadState:
+    """One conversation of a session, keyed by its first message: a harness's sub-agents
+    and side requests (titles, quota probes) share the session id but not the conversation,
+    and each keeps its own pinned composition and prompt cache."""
 
-    session_id: str
-    calibration: Calibration = attrs.field(factory=Calibration)
-    cache: CacheState = attrs.field(factory=CacheState)
-    force_min_layer: int = 0
-    force_loaded: bool = False
+    key: str
     #: The pinned composition of layers 1-4 (``None``: layer 0).
     pinned: Composition | None = None
+    #: The thread's last request, measured (ids and token counts reused by the next).
+    memo: Memo = attrs.field(factory=Memo)
+    cache: CacheState = attrs.field(factory=CacheState)
     layer: int = 0
     reason: str = ""
     model: str | None = None
@@ -101,14 +118,28 @@ class SessionContext:
     #: Local estimate of the last composed prompt (corrected) and the real count reported.
     estimated_tokens: int = 0
     real_tokens: int = 0
-    #: Messages of the last main request; much smaller requests are side requests ...
-    largest_request: int = 0
-    # ... unless the same one keeps coming back (see SIDE_TURNS_TO_ADOPT).
-    side_first_id: str | None = None
-    side_turns: int = 0
+    #: Messages of its last request.
+    messages: int = 0
     turns: int = 0
     recompositions: int = 0
     busts: int = 0
+    last_seen: float = 0.0
+
+
+@attrs.define
+class SessionContext:
+    """What the context manager knows of one session."""
+
+    session_id: str
+    calibration: Calibration = attrs.field(factory=Calibration)
+    force_min_layer: int = 0
+    force_loaded: bool = False
+    threads: dict[str, ThreadState] = attrs.field(factory=dict)
+    #: The thread ``lore status`` reports: the session's main conversation.
+    main: str | None = None
+    # Requests in a row from a thread smaller than the main one (see SIDE_TURNS_TO_ADOPT).
+    side_turns: int = 0
+    turns: int = 0
     input_tokens: int = 0
     cache_read_tokens: int = 0
     # Distillations as prefix parts, and when / at which distiller version they were read.
@@ -120,10 +151,41 @@ class SessionContext:
     ltm_baseline: str | None = None
     ltm_context: str | None = None
     last_seen: float = 0.0
-    #: The last main request, measured (ids and token counts reused by the next).
-    memo: Memo = attrs.field(factory=Memo)
     #: Distillations rendered as prefix parts, by id (they never change).
     rendered: dict[str, str] = attrs.field(factory=dict)
+
+    def thread(self, key: str, now: float = 0.0) -> ThreadState:
+        found = self.threads.get(key)
+        if found is None:
+            found = self.threads[key] = ThreadState(key)
+            if len(self.threads) > MAX_THREADS:
+                others = [t for t in self.threads.values() if t.key not in (key, self.main)]
+                del self.threads[min(others, key=lambda t: t.last_seen).key]
+        found.last_seen = max(now, found.last_seen)
+        return found
+
+    @property
+    def main_thread(self) -> ThreadState:
+        """The main conversation's state (an empty one before the first request)."""
+        found = self.threads.get(self.main) if self.main is not None else None
+        return found if found is not None else self.thread(self.main or "")
+
+    # The main thread's figures, as attributes of the session.
+    @property
+    def pinned(self) -> Composition | None:
+        return self.main_thread.pinned
+
+    @pinned.setter
+    def pinned(self, value: Composition | None) -> None:
+        self.main_thread.pinned = value
+
+    @property
+    def cache(self) -> CacheState:
+        return self.main_thread.cache
+
+    @property
+    def layer(self) -> int:
+        return self.main_thread.layer
 
 
 @attrs.define
@@ -131,8 +193,8 @@ class _Sent:
     """What was composed for one request, until its response arrives."""
 
     session_id: str
+    thread: str
     estimate: int
-    main: bool
 
 
 class ContextManager:
@@ -225,7 +287,8 @@ class ContextManager:
         if layer > 0:
             # The pinned composition is what the upstream refused: the next turn is composed
             # afresh (at ``layer`` or above), never replayed.
-            state.pinned = None
+            for thread in state.threads.values():
+                thread.pinned = None
         if self.store is None:
             return False
         try:
@@ -330,24 +393,11 @@ class ContextManager:
         await self._load_force(state)
         model = self.prices.lookup(view.model)
         usable = usable_tokens(model, view)
-        main = len(view.messages) >= SIDE_REQUEST_SHARE * state.largest_request
-        an = analyse(view, ctx.session_id, self.counter, state.memo if main else None)
-        if not main:
-            # A "side" conversation that keeps coming back and growing is the session's
-            # conversation now (the client compacted or started over under the same id).
-            first = next((i for i in an.ids if i is not None), None)
-            if first is not None and first == state.side_first_id:
-                state.side_turns += 1
-            else:
-                state.side_first_id, state.side_turns = first, 1
-            if state.side_turns >= SIDE_TURNS_TO_ADOPT:
-                main = True
-                state.pinned = None
-                state.memo = Memo()
-                an = analyse(view, ctx.session_id, self.counter, state.memo)
-        if main:
-            state.largest_request = len(an.messages)
-            state.side_first_id, state.side_turns = None, 0
+        key = thread_key(view)
+        thread = state.thread(key, state.last_seen)
+        an = analyse(view, ctx.session_id, self.counter, thread.memo)
+        thread.messages = len(an.messages)
+        self._elect_main(state, thread)
         correct = state.calibration.correct
         limit = int(usable * FIT_SHARE)
 
@@ -363,13 +413,13 @@ class ContextManager:
             model,
             self.budget,
             calibrated=state.calibration.calibrated,
-            zero_cache_write_turns=state.cache.zero_write_turns,
+            zero_cache_write_turns=thread.cache.zero_write_turns,
             pressure=pressure,
         )
 
         current: Composition | None = None
-        if state.pinned is not None and main:
-            current = replay_pinned(state.pinned, an, self.counter, extra_tokens=extra)
+        if thread.pinned is not None:
+            current = replay_pinned(thread.pinned, an, self.counter, extra_tokens=extra)
         if current is None:
             current = raw_composition(an)
             if extra:
@@ -385,7 +435,7 @@ class ContextManager:
         elif not fits(current.tokens):
             need = "overflow"
         elif cap.tokens is not None and size > cap.tokens:
-            if not state.cache.holding:
+            if not thread.cache.holding:
                 need = "cost"
             elif current.layer == 0:
                 current.reason = "holding"  # after repeated busts: keep growing
@@ -393,7 +443,7 @@ class ContextManager:
         if need:
             self._distil_urgently(ctx.session_id)
             parts = await self._parts(state, wait=True)
-            previous = state.pinned.prefix if state.pinned is not None else ()
+            previous = thread.pinned.prefix if thread.pinned is not None else ()
             candidate = least_layer(
                 an,
                 parts,
@@ -405,42 +455,50 @@ class ContextManager:
                 extra_tokens=extra,
             )
             if need == "cost":
-                decision = decide_compression(size, correct(candidate.tokens), model, cap, state.cache)
+                decision = decide_compression(size, correct(candidate.tokens), model, cap, thread.cache)
                 if not decision.compress:
                     need = ""
                     if composition.layer == 0:
                         composition.reason = decision.reason
             elif need == "overflow":
                 # Compressing to fit is not optional: a hold after repeated busts ends here.
-                state.cache.release()
+                thread.cache.release()
             if need:
                 candidate.reason = need
                 composition = candidate
-                if main:
-                    state.pinned = candidate
-                    state.recompositions += 1
+                thread.pinned = candidate
+                thread.recompositions += 1
         else:
-            if current.layer > 0 and main:
-                state.pinned = current
+            if current.layer > 0:
+                thread.pinned = current
             # Keep looking at the distiller's output while under no pressure, so the first
             # re-composition does not wait for the store.
             if state.parts is None or cap.tokens is None or size > cap.tokens // 2:
                 await self._parts(state, wait=False)
         composition.ltm_baseline, composition.ltm_context = baseline, context_block
-        if main:
-            state.layer = composition.layer
-            state.reason = composition.reason
-            state.model = view.model
-            state.cap = cap
-            state.estimated_tokens = correct(composition.tokens)
-            state.turns += 1
-        self._sent[id(view)] = _Sent(ctx.session_id, composition.tokens, main)
+        thread.layer = composition.layer
+        thread.reason = composition.reason
+        thread.model = view.model
+        thread.cap = cap
+        thread.estimated_tokens = correct(composition.tokens)
+        thread.turns += 1
+        state.turns += 1
+        self._sent[id(view)] = _Sent(ctx.session_id, key, composition.tokens)
         for pending in (self._sent, self._client_views):
             if len(pending) > 10_000:  # responses that never came back (a crashed relay)
                 for key in list(pending)[:5_000]:
                     del pending[key]
         self.counts[f"layer{composition.layer}"] += 1
         return composition
+
+    def _elect_main(self, state: SessionContext, thread: ThreadState) -> None:
+        main = state.threads.get(state.main) if state.main is not None else None
+        if main is None or thread is main or thread.messages >= SIDE_REQUEST_SHARE * main.messages:
+            state.main, state.side_turns = thread.key, 0
+            return
+        state.side_turns += 1
+        if state.side_turns >= SIDE_TURNS_TO_ADOPT:
+            state.main, state.side_turns = thread.key, 0
 
     async def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
         """Plan the turn, then run the prompt layers in priority order. A failing layer is
@@ -501,44 +559,50 @@ class ContextManager:
                 log.exception("context: could not record a response's cost")
         state.input_tokens += prompt_tokens(usage)
         state.cache_read_tokens += usage.cache_read_tokens
-        if sent is not None and not sent.main:
-            return  # a side request says nothing about the main prompt's cache
-        state.real_tokens = prompt_tokens(usage)
         if sent is not None:
             state.calibration.record(sent.estimate, usage)
-        if state.cache.observe(usage):
-            state.busts += 1
+        # An exchange composed elsewhere (or not at all) is taken for the main conversation.
+        thread = state.threads.get(sent.thread if sent is not None else state.main or "")
+        if thread is None:
+            return
+        thread.real_tokens = prompt_tokens(usage)
+        if thread.cache.observe(usage):
+            thread.busts += 1
 
     # -- reporting -------------------------------------------------------------------------
 
     def session_status(self, session_id: str) -> dict[str, Any]:
-        """The context figures of one session, for ``/lore:status`` and ``lore status``."""
+        """The context figures of one session (its main conversation's layer, tokens and
+        cache; the session's cost and cache-hit rate), for ``/lore:status`` and ``lore status``."""
         state = self.sessions.get(session_id)
-        if state is None:
-            return {"session_id": session_id, "layer": None, "turns": 0}
-        cap = state.cap
+        if state is None or state.main is None:
+            forced = state.force_min_layer if state is not None else 0
+            return {"session_id": session_id, "layer": None, "turns": 0, "force_min_layer": forced}
+        main = state.main_thread
+        cap = main.cap
         return {
             "session_id": session_id,
-            "layer": state.layer,
-            "reason": state.reason,
+            "layer": main.layer,
+            "reason": main.reason,
             "force_min_layer": state.force_min_layer,
-            "model": state.model,
+            "model": main.model,
             "turns": state.turns,
-            "prompt_tokens": state.real_tokens or state.estimated_tokens,
-            "prompt_tokens_real": state.real_tokens,
-            "prompt_tokens_estimated": state.estimated_tokens,
+            "threads": len(state.threads),
+            "prompt_tokens": main.real_tokens or main.estimated_tokens,
+            "prompt_tokens_real": main.real_tokens,
+            "prompt_tokens_estimated": main.estimated_tokens,
             "cap": cap.tokens if cap else None,
             "cap_reason": cap.reason if cap else None,
             "calibration_factor": round(state.calibration.factor, 4),
             "session_cost_usd": round(self.costs.session_cost(session_id), 6),
             "cache_hit_rate": (state.cache_read_tokens / state.input_tokens) if state.input_tokens else None,
-            "busts": state.busts,
-            "consecutive_busts": state.cache.consecutive_busts,
-            "holding": state.cache.holding,
-            "recompositions": state.recompositions,
-            "distillations_in_prefix": len(state.pinned.prefix) if state.pinned else 0,
-            "dropped_messages": state.pinned.dropped if state.pinned else 0,
-            "stripped_messages": state.pinned.stripped if state.pinned else 0,
+            "busts": main.busts,
+            "consecutive_busts": main.cache.consecutive_busts,
+            "holding": main.cache.holding,
+            "recompositions": main.recompositions,
+            "distillations_in_prefix": len(main.pinned.prefix) if main.pinned else 0,
+            "dropped_messages": main.pinned.dropped if main.pinned else 0,
+            "stripped_messages": main.pinned.stripped if main.pinned else 0,
         }
 
     def health(self) -> dict[str, Any]:
