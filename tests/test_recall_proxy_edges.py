@@ -603,3 +603,27 @@ def test_non_streaming_first_answer_cut_off_is_a_502(gateway, fake_upstream):
     fake_upstream.enqueue(Reply(text="never arrives whole", drop_after_bytes=20))
     with pytest.raises(anthropic.InternalServerError, match="broke off"):
         _ask(_anthropic(gateway), [{"role": "user", "content": "hi"}], stream=False)
+
+
+def test_the_same_marker_in_two_turns_restores_each_turn_its_own(gateway, fake_upstream):
+    client = _openai(gateway)
+    kwargs = dict(model="gpt-4.1", tools=[CHAT_TOOL])
+    history = [{"role": "user", "content": "deploy?"}]
+    follow_ups = []
+    for answer in ("First answer.", "Second answer."):
+        fake_upstream.enqueue(
+            Reply(text="", tool_calls=[ToolCall("recall", {"query": "deploy"})]), Reply(text=answer)
+        )
+        content = client.chat.completions.create(messages=history, **kwargs).choices[0].message.content
+        assert content.endswith(answer)
+        follow_ups.append(fake_upstream.api_requests()[-1].json["messages"])
+        history += [{"role": "assistant", "content": content}, {"role": "user", "content": "again?"}]
+    fake_upstream.enqueue(Reply(text="ok"))
+    client.chat.completions.create(messages=history, **kwargs)
+    sent = fake_upstream.api_requests()[-1].json["messages"]
+    first, second = follow_ups
+    assert sent[: len(first)] == first
+    assert sent[len(first)] == {"role": "assistant", "content": "First answer."}
+    assert sent[: len(second)] == second
+    assert sent[len(second)] == {"role": "assistant", "content": "Second answer."}
+    assert first[2]["tool_call_id"] != second[-1]["tool_call_id"]
