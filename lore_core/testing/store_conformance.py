@@ -565,6 +565,15 @@ class StoreConformance:
             return self._unit(0.0, 0.0, 0.1, 1.0)
         return self._unit(1.0, 0.1, 0.0, 0.0)
 
+    @staticmethod
+    async def _require_vectors(store: Store) -> None:
+        """Vectors are optional: a backend without them raises NotImplementedError (recall
+        is then full-text only), and these tests are skipped for it."""
+        try:
+            await store.vector_stats()
+        except NotImplementedError:
+            pytest.skip(f"the {store.name} store has no vector index")
+
     async def _embed_pending(self, store: Store, model: str | None = None, batch: int = 256) -> int:
         from lore_core.store import ItemVectors
 
@@ -580,6 +589,7 @@ class StoreConformance:
         from lore_core.store import ItemVectors
 
         async def body(store: Store) -> None:
+            await self._require_vectors(store)
             assert await store.pending_embeddings(self.MODEL) == []
             await store.write(self._corpus())
             obs = self._distillation(0, "- wombat cache layout decided", ["m1"], session="s-a")
@@ -622,6 +632,7 @@ class StoreConformance:
 
     def test_vector_search_ranks_and_filters(self, make_store: Callable[[], Store]) -> None:
         async def body(store: Store) -> None:
+            await self._require_vectors(store)
             await store.write(self._corpus())
             archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
             await store.write_distillation(archived)
@@ -663,6 +674,7 @@ class StoreConformance:
         from lore_core.store import ItemVectors
 
         async def body(store: Store) -> None:
+            await self._require_vectors(store)
             await store.write(self._corpus())
             pending = await store.pending_embeddings(self.MODEL)
             # Every item gets three chunk vectors; the first item's last chunk is the match.
@@ -682,6 +694,7 @@ class StoreConformance:
         from lore_core.store import ItemVectors, VectorDimensionError
 
         async def body(store: Store) -> None:
+            await self._require_vectors(store)
             await store.write(self._corpus())
             pending = await store.pending_embeddings(self.MODEL)
             await store.write_vectors(self.MODEL, 4, [ItemVectors(pending[0], [self._unit(1, 0, 0, 0)])])
@@ -701,6 +714,7 @@ class StoreConformance:
 
     def test_reset_vectors_makes_everything_pending(self, make_store: Callable[[], Store]) -> None:
         async def body(store: Store) -> None:
+            await self._require_vectors(store)
             await store.write(self._corpus())
             await self._embed_pending(store)
             await self._embed_pending(store, model="keep-me")
@@ -719,6 +733,7 @@ class StoreConformance:
         from lore_core.store import ItemVectors
 
         async def write(store: Store) -> None:
+            await self._require_vectors(store)
             await store.write(self._corpus())
             pending = await store.pending_embeddings(self.MODEL)
             await store.write_vectors(
