@@ -436,3 +436,32 @@ def test_after_an_overflow_the_next_turn_is_composed_afresh_even_at_the_same_lay
     first, after = asyncio.run(run())
     assert first.layer >= 1 and after.layer >= first.layer
     assert after.reason == "forced" and after.cut_index > first.cut_index
+
+
+def test_urgent_distillation_is_asked_for_when_a_turn_needs_compressing_at_most_every_interval():
+    calls = []
+    now = [1000.0]
+
+    async def distil(session_id):
+        calls.append(session_id)
+
+    async def run():
+        manager = ContextManager(
+            config(max_layer0_tokens=5_000),
+            PriceTable(),
+            await memory_store(),
+            LAYERS,
+            distill_now=distil,
+            clock=lambda: now[0],
+        )
+        for n in (20, 21, 22):  # past the cap, nothing distilled: each turn would ask
+            await turn(manager, view_of(TURNS[:n]))
+            await asyncio.sleep(0)
+        now[0] += M.URGENT_INTERVAL_SECONDS
+        await turn(manager, view_of(TURNS[:23]))
+        await asyncio.sleep(0)
+        await manager.stop()
+        return manager
+
+    manager = asyncio.run(run())
+    assert calls == [SID, SID] and manager.counts["urgent_distillations"] == 2

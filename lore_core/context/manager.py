@@ -68,6 +68,8 @@ SIDE_REQUEST_SHARE = 0.5
 #: ... until this many requests in a row came from side threads: then the latest becomes the
 #: session's main conversation (the client compacted or started over under the same id).
 SIDE_TURNS_TO_ADOPT = 3
+#: Urgent distillations of one session start at most this often.
+URGENT_INTERVAL_SECONDS = 30.0
 #: Threads kept per session (least recently seen dropped first).
 MAX_THREADS = 32
 #: Composition times kept for the p50/p99 on ``/health``.
@@ -228,6 +230,7 @@ class ContextManager:
         # context manager needs it"); one run per session at a time, off the request path.
         self._distill_now = distill_now
         self._urgent: dict[str, asyncio.Task[None]] = {}
+        self._urgent_at: dict[str, float] = {}
         self._clock = clock
         self.sessions: dict[str, SessionContext] = {}
         self._sent: dict[int, _Sent] = {}
@@ -336,6 +339,11 @@ class ContextManager:
         running = self._urgent.get(session_id)
         if running is not None and not running.done():
             return
+        # A session past the cap asks on every turn; the worker is not called on every turn.
+        now = self._clock()
+        if now - self._urgent_at.get(session_id, float("-inf")) < URGENT_INTERVAL_SECONDS:
+            return
+        self._urgent_at[session_id] = now
 
         async def run() -> None:
             try:
@@ -486,8 +494,8 @@ class ContextManager:
         self._sent[id(view)] = _Sent(ctx.session_id, key, composition.tokens)
         for pending in (self._sent, self._client_views):
             if len(pending) > 10_000:  # responses that never came back (a crashed relay)
-                for key in list(pending)[:5_000]:
-                    del pending[key]
+                for stale in list(pending)[:5_000]:
+                    del pending[stale]
         self.counts[f"layer{composition.layer}"] += 1
         return composition
 
