@@ -149,8 +149,11 @@ def lore_register_prompt_layers(register: Callable[[PromptLayer], None]) -> None
     Each :class:`~lore_core.interfaces.PromptLayer` has an integer ``priority``; the kernel
     runs them in ascending priority order (never in install order) on the wire-neutral view
     of every request. A layer returns the view unchanged, or a changed view with
-    ``modified`` set, in which case the codec renders the body anew. A layer that raises is
-    logged and skipped: the request falls back to what the previous layers produced.
+    ``modified`` set, in which case the codec renders the body anew; ``compose`` may be a
+    coroutine. ``ctx.composition`` is the context manager's plan for the turn (its layer and
+    parts); the built-in layers (priorities 100-600 and 900, see ``docs/context.md``) place
+    it. A layer that raises is logged and skipped: the request falls back to what the
+    previous layers produced (to the client's request when a built-in layer fails).
     """
 
 
