@@ -211,6 +211,7 @@ class Embedder:
         self.dimensions = self.inner.dimensions
         self.seconds = 0.0
         self.texts = 0
+        self.cached = 0
         self._cache: Any = None
         if cache_dir is not None:
             import sqlite3
@@ -236,6 +237,7 @@ class Embedder:
                 row = self._cache.execute("SELECT vec FROM v WHERE key = ?", (self._key(text),)).fetchone()
                 if row is not None:
                     out[i] = np.frombuffer(row[0], dtype=np.float32).tolist()
+                    self.cached += 1
         missing = [i for i, v in enumerate(out) if v is None]
         if missing:
             started = time.perf_counter()
@@ -357,6 +359,9 @@ async def run_question(
                 response = await engine.search(question["question"], "project", None, project_of(qid), limit)
                 if response.error:
                     raise RuntimeError(f"{qid} {method}: {response.error}")
+                if method != "bm25" and "full_text_only" in response.metadata:
+                    # A vector leg that silently fell back would be measured as something else.
+                    raise RuntimeError(f"{qid} {method}: no vectors: {response.metadata['full_text_only']}")
                 notes = [n for n in response.notes if method != "bm25" or "full-text" not in n]
                 if notes:
                     print(f"  note {qid} {method}: {'; '.join(notes)}", file=sys.stderr)
@@ -450,7 +455,9 @@ async def run(args: argparse.Namespace) -> int:
             f"vector leg: the store's vector index ({embedder.model_id}), filled by the product's "
             f"indexer: chunks of <= {embedder.inner.settings.max_tokens} tokens with overlap, "
             f"<= {settings.max_chunks_per_item} per message, a message scored by its best chunk "
-            f"({embedder.texts} texts embedded in {embedder.seconds:.0f} s)"
+            f"({embedder.texts} texts embedded in {embedder.seconds:.0f} s"
+            + (f", {embedder.cached} taken from the cache" if embedder.cached else "")
+            + ")"
         )
     print()
     print(table(results, methods))
