@@ -627,3 +627,28 @@ def test_the_same_marker_in_two_turns_restores_each_turn_its_own(gateway, fake_u
     assert sent[: len(second)] == second
     assert sent[len(second)] == {"role": "assistant", "content": "Second answer."}
     assert first[2]["tool_call_id"] != second[-1]["tool_call_id"]
+
+
+def test_event_splitter_keeps_each_events_bytes_across_any_chunking():
+    from lore_core.recall.proxy_loop import EventSplitter
+
+    stream = (
+        b'event: message_start\ndata: {"a": 1}\n\n'
+        b": a comment\n\n"
+        b'event: content_block_delta\r\ndata: {"b":\r\ndata: 2}\r\n\r\n'
+        b"data: [DONE]\n\n"
+    )
+    for size in (1, 2, 3, 7, len(stream)):
+        splitter = EventSplitter()
+        events = []
+        for i in range(0, len(stream), size):
+            events += splitter.feed(stream[i : i + size])
+        assert [(name, data) for name, data, _ in events] == [
+            ("message_start", '{"a": 1}'),
+            ("", ""),  # a keep-alive comment, relayed as it came
+            ("content_block_delta", '{"b":\n2}'),
+            ("", "[DONE]"),
+        ]
+        assert events[0][2] == b'event: message_start\ndata: {"a": 1}\n\n'
+        assert events[1][2] == b": a comment\n\n"
+        assert events[3][2] == b"data: [DONE]\n\n"

@@ -435,8 +435,8 @@ class EventSplitter:
                     name = value
                 elif key == "data":
                     data.append(value)
-            if name or data:
-                events.append((name, "\n".join(data), raw))
+            # A comment-only block (a keep-alive) is relayed as it came.
+            events.append((name, "\n".join(data), raw))
         self._buffer = buffer
         return events
 
