@@ -151,11 +151,13 @@ def test_no_tools_no_recall_and_the_client_recall_wins(gateway, fake_upstream):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("recall_first", [True, False])
 @pytest.mark.parametrize("stream", [False, True])
-def test_anthropic_mixed_calls(gateway, fake_upstream, stream):
+def test_anthropic_mixed_calls(gateway, fake_upstream, stream, recall_first):
     recall = ToolCall("recall", {"query": "deploy"})
     read = ToolCall("read_file", {"path": "deploy.sh"})
-    fake_upstream.enqueue(Reply(text="Two things.", tool_calls=[recall, read]), Reply(text="Done."))
+    calls = [recall, read] if recall_first else [read, recall]
+    fake_upstream.enqueue(Reply(text="Two things.", tool_calls=calls), Reply(text="Done."))
     client = _anthropic(gateway)
     history = [{"role": "user", "content": "deploy it"}]
     message = _ask(client, history, stream)
@@ -169,10 +171,12 @@ def test_anthropic_mixed_calls(gateway, fake_upstream, stream):
     ]
     assert _ask(client, history, stream).content[0].text == "Done."
     sent = fake_upstream.api_requests()[1].json["messages"]
-    assert [b.get("id") for b in sent[1]["content"] if b["type"] == "tool_use"] == [recall.id, read.id]
-    results = sent[2]["content"]
-    assert [r["tool_use_id"] for r in results] == [recall.id, read.id]
-    assert "deploy" in results[0]["content"] and results[1]["content"] == "echo hi"
+    uses = [b for b in sent[1]["content"] if b["type"] == "tool_use"]
+    assert [b["id"] for b in uses] == [c.id for c in calls]
+    assert [b["input"] for b in uses] == [c.input for c in calls]
+    results = {r["tool_use_id"]: r["content"] for r in sent[2]["content"]}
+    assert [r["tool_use_id"] for r in sent[2]["content"]] == [c.id for c in calls]
+    assert "deploy" in results[recall.id] and results[read.id] == "echo hi"
 
 
 @pytest.mark.parametrize("stream", [False, True])
