@@ -465,3 +465,23 @@ def test_urgent_distillation_is_asked_for_when_a_turn_needs_compressing_at_most_
 
     manager = asyncio.run(run())
     assert calls == [SID, SID] and manager.counts["urgent_distillations"] == 2
+
+
+def test_idle_conversations_and_sessions_are_forgotten():
+    now = [0.0]
+
+    async def run():
+        manager = ContextManager(config(), PriceTable(), await memory_store(), LAYERS, clock=lambda: now[0])
+        await turn(manager, view_of(TURNS[:3]))
+        await turn(manager, view_of(coding_session(2, seed=5)))  # a side conversation
+        await turn(manager, view_of([], messages=[{"role": "user", "content": "hi"}]), sid="other")
+        now[0] += M.THREAD_IDLE_SECONDS + 1
+        await turn(manager, view_of(TURNS[:4]))
+        manager.sweep()
+        threads = len(manager.session(SID).threads)
+        now[0] += M.SESSION_IDLE_SECONDS + 1
+        manager.sweep()
+        return manager, threads
+
+    manager, threads = asyncio.run(run())
+    assert threads == 1 and manager.sessions == {}

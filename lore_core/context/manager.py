@@ -70,6 +70,13 @@ SIDE_REQUEST_SHARE = 0.5
 SIDE_TURNS_TO_ADOPT = 3
 #: Urgent distillations of one session start at most this often.
 URGENT_INTERVAL_SECONDS = 30.0
+#: A conversation idle this long is forgotten (the provider's cache of it expired long ago;
+#: it is composed afresh if it comes back) ...
+THREAD_IDLE_SECONDS = 3600.0
+#: ... and a session idle this long too (its forceMinLayer is read from the store again).
+SESSION_IDLE_SECONDS = 6 * 3600.0
+#: Every this many requests, idle state is swept.
+SWEEP_EVERY = 256
 #: Threads kept per session (least recently seen dropped first).
 MAX_THREADS = 32
 #: Composition times kept for the p50/p99 on ``/health``.
@@ -231,6 +238,7 @@ class ContextManager:
         self._distill_now = distill_now
         self._urgent: dict[str, asyncio.Task[None]] = {}
         self._urgent_at: dict[str, float] = {}
+        self._planned = 0
         self._clock = clock
         self.sessions: dict[str, SessionContext] = {}
         self._sent: dict[int, _Sent] = {}
@@ -394,8 +402,24 @@ class ContextManager:
 
     # -- the turn ------------------------------------------------------------------------------
 
+    def sweep(self, now: float | None = None) -> None:
+        """Forget idle conversations and sessions (their state holds the last request's
+        messages)."""
+        now = self._clock() if now is None else now
+        for sid, state in list(self.sessions.items()):
+            if now - state.last_seen > SESSION_IDLE_SECONDS:
+                del self.sessions[sid]
+                self._urgent_at.pop(sid, None)
+                continue
+            for key, thread in list(state.threads.items()):
+                if now - thread.last_seen > THREAD_IDLE_SECONDS and key != state.main:
+                    del state.threads[key]
+
     async def plan(self, view: RequestView, ctx: CompositionContext) -> Composition:
         """Choose this request's layer and composition (see the module docstring)."""
+        self._planned += 1
+        if self._planned % SWEEP_EVERY == 0:
+            self.sweep()
         state = self.session(ctx.session_id)
         state.last_seen = self._clock()
         await self._load_force(state)
