@@ -525,6 +525,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for model, v in sorted((store.get("vectors") or {}).items()):
             print(f"vectors: {model}: {v.get('vectors', 0)} vectors, {v.get('pending', 0)} items pending")
+        indexer = (data.get("health") or {}).get("indexer") or {}
+        if isinstance(reader, _ApiReader) and indexer:
+            error = f": {indexer['error']}" if indexer.get("error") else ""
+            print(f"indexer: {indexer.get('state')}{error}")
         return 0
 
     return _with_reader(args, action)

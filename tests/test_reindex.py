@@ -111,6 +111,9 @@ def test_reindex_refuses_while_a_gateway_holds_the_store(
     assert cli.main(["reindex"]) == 3
     err = capsys.readouterr().err
     assert "gateway is running" in err and "stop it" in err
+    # Its indexer's state is what `lore status` shows instead.
+    assert cli.main(["status"]) == 0
+    assert "indexer: " in capsys.readouterr().out
 
 
 def test_reindex_names_an_unknown_provider(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
