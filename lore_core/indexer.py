@@ -146,7 +146,7 @@ class VectorIndexer:
                 pass  # embed() raises it again below, where it is reported
             except Exception:
                 log.exception("vector indexer: the embedder failed to load")
-        announced = False
+        announced = busy = False
         while not self._stopping:
             if not self._store_ready():
                 self.state = "waiting for the store"
@@ -154,7 +154,7 @@ class VectorIndexer:
                 continue
             if not announced:
                 announced = True
-                await self._announce()
+                await self._refresh_pending(announce=True)
             try:
                 done = await self.index_batch()
             except asyncio.CancelledError:
@@ -175,21 +175,24 @@ class VectorIndexer:
                 log.warning("vector indexer works again")
             self.error, self._failures = None, 0
             if done:
+                if not busy:
+                    # Out of idle: count what is pending now (health shows it going down).
+                    busy = True
+                    await self._refresh_pending(announce=False)
                 await asyncio.sleep(0)  # let the loop breathe between batches
                 continue
+            busy = False
             self.state = "idle"
             await self._idle_upkeep()
             await self._sleep(self.interval)
 
-    async def _announce(self) -> None:
+    async def _refresh_pending(self, announce: bool) -> None:
         try:
             stats = (await self.store.vector_stats(self.model)).get(self.model, {})
-        except NotImplementedError:
-            return  # said by the loop
-        except Exception:
+        except Exception:  # a count for /health only (NotImplementedError is said by the loop)
             return
         self.pending = stats.get("pending")
-        if self.pending:
+        if announce and self.pending:
             log.info("vector indexer: %d items to embed for %s", self.pending, self.model)
 
     def _fail(self, state: str, message: str, say: Callable[..., None]) -> None:

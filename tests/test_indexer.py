@@ -174,6 +174,7 @@ def test_background_loop_retries_and_reports() -> None:
                     break
                 await asyncio.sleep(0.01)
             assert indexer.items_indexed == 5
+            assert indexer.health()["pending"] == 0
         finally:
             await indexer.stop()
         assert indexer.health()["state"] == "stopped"
