@@ -20,7 +20,7 @@ from lore_core.interfaces import EmbedderUnavailable
 from lore_core.server import ThreadedServer
 from lore_core.store import StoredDistillation, distillation_id
 from lore_core.testing.store_conformance import answer, batch_of, exchange, text
-from tests.test_vectors import TopicEmbedder
+from tests.test_vectors import BrokenEmbedder, TopicEmbedder
 
 
 def run(coro: Any) -> Any:
@@ -175,6 +175,21 @@ def test_background_loop_retries_and_reports() -> None:
                 await asyncio.sleep(0.01)
             assert indexer.items_indexed == 5
             assert indexer.health()["pending"] == 0
+            # A distillation (written by the distiller, which wakes nobody) is found by polling.
+            d = StoredDistillation(
+                id=distillation_id("s-new", 0, ["m"]), session_id="s-new", generation=0,
+                text="- a kitten was adopted", source_ids=["m"], project="/work/alpha",
+            )  # fmt: skip
+            await store.write_distillation(d)
+            for _ in range(400):
+                if indexer.items_indexed == 6:
+                    break
+                await asyncio.sleep(0.01)
+            assert indexer.items_indexed == 6
+            hits = await store.vector_search(
+                "topics-v1", TopicEmbedder().vector("kitten"), kinds=["distillation"]
+            )
+            assert [h.id for h in hits] == [d.ref]
         finally:
             await indexer.stop()
         assert indexer.health()["state"] == "stopped"
@@ -275,3 +290,36 @@ def test_gateway_embeds_what_it_stores_and_recall_finds_it_by_meaning(
         assert answer_["error"] is None, answer_
         assert any(res["text"] == "my tabby kitten sleeps all day" for res in answer_["results"])
         assert not any("full-text" in n for n in answer_["notes"])
+
+
+class BrokenPlugin:
+    @hookimpl
+    def lore_register_embedders(self, register: Callable[[str, Any], None]) -> None:
+        register("broken", lambda config: BrokenEmbedder())
+
+
+def test_gateway_with_an_embedder_that_cannot_load_serves_full_text(
+    start_gateway: Callable[..., ThreadedServer], fake_upstream: Any
+) -> None:
+    server = start_gateway(config={"embedding": {"provider": "broken"}}, extra_plugins=(BrokenPlugin(),))
+    body = {
+        "model": "claude-test",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "kitten naps"}],
+    }
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        r = client.post(
+            "/v1/messages", json=body, headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}
+        )
+        assert r.status_code == 200  # the proxy never depends on the embedder
+        _wait(lambda: client.get("/health").json()["indexer"]["state"] == "unavailable")
+        health = client.get("/health").json()["indexer"]
+        assert health["ok"] is False and "the model file is missing" in health["error"]
+        _wait(
+            lambda: bool(
+                client.get("/lore/api/recall", params={"q": "kitten", "scope": "all"}).json()["results"]
+            )
+        )
+        answer_ = client.get("/lore/api/recall", params={"q": "kitten", "scope": "all"}).json()
+        assert answer_["results"][0]["text"] == "kitten naps"
+        assert any("full-text search only" in n for n in answer_["notes"])
