@@ -239,3 +239,34 @@ def test_hybrid_over_each_backend(backend: str, tmp_path: Path) -> None:
             await store.close()
 
     run(main())
+
+
+def test_full_text_lists_do_not_wait_for_the_query_embedding() -> None:
+    """The query is embedded while the BM25 lists run: an embedder that only answers once a
+    full-text search has started still gets its vector list in."""
+
+    async def main() -> None:
+        store, embedder = MemoryStore(), TopicEmbedder()
+        await store.open()
+        await corpus(store)
+        await embed_all(store, embedder)
+        started = asyncio.Event()
+        original_search = store.search
+
+        async def search(*args: Any, **kwargs: Any) -> Any:
+            started.set()
+            return await original_search(*args, **kwargs)
+
+        store.search = search  # type: ignore[method-assign]
+
+        class Waiting(TopicEmbedder):
+            async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+                await asyncio.wait_for(started.wait(), 5)  # raises if BM25 waits for us
+                return await super().embed(texts)
+
+        engine = store_recall_engine(store, embedder=Waiting())
+        response = await engine.search("kitten feline", scope="project", project="/work/alpha")
+        assert "full_text_only" not in response.metadata, response.notes
+        assert response.results[0].text == "my tabby kitten sleeps all day"
+
+    run(main())

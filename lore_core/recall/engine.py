@@ -42,6 +42,8 @@ MAX_QUERY_CHARS = 2000
 # Each list fetches more than the final limit, so fusion has overlap to reward.
 FETCH_FACTOR = 3
 DEFAULT_SOURCE_TIMEOUT_SECONDS = 10.0
+# What a vector list answers when the query has no embedding (the embedder failed).
+_NO_VECTOR = object()
 
 
 @attrs.define
@@ -222,9 +224,11 @@ class RecallEngine:
         try:
             lists: list[RankedList] = []
             failures: list[str] = []
-            query_vectors = await self._embed([text], response) if vector_sources else None
+            # The query is embedded while the full-text lists already run: the vector lists
+            # wait for it, the others do not.
+            query_vector = asyncio.ensure_future(self._embed_one(text, response)) if vector_sources else None
             lists += await self._run_lists(
-                kinds, filters, text, query_vectors[0] if query_vectors else None,
+                kinds, filters, text, query_vector,
                 bm25_weight, vector_weight, fetch, "q0", True, response, failures,
             )  # fmt: skip
             if expansion_task is not None:
@@ -302,12 +306,29 @@ class RecallEngine:
             return None
         return vectors
 
+    async def _embed_one(self, text: str, response: RecallResponse) -> list[float] | None:
+        vectors = await self._embed([text], response)
+        return vectors[0] if vectors else None
+
+    @staticmethod
+    async def _vector_search(
+        source: VectorSource,
+        vector: list[float] | asyncio.Future[list[float] | None],
+        where: SearchFilter,
+        fetch: int,
+    ) -> Any:
+        if not isinstance(vector, list):
+            vector = await vector
+            if vector is None:
+                return _NO_VECTOR
+        return await source.search_vector(vector, where, fetch)
+
     async def _run_lists(
         self,
         kinds: Sequence[Kind],
         filters: dict[Kind, SearchFilter],
         text: str,
-        vector: list[float] | None,
+        vector: list[float] | asyncio.Future[list[float] | None] | None,
         bm25_weight: float,
         vector_weight: float,
         fetch: int,
@@ -328,7 +349,7 @@ class RecallEngine:
                 for vsource in self._vector.get(kind, []):
                     jobs.append(
                         (f"{kind.value}:{vsource.name}:{VECTOR}:{tag}", kind, VECTOR,
-                         vsource.search_vector(vector, where, fetch), vector_weight)
+                         self._vector_search(vsource, vector, where, fetch), vector_weight)
                     )  # fmt: skip
         outcomes = await asyncio.gather(*(self._bounded(job[3]) for job in jobs), return_exceptions=True)
         lists: list[RankedList] = []
@@ -336,6 +357,8 @@ class RecallEngine:
             source_name = name.split(":")[1]
             if isinstance(outcome, asyncio.CancelledError):
                 raise outcome
+            if outcome is _NO_VECTOR:
+                continue  # the query could not be embedded (said once in the notes)
             if isinstance(outcome, BaseException):
                 reason = _reason(outcome)
                 failures.append(f"{kind.label} {method} search ({source_name}): {reason}")
