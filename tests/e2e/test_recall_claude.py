@@ -1,4 +1,4 @@
-"""Real Claude Code (and Codex) through a real gateway: the fake upstream calls the recall tool,
+"""Real Claude Code (and Codex, OpenCode) through a real gateway: the upstream calls recall,
 the gateway searches and continues upstream, Claude Code completes the turn with the marker
 and the final answer; on the next turn (``--continue``) the upstream sees the real recall call
 and result again, byte for byte as in the follow-up."""
@@ -172,3 +172,49 @@ def test_claude_code_does_not_compact_on_scaled_usage(tmp_path: Path, start_gate
     assert summaries == []
     assert gateway.gateway.stats["compactions_answered"] == 0
     assert len(fake_upstream.api_requests()) == 3
+
+
+def test_opencode_turn_with_recall(
+    tmp_path: Path, start_gateway, fake_upstream: FakeUpstream, monkeypatch
+) -> None:
+    """OpenCode (Anthropic provider) completes a turn in which the upstream calls recall; its
+    next turn (``--continue``) carries the restored call and result."""
+    from lore_harness_opencode.plugin import OpenCodeHarness
+
+    monkeypatch.delenv("OPENCODE_CONFIG_CONTENT", raising=False)
+    opencode = find_client("opencode")
+    gateway = start_gateway()
+    follow_ups: list[RecordedRequest] = []
+
+    def responder(req: RecordedRequest) -> Reply | None:
+        body = req.json or {}
+        if not _offers_recall(body):
+            return Reply(text="A title")
+        if _answered_recall(body):
+            follow_ups.append(req)
+            return Reply(text=FINAL)
+        if "next question" in json.dumps(body.get("messages")):
+            return Reply(text="Second answer.")
+        return Reply(text="", tool_calls=[ToolCall("recall", {"query": QUERY})])
+
+    fake_upstream.responder = responder
+    plan = OpenCodeHarness().launch(gateway.url, [])
+    env = client_env(
+        tmp_path / "home",
+        {**plan.env, "OPENCODE_DISABLE_MODELS_FETCH": "1", "ANTHROPIC_API_KEY": "sk-ant-test-key"},
+    )
+    result = run_client([find_client("opencode"), "run", "where is the release script?"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert FINAL in result.stdout, result.describe()
+    assert len(follow_ups) == 1
+    follow_up = follow_ups[0].json["messages"]
+    assert follow_up[-2]["content"][-1]["name"] == "recall"
+
+    before = len(fake_upstream.api_requests())
+    result = run_client([opencode, "run", "--continue", "next question"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    turn = [r for r in fake_upstream.api_requests()[before:] if _offers_recall(r.json or {})][-1]
+    sent = turn.json["messages"]
+    assert marker_text(QUERY) not in json.dumps(sent)
+    restored = json.dumps(follow_up[-2:], ensure_ascii=False).encode()[1:-1]
+    assert restored in turn.body
