@@ -146,13 +146,14 @@ def _chat_ask(client, history, stream):
     return client.chat.completions.create(**kwargs), []
 
 
+@pytest.mark.parametrize("lead", ["", "Let me check."])
 @pytest.mark.parametrize("stream", [False, True])
-def test_chat_recall_loop(openai_client, fake_upstream, stream):
-    call = _recall_then_answer(fake_upstream)
+def test_chat_recall_loop(openai_client, fake_upstream, stream, lead):
+    call = _recall_then_answer(fake_upstream, lead=lead)
     history = [{"role": "user", "content": "Where is the deploy script we wrote?"}]
     completion, chunks = _chat_ask(openai_client, history, stream)
     message = completion.choices[0].message
-    assert MARKER in message.content and message.content.endswith(FINAL)
+    assert message.content == (f"{lead}\n\n" if lead else "") + f"{MARKER}\n\n{FINAL}"
     assert not message.tool_calls
     assert completion.choices[0].finish_reason == "stop"
     if stream:
@@ -164,6 +165,7 @@ def test_chat_recall_loop(openai_client, fake_upstream, stream):
     first, follow_up = fake_upstream.api_requests()
     assert [t["function"]["name"] for t in first.json["tools"]] == ["read_file", "recall"]
     sent = follow_up.json["messages"]
+    assert sent[1]["content"] == (lead or None)
     assert sent[1]["tool_calls"][0]["id"] == call.id
     assert sent[1]["tool_calls"][0]["function"]["name"] == "recall"
     assert sent[2]["role"] == "tool" and sent[2]["tool_call_id"] == call.id
@@ -196,14 +198,15 @@ def _responses_ask(client, items, stream):
     return client.responses.create(**kwargs), []
 
 
+@pytest.mark.parametrize("lead", ["", "Let me check."])
 @pytest.mark.parametrize("stream", [False, True])
-def test_responses_recall_loop(openai_client, fake_upstream, stream):
-    call = _recall_then_answer(fake_upstream)
+def test_responses_recall_loop(openai_client, fake_upstream, stream, lead):
+    call = _recall_then_answer(fake_upstream, lead=lead)
     items = [{"role": "user", "content": "Where is the deploy script we wrote?"}]
     response, events = _responses_ask(openai_client, items, stream)
     assert response.output_text.endswith(FINAL)
     texts = [p.text for item in response.output if item.type == "message" for p in item.content]
-    assert texts == [MARKER, FINAL]
+    assert texts == [lead] * bool(lead) + [MARKER, FINAL]
     assert all(item.type == "message" for item in response.output)
     if stream:
         seqs = [e.sequence_number for e in events]
@@ -216,6 +219,12 @@ def test_responses_recall_loop(openai_client, fake_upstream, stream):
     first, follow_up = fake_upstream.api_requests()
     assert [t["name"] for t in first.json["tools"]] == ["read_file", "recall"]
     sent = follow_up.json["input"]
+    if lead:
+        assert sent.pop(1) == {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": lead}],
+        }
     assert sent[1] == {
         "type": "function_call",
         "call_id": call.id,
@@ -233,5 +242,8 @@ def test_responses_recall_loop(openai_client, fake_upstream, stream):
     _responses_ask(openai_client, items, stream)
     _assert_prefix_restored(fake_upstream, "input")
     following = fake_upstream.api_requests()[-1].json["input"]
-    assert following[3]["type"] == "message" and following[3]["content"][0]["text"] == FINAL
+    n = 4 if lead else 3
+    assert following[n]["type"] == "message" and following[n]["content"][0]["text"] == FINAL
+    assert following[n + 1]["content"] == "Thanks. Run it."
+    assert len(following) == n + 2
     assert not any(MARKER in json.dumps(m) for m in following)
