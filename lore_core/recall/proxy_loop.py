@@ -112,9 +112,10 @@ class RecallMemory:
             return cached
         try:
             value = await self.store.get_state(session_id, STATE_KEY, [])
-        except Exception:
-            log.exception("could not read the recall records of session %s", session_id)
-            value = []
+        except Exception as exc:
+            # Not cached: the store may come back (records of an earlier run are in it).
+            log.warning("could not read the recall records of session %s: %s", session_id, exc)
+            return []
         records = value if isinstance(value, list) else []
         self._remember(session_id, records)
         return records
