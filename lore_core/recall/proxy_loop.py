@@ -114,7 +114,7 @@ class RecallMemory:
             value = await self.store.get_state(session_id, STATE_KEY, [])
         except Exception as exc:
             # Not cached: the store may come back (records of an earlier run are in it).
-            log.warning("could not read the recall records of session %s: %s", session_id, exc)
+            log.debug("could not read the recall records of session %s: %s", session_id, exc)
             return []
         records = value if isinstance(value, list) else []
         self._remember(session_id, records)
