@@ -332,20 +332,35 @@ class VectorIndex:
         if project is not None:
             filters.append(f"project = {_sql_str(project)}")
         fetch = max(limit * CHUNKS_PER_RESULT, 40)
-        builder = (
-            m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(fetch)
-        )
-        if m.ann_rows:
-            builder = builder.nprobes(ANN_NPROBES).refine_factor(ANN_REFINE_FACTOR)
-        if filters:
-            builder = builder.where(" AND ".join(filters), prefilter=True)
-        rows = builder.select(["kind", "item_id", "_distance"]).to_arrow().to_pylist()
-        best: dict[tuple[str, str], float] = {}
-        for r in rows:
-            key = (r["kind"], r["item_id"])
-            score = 1.0 - float(r["_distance"])
-            if score > best.get(key, -2.0):
-                best[key] = score
+        where = " AND ".join(filters)
+
+        def run(exact: bool) -> dict[tuple[str, str], float]:
+            builder = (
+                m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(fetch)
+            )
+            if exact:
+                builder = builder.bypass_vector_index()
+            elif m.ann_rows:
+                builder = builder.nprobes(ANN_NPROBES).refine_factor(ANN_REFINE_FACTOR)
+            if where:
+                builder = builder.where(where, prefilter=True)
+            best: dict[tuple[str, str], float] = {}
+            for r in builder.select(["kind", "item_id", "_distance"]).to_arrow().to_pylist():
+                key = (r["kind"], r["item_id"])
+                score = 1.0 - float(r["_distance"])
+                if score > best.get(key, -2.0):
+                    best[key] = score
+            return best
+
+        # The ANN index only looks in the partitions nearest the query: a selective filter
+        # (a session, a small project, one kind) may have few or none of its rows there
+        # (measured: 1-3 of a session's 40 hits). A session is small, so it is scanned
+        # exactly (its rows found through the session_id index); another filter that comes
+        # back short is retried exactly.
+        exact = bool(m.ann_rows) and session_id is not None
+        best = run(exact)
+        if m.ann_rows and not exact and where and len(best) < limit:
+            best = run(True)
         ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0][1]))[:limit]
         return [(kind, ident, score) for (kind, ident), score in ranked]
 

@@ -191,3 +191,36 @@ def test_searches_never_wait_for_a_write_in_progress(tmp_path: Path) -> None:
         assert hits[0].id == ident and stats[MODEL]["vectors"] == 3
 
     run(tmp_path / "lore.duckdb", body)
+
+
+def test_selective_filters_find_every_match_despite_the_approximate_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an ANN index only the partitions nearest the query are looked at; a session's or
+    a small project's rows mostly live elsewhere. Scoped searches must still find them."""
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 600)
+    monkeypatch.setattr(vectors, "ANN_PARTITION_ROWS", 16)  # ~45 partitions ...
+    monkeypatch.setattr(vectors, "ANN_NPROBES", 1)  # ... of which one is probed
+    rng = random.Random(8)
+
+    async def body(store: DuckDBStore) -> None:
+        await add_messages(store, 700)
+        await store.write(
+            batch_of(
+                *(
+                    exchange([text("user", f"tiny {i}")], session="tiny", project="/p/small", at=9e3 + i)
+                    for i in range(6)
+                )
+            )
+        )
+        await embed_pending(store, rng, batch=1000)
+        assert (await store.vector_stats(MODEL))[MODEL]["ann_index"] is True
+        query = unit(rng)
+        in_session = await store.vector_search(MODEL, query, session_id="tiny", limit=10)
+        assert len(in_session) == 6 and {h.session_id for h in in_session} == {"tiny"}
+        in_project = await store.vector_search(MODEL, query, project="/p/small", limit=10)
+        assert len(in_project) == 6 and {h.project for h in in_project} == {"/p/small"}
+        # Exact scores, best first.
+        assert [h.score for h in in_project] == sorted((h.score for h in in_project), reverse=True)
+
+    run(tmp_path / "lore.duckdb", body)
