@@ -11,7 +11,8 @@ for the same queries (two words from the corpus vocabulary, default scope ``proj
 
 * ``hybrid``: ``RecallEngine.search`` as the recall tool runs it: the query embedded by the
   on-device model (lore-embed-local, real inference), the BM25 list (with the relaxed
-  cascade) and the vector list from the store, fused by RRF;
+  cascade) and the vector list from the store, fused by RRF; also with scope ``session``
+  (a session's vectors are searched exactly);
 * baselines in the same run: ``full-text`` (the same engine without vectors: what recall
   was before), ``vector search`` (``store.vector_search`` alone) and ``query embedding``
   (the model on one query).
@@ -173,6 +174,7 @@ async def run_level(
         full_text = store_recall_engine(store)
         qs = texts[:queries]
         projects = [f"/work/p{i % PROJECTS}" for i in range(len(qs))]
+        sessions = [f"s-{(i * 7919) % (total // 40)}" for i in range(len(qs))]
         qvec = np.random.default_rng(seed + 1).standard_normal((len(qs), DIMS)).astype(np.float32)
         qvec /= np.linalg.norm(qvec, axis=1, keepdims=True)
 
@@ -187,6 +189,10 @@ async def run_level(
             r = await hybrid.search(qs[i], scope="project", project=projects[i])
             assert r.error is None
 
+        async def run_session(i: int) -> None:
+            r = await hybrid.search(qs[i], scope="session", session=sessions[i])
+            assert r.error is None
+
         async def run_text(i: int) -> None:
             await full_text.search(qs[i], scope="project", project=projects[i])
 
@@ -197,11 +203,14 @@ async def run_level(
             await store.vector_search(MODEL, qvec[i].tolist(), limit=30)
 
         idx = list(range(len(qs)))
-        results: dict[str, list[float]] = {"hybrid": [], "full-text": [], "vector": [], "vector-all": []}
+        results: dict[str, list[float]] = {
+            k: [] for k in ("hybrid", "session", "full-text", "vector", "vector-all")
+        }
         # Interleaved in rounds of 10 so drift on a shared machine hits all alike.
         for start in range(0, len(idx), 10):
             part = idx[start : start + 10]
             results["hybrid"] += await timed_ms(run_hybrid, part)
+            results["session"] += await timed_ms(run_session, part)
             results["full-text"] += await timed_ms(run_text, part)
             results["vector"] += await timed_ms(run_vector, part)
             results["vector-all"] += await timed_ms(run_vector_all, part)
@@ -287,6 +296,7 @@ def main() -> None:
             print(f"   {'path':<44} {'p50 ms':>8} {'p99 ms':>8}")
             rows = [
                 ("hybrid recall (query embedded, BM25 + vectors)", "hybrid"),
+                ("hybrid recall, scope session (40 messages)", "session"),
                 ("baseline: full-text recall (no vectors)", "full-text"),
                 ("baseline: store.vector_search, one project", "vector"),
                 ("baseline: store.vector_search, all projects", "vector-all"),
