@@ -169,6 +169,13 @@ class Gateway:
             await self.writer.stop(self.config.server.shutdown_grace_seconds)
             await self.worker.close()
             await self.upstream.close()
+            # The embedder's inference thread and model (hundreds of MB) go with the gateway.
+            close = getattr(self.embedder, "close", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    log.exception("closing the embedding provider failed")
 
     async def _settle_writes(self) -> None:
         """Let exchanges already queued reach the store before distillation reads it."""
