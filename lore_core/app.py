@@ -161,9 +161,8 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     # A prompt the upstream refuses as too long is composed again, once, at the layer the
     # overflow raised the session to: the client sees the answer, not the error.
     for attempt in (1, 2):
-        view = await gateway.compose(
-            client_view, CompositionContext(session_id, project, harness.name, codec)
-        )
+        composing = CompositionContext(session_id, project, harness.name, codec)
+        view = await gateway.compose(client_view, composing)
         recall_on = proxy_loop.inject_tool(view, gateway.config.recall.tool)
 
         out_headers = forward_headers(_client_headers())
@@ -202,7 +201,8 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
         exchange.status = upstream.status_code
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
         if attempt == 1 and not is_sse and upstream.status_code in OVERFLOW_STATUSES:
-            refused = await _refused_for_overflow(gateway, codec, upstream, exchange)
+            sent_at = composing.composition.layer if composing.composition is not None else 0
+            refused = await _refused_for_overflow(gateway, codec, upstream, exchange, sent_at)
             if refused is None:
                 continue  # composed again at the raised layer
             return refused
@@ -263,11 +263,11 @@ async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, 
 
 
 async def _refused_for_overflow(
-    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange
+    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange, sent_at: int
 ) -> Response | None:
-    """An error answer that may be an overflow: ``None`` when the prompt was refused as too
-    long and composing it at the raised layer may fit (the caller sends it again), else the
-    error relayed as the upstream sent it."""
+    """An error answer that may be an overflow: ``None`` when the prompt (sent at layer
+    ``sent_at``) was refused as too long and composing it at the raised layer may fit (the
+    caller sends it again), else the error relayed as the upstream sent it."""
     try:
         raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
     except httpx.HTTPError as exc:
@@ -283,7 +283,6 @@ async def _refused_for_overflow(
         )
     except (ValueError, UnsupportedEncoding):
         overflow = None
-    sent_at = gateway.context.session(exchange.session_id).layer
     gateway.exchange_finished(exchange)
     if overflow is not None and await gateway.context_overflow(exchange.session_id, overflow) > sent_at:
         gateway.stats["overflow_retries"] += 1
