@@ -173,6 +173,9 @@ class DuckDBStore:
         self._index: _Index | None = None
         self._vectors = VectorIndex(self.vector_path, self._meta_get, self._meta_put, self._meta_keys)
         self._opened_at: float | None = None
+        # Set by close(): a vector write still finishing must not reopen the database (a
+        # fatal error's internal close, by contrast, reopens on next use).
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class DuckDBStore:
         await asyncio.to_thread(self._open)
 
     def _open(self) -> None:
+        self._closed = False
         if self._con is not None:
             return
         con = _connect(self.path)
@@ -199,6 +203,7 @@ class DuckDBStore:
         self._opened_at = time.time()
 
     async def close(self) -> None:
+        self._closed = True
         await asyncio.to_thread(self._close)
 
     def _close(self) -> None:
@@ -552,6 +557,9 @@ class DuckDBStore:
         return str(rows[0][0]) if rows else None
 
     def _meta_put(self, key: str, value: str | None) -> None:
+        if self._closed:
+            # The watermark is repaired from the vector table at the next open.
+            raise StoreUnavailable(f"{self.path} is closed")
         with self._transaction() as cur:
             if value is None:
                 cur.execute("DELETE FROM lore_meta WHERE key = ?", (key,))

@@ -191,9 +191,11 @@ class VectorIndex:
             return m
 
     def close(self) -> None:
-        with self._lock:
-            self._models.clear()
-            self._db = None
+        # No lock: the store closes after a fatal DuckDB error while holding its write lock,
+        # which a vector write holding ours may be waiting for. Dropping the handles is
+        # atomic; a write in progress finishes on the handle it holds.
+        self._models = {}
+        self._db = None
 
     # -- writing ---------------------------------------------------------------------------
 
