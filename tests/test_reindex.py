@@ -134,3 +134,20 @@ def test_reindex_with_the_on_device_model(db_path: Path, capsys: pytest.CaptureF
     captured = capsys.readouterr()
     assert "kitten" in json.loads(captured.out)[0]["text"]
     assert "full-text" not in captured.err
+
+
+def test_reindex_says_when_the_model_cannot_be_used(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_indexer import BrokenPlugin
+
+    original = plugins.make_plugin_manager
+
+    def with_broken(*args: Any, **kwargs: Any) -> Any:
+        kwargs["extra"] = (*tuple(kwargs.get("extra") or ()), BrokenPlugin())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(plugins, "make_plugin_manager", with_broken)
+    write_corpus(db_path)
+    assert cli.main(["reindex", "--provider", "broken"]) == 3
+    assert "the embedding model cannot be used: the model file is missing" in capsys.readouterr().err
