@@ -412,10 +412,18 @@ async def run(args: argparse.Namespace) -> int:
         print(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir)
-    count = None if args.questions == "all" else int(args.questions)
+    if not (data_dir / "questions.jsonl.gz").is_file() or not (data_dir / "haystack.jsonl.gz").is_file():
+        print(f"no LongMemEval data in {data_dir} (questions.jsonl.gz, haystack.jsonl.gz)", file=sys.stderr)
+        return 2
+    count = None if args.questions == "all" or args.only else int(args.questions)
     questions = select_questions(load_questions(data_dir), count)
     if args.only:
-        questions = [q for q in questions if q["question_id"] in set(args.only.split(","))]
+        only = {x.strip() for x in args.only.split(",") if x.strip()}
+        unknown_ids = sorted(only - {q["question_id"] for q in questions})
+        if unknown_ids:
+            print(f"not among the questions with evidence: {', '.join(unknown_ids)}", file=sys.stderr)
+            return 2
+        questions = [q for q in questions if q["question_id"] in only]
     embedder = None
     if any(m != "bm25" for m in methods):
         embedder = Embedder(Path(args.cache_dir) if args.cache_dir else None, args.batch_size)
@@ -448,7 +456,8 @@ async def run(args: argparse.Namespace) -> int:
             await embedder.close()
     elapsed = time.perf_counter() - started
 
-    print(f"LongMemEval-S, {len(qtypes)} questions (non-abstention, stratified by type), scope project")
+    chosen = "chosen with --only" if args.only else "with evidence, stratified by type"
+    print(f"LongMemEval-S, {len(qtypes)} question(s) ({chosen}), scope project")
     if embedder is not None:
         settings = EmbeddingConfig()
         print(
@@ -481,7 +490,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--questions", default=str(DEFAULT_QUESTIONS), help=f"N or 'all' (default {DEFAULT_QUESTIONS})"
     )
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated: bm25,vector,hybrid")
-    parser.add_argument("--only", default="", help="comma-separated question ids (within the selection)")
+    parser.add_argument(
+        "--only", default="", help="comma-separated question ids to run (instead of --questions)"
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="embedding batch size")
     parser.add_argument("--cache-dir", default=None, help="keep message embeddings here (off by default)")
     parser.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)

@@ -200,5 +200,7 @@ def test_bm25_leg_on_shipped_questions(tmp_path):
 def test_cli_bm25_only_prints_the_table(capsys):
     assert rq.main(["--methods", "bm25", "--questions", "2", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "2 questions" in out and "| turn | all@10 |" in out and "| session | frac@5 |" in out
+    assert "2 question(s)" in out and "| turn | all@10 |" in out and "| session | frac@5 |" in out
     assert rq.main(["--methods", "bm25,nonsense", "--questions", "1"]) == 2
+    assert rq.main(["--methods", "bm25", "--only", "58bf7951,nope"]) == 2
+    assert "nope" in capsys.readouterr().err
