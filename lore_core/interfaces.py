@@ -282,7 +282,14 @@ StoreFactory = Callable[["LoreConfig"], Store]
 
 
 class Embedder(Protocol):
-    """Turns texts into unit-length vectors. ``embed`` must not block the event loop."""
+    """Turns texts into unit-length vectors. ``embed`` must not block the event loop.
+
+    Optional: ``model_id`` names the vector space (the model and its version). Stored
+    vectors are indexed under it (else under ``name``), so a provider whose vectors change
+    (another model, another size) must change it: the store then starts a new index and
+    re-embeds, instead of comparing vectors of two spaces. ``chunk(text) -> list[str]``
+    splits a long text into pieces that fit the model; without it the indexer cuts
+    character windows. ``load()`` and ``close()`` are called at gateway start and stop."""
 
     name: str
     dimensions: int
