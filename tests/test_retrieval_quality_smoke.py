@@ -1,6 +1,7 @@
 """Smoke test of ``benchmarks/retrieval_quality.py``: its metric code on hand-made cases, the
-replay of a session into store records, the fixed question selection, and a real run of the
-BM25 leg (DuckDB store, recall engine) on shipped LongMemEval questions."""
+replay of a session into store records, the fixed question selection, a real run of the BM25
+leg (DuckDB store, recall engine) on shipped LongMemEval questions, and all three legs (the
+indexer and the store's vector index with the real on-device embedder) on a tiny haystack."""
 
 from __future__ import annotations
 
