@@ -224,3 +224,30 @@ def test_selective_filters_find_every_match_despite_the_approximate_index(
         assert [h.score for h in in_project] == sorted((h.score for h in in_project), reverse=True)
 
     run(tmp_path / "lore.duckdb", body)
+
+
+def test_small_appends_after_the_ann_index_keep_its_segments_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each optimize adds the new rows as another index segment that every query searches;
+    past ANN_MAX_SEGMENTS the index is rebuilt as one."""
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 300)
+    monkeypatch.setattr(vectors, "OPTIMIZE_APPENDS", 2)
+    monkeypatch.setattr(vectors, "ANN_MAX_SEGMENTS", 3)
+    rng = random.Random(9)
+
+    async def body(store: DuckDBStore) -> None:
+        await add_messages(store, 320)
+        given = await embed_pending(store, rng, batch=1000)
+        table = store._vectors.model(MODEL).table  # type: ignore[union-attr]
+        assert vectors._index_segments(table) == 1
+        most = 0
+        for i in range(30):
+            await add_messages(store, 1, start=10_000 + i)
+            given.update(await embed_pending(store, rng))
+            most = max(most, vectors._index_segments(table))
+        assert 1 < most <= 4  # deltas appeared, and never piled up
+        for ident, vector in list(given.items())[-30::5]:
+            assert (await store.vector_search(MODEL, vector, limit=1))[0].id == ident
+
+    run(tmp_path / "lore.duckdb", body)
