@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -280,6 +281,7 @@ class MemoryStore:
             raise VectorDimensionError(
                 f"a query vector of {len(vector)} dimensions for a {index['dimensions']}-dimensional index"
             )
+        query = [float(x) for x in vector]
         best: dict[tuple[str, str], float] = {}
         for kind, ident, row in index["rows"]:
             if kinds is not None and kind not in kinds:
@@ -291,7 +293,7 @@ class MemoryStore:
                 continue
             if project is not None and owner.project != project:
                 continue
-            score = math.fsum(a * b for a, b in zip(row, vector, strict=True))
+            score = sum(map(operator.mul, row, query))
             if score > best.get((kind, ident), -math.inf):
                 best[(kind, ident)] = score
         ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0][1]))[:limit]
