@@ -185,6 +185,8 @@ class VectorIndex:
                     info = {**info, "watermark": 0, "ann_rows": 0}
                 m = _Model(name, table, int(info["dimensions"]), int(info.get("watermark", 0)), 0)
                 m.ann_rows = int(info.get("ann_rows", 0)) if _has_vector_index(table) else 0
+                if info.get("watermark") == 0:
+                    self._save(m)  # a rebuilt table: everything is pending again, durably
                 # A crash between an append and saving the watermark leaves rows past it.
                 newest = table.search().where(f"seq > {m.watermark}").select(["seq"]).to_arrow()
                 if newest.num_rows:

@@ -251,3 +251,22 @@ def test_small_appends_after_the_ann_index_keep_its_segments_bounded(
             assert (await store.vector_search(MODEL, vector, limit=1))[0].id == ident
 
     run(tmp_path / "lore.duckdb", body)
+
+
+def test_an_unreadable_vector_table_is_embedded_again_durably(tmp_path: Path) -> None:
+    rng = random.Random(10)
+    path = tmp_path / "lore.duckdb"
+
+    async def first(store: DuckDBStore) -> None:
+        await add_messages(store, 4)
+        await embed_pending(store, rng)
+
+    async def pending_again(store: DuckDBStore) -> None:
+        assert len(await store.pending_embeddings(MODEL)) == 4
+        assert await store.vector_search(MODEL, unit(rng)) == []
+
+    run(path, first)
+    (table_dir,) = (tmp_path / "lore.duckdb.vec").glob("*.lance")
+    shutil.rmtree(table_dir / "_versions")  # the table's manifests are gone
+    run(path, pending_again)
+    run(path, pending_again)  # and stays so after a restart, until embedded
