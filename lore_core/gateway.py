@@ -129,16 +129,8 @@ class Gateway:
         extra_plugins: Iterable[object] = (),
     ) -> Gateway:
         """Plugins first (they declare config sections), then the configuration."""
-        pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins)
-        sections: dict[str, type] = {}
-        for result in pm.hook.lore_config_sections():
-            for key, section_cls in (result or {}).items():
-                if key in sections:
-                    raise ConfigError(f"two plugins declare the configuration section {key!r}")
-                sections[key] = section_cls
-        config = load_config(sections, env=env, cwd=cwd)
-        pm.hook.lore_configure(config=config)
-        return cls(config, pm, Registry.collect(pm))
+        config, pm, registry = load_settings(env, cwd, load_entrypoints, extra_plugins)
+        return cls(config, pm, registry)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -379,6 +371,27 @@ class Gateway:
             },
             "throttle": self.throttle.counters(),
         }
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    load_entrypoints: bool = True,
+    extra_plugins: Iterable[object] = (),
+) -> tuple[LoreConfig, pluggy.PluginManager, Registry]:
+    """The installed plugins (they declare config sections), then the configuration: what a
+    gateway is built from, and all ``lore run`` needs (it must not build a gateway: that
+    starts native threads, see :func:`lore_core.launcher.run_agent`)."""
+    pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins)
+    sections: dict[str, type] = {}
+    for result in pm.hook.lore_config_sections():
+        for key, section_cls in (result or {}).items():
+            if key in sections:
+                raise ConfigError(f"two plugins declare the configuration section {key!r}")
+            sections[key] = section_cls
+    config = load_config(sections, env=env, cwd=cwd)
+    pm.hook.lore_configure(config=config)
+    return config, pm, Registry.collect(pm)
 
 
 def choose_embedder(config: LoreConfig, embedders: Mapping[str, EmbedderFactory]) -> Embedder | None:

@@ -53,10 +53,10 @@ class UnknownAgent(LaunchError):
 def run_agent(agent: str, args: list[str]) -> int:
     """Run ``lore run <agent> args...`` and return the client's exit code (128+N if a
     signal N killed it; 1 or 2 when Lore could not start it)."""
-    gateway = _load_gateway()
-    host, port = gateway.config.server.host, gateway.config.server.port
+    config, registry = _load_settings()
+    host, port = config.server.host, config.server.port
     try:
-        harness = find_harness(gateway.registry.harnesses, agent)
+        harness = find_harness(registry.harnesses, agent)
         url = gateway_url(host, port)
         try:
             plan = harness.launch(url, list(args))
@@ -87,16 +87,18 @@ def run_agent(agent: str, args: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _load_gateway() -> Any:
-    """``Gateway.load()`` for its configuration and registry. It also builds the store, whose
-    "memory only" warning belongs in the gateway's log, not before every client start."""
-    from lore_core.gateway import Gateway
+def _load_settings() -> tuple[Any, Any]:
+    """The configuration and the installed plugins. Not a whole gateway: building one starts
+    native threads (store, embedder, ...) whose signal masks ``run_client`` cannot block, and
+    a SIGTERM delivered to one of them would kill ``lore run`` instead of being forwarded."""
+    from lore_core.gateway import load_settings
 
     lore_log = logging.getLogger("lore")
     previous = lore_log.level
     lore_log.setLevel(logging.ERROR)  # errors (a plugin that fails to load) still show
     try:
-        return Gateway.load()
+        config, _pm, registry = load_settings()
+        return config, registry
     finally:
         lore_log.setLevel(previous)
 
