@@ -475,10 +475,10 @@ async def run(args: argparse.Namespace) -> int:
     print()
     print(f"run time {elapsed:.0f} s ({elapsed / max(1, len(qtypes)):.1f} s per question)")
     if "hybrid" in methods and len(methods) == 3:
-        key = "turn all@10"
-        h, b, v = (mean([r[key] for r in results[m]]) for m in ("hybrid", "bm25", "vector"))
-        verdict = "beats" if h > b and h > v else "does NOT beat"
-        print(f"hybrid {verdict} both legs on {key} ({h:.3f} vs bm25 {b:.3f}, vector {v:.3f})")
+        for key in ("turn all@5", "turn all@10", "session all@5", "session all@10"):
+            h, b, v = (mean([r[key] for r in results[m]]) for m in ("hybrid", "bm25", "vector"))
+            verdict = "beats" if h > b and h > v else "does NOT beat"
+            print(f"hybrid {verdict} both legs on {key} ({h:.3f} vs bm25 {b:.3f}, vector {v:.3f})")
     return 0
 
 
