@@ -184,31 +184,44 @@ def test_vector_list_adds_what_full_text_misses():
 
 
 class Fixed:
-    """A source answering every query with the same ranked keys."""
+    """A source answering every query with the same ranked keys and scores."""
 
-    def __init__(self, name: str, keys: list[str]) -> None:
+    def __init__(self, name: str, hits: list[tuple[str, float]]) -> None:
         self.name = name
-        self.keys = keys
+        self.hits = hits
 
     async def search(self, query, where, limit):
-        return [SourceHit(k, 1.0, k) for k in self.keys]
+        return [SourceHit(k, score, k) for k, score in self.hits]
 
     async def search_vector(self, vector, where, limit):
-        return [SourceHit(k, 1.0, k) for k in self.keys]
+        return [SourceHit(k, score, k) for k, score in self.hits]
 
 
 def test_single_term_queries_lean_on_full_text():
     def order(query: str) -> list[str]:
         engine = RecallEngine(embedder=Embedder())
-        engine.add_text_source(Kind.MESSAGE, Fixed("bm25", ["a", "x"]))
-        engine.add_vector_source(Kind.MESSAGE, Fixed("vec", ["v"]))
-        return [r.id for r in search(engine, query).results]
+        engine.add_text_source(Kind.MESSAGE, Fixed("bm25", [("a", 10.0), ("x", 3.0), ("y", 1.0)]))
+        engine.add_vector_source(Kind.MESSAGE, Fixed("vec", [("v", 0.9), ("w", 0.1)]))
+        return [r.id for r in search(engine, query).results][:3]
 
-    # "x" is second in full text, "v" first in vectors. One term: full text outweighs the
-    # vector list, so even its second hit beats the vector list's first.
+    # "x" is a weak second in full text, "v" first in vectors. One term: the vector list
+    # weighs little, so even a weak full-text hit beats its first.
     assert order("websocket") == ["t:a", "t:x", "t:v"]
-    # Two terms: both lists weigh the same, and a first rank beats a second.
+    # Two terms: the vector list's first hit beats a weak full-text one.
     assert order("websocket reconnect") == ["t:a", "t:v", "t:x"]
+
+
+def test_a_first_hit_of_one_list_is_not_buried_by_vague_hits_of_both():
+    """Rank fusion alone puts an item both lists hold low down above the first hit of one
+    list (2/90 > 1/61); the re-ranking by normalised scores keeps the clear winner first."""
+    vague = [(f"m{i}", 5.0 - i * 0.1) for i in range(30)]
+    engine = RecallEngine(embedder=Embedder())
+    engine.add_text_source(Kind.MESSAGE, Fixed("bm25", [("exact", 40.0), *vague]))
+    engine.add_vector_source(
+        Kind.MESSAGE, Fixed("vec", [(k, 0.5 - i * 0.01) for i, (k, _) in enumerate(vague)])
+    )
+    results = search(engine, "months between degree and job").results
+    assert results[0].id == "t:exact"
 
 
 def test_limit_is_clamped_and_defaulted():

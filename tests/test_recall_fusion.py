@@ -102,3 +102,26 @@ def test_single_term_queries_lean_on_bm25():
     bm25_w, vec_w = MULTI_TERM_WEIGHTS
     out = fuse([ranked("bm25", ["exact", "both"], bm25_w), ranked("vec", ["both"], vec_w)])
     assert out[0].id == "both"
+
+
+def test_rerank_by_normalised_scores_with_full_text_leading() -> None:
+    from lore_core.recall.fusion import VECTOR, rerank
+
+    text = RankedList("bm25", [Ranked("exact", 30.0), Ranked("both", 6.0), Ranked("tail", 2.0)])
+    vectors = RankedList(
+        "vec", [Ranked("both", 0.52), Ranked("meaning", 0.50), Ranked("far", 0.2)], method=VECTOR
+    )
+    lists = [text, vectors]
+    # Rank fusion alone: "both" (in both lists) beats the clear first hit of full text.
+    assert [f.id for f in fuse(lists)][:2] == ["both", "exact"]
+    reranked = rerank(fuse(lists), lists)
+    assert [f.id for f in reranked] == ["exact", "both", "meaning", "tail", "far"]
+    scores = {f.id: f.score for f in reranked}
+    # exact: 0.7 x 1; both: 0.7 x (4/28) + 0.3 x 1; meaning: 0.3 x (0.30/0.32).
+    assert scores["exact"] == pytest.approx(0.7)
+    assert scores["both"] == pytest.approx(0.7 * 4 / 28 + 0.3)
+    assert scores["meaning"] == pytest.approx(0.3 * 0.30 / 0.32)
+    assert scores["tail"] == scores["far"] == 0.0
+    # Equal scores keep the rank-fusion order; a full-text-only search keeps its order.
+    alone = rerank(fuse([text]), [text])
+    assert [f.id for f in alone] == ["exact", "both", "tail"]

@@ -8,7 +8,8 @@
 * optionally, the same searches (plain, no cascade) for 2-3 LLM rephrasings
   (:mod:`lore_core.recall.expansion`), weighted half;
 
-and fuses every list by reciprocal rank fusion (:mod:`lore_core.recall.fusion`).
+and fuses every list by reciprocal rank fusion, then re-ranks the candidates by their lists'
+normalised scores (:mod:`lore_core.recall.fusion`).
 
 Recall is a tool the model calls, so nothing here raises into the caller: bad input gives a
 response whose ``error`` explains it, a failing source is reported in ``notes`` while the
@@ -28,7 +29,16 @@ import attrs
 from lore_core.interfaces import Embedder, EmbedderUnavailable
 from lore_core.recall.cascade import DEFAULT_MIN_HITS, cascade_search, query_terms
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS, Completer, Expansion, expand_query
-from lore_core.recall.fusion import BM25, EXPANSION_WEIGHT, VECTOR, Ranked, RankedList, fuse, list_weights
+from lore_core.recall.fusion import (
+    BM25,
+    EXPANSION_WEIGHT,
+    VECTOR,
+    Ranked,
+    RankedList,
+    fuse,
+    list_weights,
+    rerank,
+)
 from lore_core.recall.ids import Kind, RecallIdError, Scope, ScopeError, format_id, parse_id, parse_scope
 from lore_core.recall.sources import DocFreqSource, Opener, SearchFilter, SourceHit, TextSource, VectorSource
 
@@ -252,7 +262,7 @@ class RecallEngine:
             if expansion_task is not None:
                 expansion_task.cancel()
 
-        fused = fuse(lists, limit=limit)
+        fused = rerank(fuse(lists), lists)[:limit]
         response.results = [
             RecallResult(
                 id=f.id,
