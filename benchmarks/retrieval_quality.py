@@ -477,7 +477,12 @@ async def run(args: argparse.Namespace) -> int:
     if "hybrid" in methods and len(methods) == 3:
         for key in ("turn all@5", "turn all@10", "session all@5", "session all@10"):
             h, b, v = (mean([r[key] for r in results[m]]) for m in ("hybrid", "bm25", "vector"))
-            verdict = "beats" if h > b and h > v else "does NOT beat"
+            if h > b and h > v:
+                verdict = "beats"
+            elif h >= 1.0:
+                verdict = "ties at the maximum with"  # nothing left to beat
+            else:
+                verdict = "does NOT beat"
             print(f"hybrid {verdict} both legs on {key} ({h:.3f} vs bm25 {b:.3f}, vector {v:.3f})")
     return 0
 

@@ -33,8 +33,8 @@ RRF_K = 60
 #: Share of the re-ranking score that comes from the full-text lists (the vector lists get
 #: the rest). Lexical evidence leads: the on-device embedding model is small, and coding
 #: sessions are full of identifiers, paths and numbers. Measured on LongMemEval
-#: (benchmarks/retrieval_quality.py): 0.65-0.75 all beat both legs alone; 0.5 trails full
-#: text at 5 results.
+#: (benchmarks/retrieval_quality.py): 0.7-0.8 beat both legs alone; 0.65 and below trail
+#: full text at 5 results.
 RERANK_FULL_TEXT_SHARE = 0.7
 
 #: Weights of the full-text and vector lists by query length. A single-term query is
