@@ -533,9 +533,17 @@ def block_record(block: Block, masked_text: str | None = None) -> dict[str, Any]
     return out
 
 
-def _search_parts(blocks: Sequence[Block]) -> list[str]:
+#: The model's recall tool (:mod:`lore_core.recall.tool`). Its results are copies of stored
+#: memories: kept in the history, left out of search, so a recall never finds earlier
+#: recalls' echoes of what it is looking for.
+RECALL_TOOL_NAME = "recall"
+
+
+def _search_parts(blocks: Sequence[Block], hidden_results: Container[str] = frozenset()) -> list[str]:
     parts: list[str] = []
     for b in blocks:
+        if b.type == TOOL_RESULT and b.tool_call_id in hidden_results:
+            continue
         if b.type in (TEXT, THINKING, TOOL_RESULT) and b.text:
             parts.append(b.text)
         elif b.type == TOOL_CALL:
@@ -550,7 +558,9 @@ def search_text(blocks: Sequence[Block]) -> str:
     return mask_secrets("\n".join(_search_parts(blocks)))
 
 
-def _masked_message(blocks: Sequence[Block]) -> tuple[list[dict[str, Any]], str]:
+def _masked_message(
+    blocks: Sequence[Block], hidden_results: Container[str] = frozenset()
+) -> tuple[list[dict[str, Any]], str]:
     """``[block_record(b) ...]`` and ``search_text(blocks)``, scanning each text for secrets
     once instead of twice (the scan was the largest cost of turning a message into a row)."""
     masked: dict[int, str] = {}  # block text by id(): the same str feeds both outputs
@@ -563,7 +573,7 @@ def _masked_message(blocks: Sequence[Block]) -> tuple[list[dict[str, Any]], str]
             else:
                 masked[id(b.text)] = b.text
     records = [block_record(b, masked.get(id(b.text))) for b in blocks]
-    parts = _search_parts(blocks)
+    parts = _search_parts(blocks, hidden_results)
     if not hinted and len(parts) == 1 and id(parts[0]) in masked:
         return records, parts[0]  # the common case: one text block, no secret
     # Hints never contain a newline, so no hint can straddle two joined parts: when no
@@ -594,6 +604,12 @@ def records_from_exchange(exchange: Exchange, skip_ids: Container[str] = frozens
     model = (response.model if response else None) or exchange.request.model
     logical = logical_messages(exchange.request.messages)
     ids = chain_ids(exchange.session_id, logical)
+    recall_calls = {
+        b.tool_call_id
+        for msg in logical
+        for b in msg.blocks
+        if b.type == TOOL_CALL and b.tool_name == RECALL_TOOL_NAME and b.tool_call_id
+    }
 
     batch = WriteBatch()
     project_name = exchange.project.rstrip("/").rsplit("/", 1)[-1] if exchange.project else ""
@@ -613,7 +629,7 @@ def records_from_exchange(exchange: Exchange, skip_ids: Container[str] = frozens
     def record(
         position: int, parent: str | None, ident: str, msg: LogicalMessage, **extra: Any
     ) -> StoredMessage:
-        blocks, text = _masked_message(msg.blocks)
+        blocks, text = _masked_message(msg.blocks, recall_calls)
         return StoredMessage(
             id=ident,
             session_id=exchange.session_id,

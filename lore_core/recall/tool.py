@@ -17,8 +17,10 @@ import attrs
 
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse
 from lore_core.recall.ids import Scope
+from lore_core.store import RECALL_TOOL_NAME
 
-TOOL_NAME = "recall"
+# One name in one place: the store leaves this tool's results out of search.
+TOOL_NAME = RECALL_TOOL_NAME
 
 DESCRIPTION = (
     "Search everything this project remembers: earlier conversations (also from other sessions), "
