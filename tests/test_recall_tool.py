@@ -196,3 +196,18 @@ def test_run_recall_end_to_end():
     assert call({"query": ""}).startswith("empty query")
     assert call({"query": "x", "scope": "mars"}).startswith("unknown scope 'mars'")
     assert call("{oops") == "recall arguments are not valid JSON"
+
+
+def test_a_long_result_shows_where_the_query_matches():
+    from lore_core.recall.tool import SNIPPET_CHARS, snippet
+
+    listing = " ".join(f"line {i} of a build log with nothing special" for i in range(400))
+    text = listing + " ERROR websocket reconnect failed after 3 retries in ws_client.py " + listing
+    shown = snippet(text, "why does the websocket reconnect fail?")
+    assert "ERROR websocket reconnect failed after 3 retries in ws_client.py" in shown
+    assert shown.startswith("... ") and shown.endswith(f"[{len(text)} chars, cut]")
+    assert len(shown) <= SNIPPET_CHARS
+    # No term in the text (a vector hit on meaning only): its beginning.
+    assert snippet(text, "flaky network").startswith("line 0 of a build log")
+    # Short texts are whole.
+    assert snippet("websocket ok", "websocket") == "websocket ok"

@@ -10,11 +10,13 @@ same tool whatever API its client speaks.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from lore_core.recall.cascade import query_terms
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse
 from lore_core.recall.ids import Scope
 from lore_core.store import RECALL_TOOL_NAME
@@ -172,6 +174,40 @@ def _cut(text: str, limit: int) -> str:
     return text[: limit - len(suffix)].rstrip() + suffix
 
 
+def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
+    """At most ``limit`` characters of ``text`` for a result list: where the query's terms
+    are densest (a long tool output's match is rarely at its start), else the beginning.
+    Cut points snap to whitespace; elided ends are marked ``...``, and the length given."""
+    if len(text) <= limit:
+        return text
+    lowered = text.lower()
+    positions = sorted(
+        m.start() for term in set(query_terms(query)) for m in re.finditer(re.escape(term), lowered)
+    )
+    window = max(limit - 40, limit // 2)  # room for the markers
+    start = 0
+    if positions:
+        # The window start (at a match) that covers the most matches: two pointers.
+        best, best_count, right = positions[0], 0, 0
+        for left, first in enumerate(positions):
+            while right < len(positions) and positions[right] < first + window:
+                right += 1
+            if right - left > best_count:
+                best, best_count = first, right - left
+        # A little context before the first match, snapped to a word boundary.
+        start = max(0, best - window // 5)
+        if start:
+            space = text.rfind(" ", 0, start)
+            start = space + 1 if space > start - 40 else start
+        start = min(start, max(0, len(text) - window))
+    end = min(len(text), start + window)
+    if end < len(text):
+        space = text.rfind(" ", start, end)
+        end = space if space > end - 40 else end
+    body = text[start:end].strip()
+    return ("... " if start else "") + body + (f" ... [{len(text)} chars, cut]" if end < len(text) else "")
+
+
 def _meta_line(meta: Mapping[str, Any]) -> str:
     parts = [f"{k}={meta[k]}" for k in ("session", "role", "title") if meta.get(k)]
     return (" " + " ".join(_one_line(p, 80) for p in parts)) if parts else ""
@@ -195,7 +231,7 @@ def format_response(response: RecallResponse, max_chars: int | None = None) -> s
         )
         for r in response.results:
             head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
-            lines.append(f"{head}\n{_cut(r.text.strip(), SNIPPET_CHARS)}")
+            lines.append(f"{head}\n{snippet(r.text.strip(), response.query)}")
     lines.extend(f"Note: {n}" for n in response.notes)
     text = "\n\n".join(lines)
     return _cut(text, limit)
