@@ -4,6 +4,7 @@ that sit between the HTTP routes (``app.py``) and the upstream (``proxy.py``).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -21,7 +22,7 @@ from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
-from lore_core.context.overflow import Overflow, next_min_layer
+from lore_core.context.overflow import Overflow, next_min_layer, overflow_in_stream_error
 from lore_core.context.pricing import PriceTable
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
@@ -83,6 +84,8 @@ class Gateway:
         self._last_upstream_at: dict[str, float] = {}
         # /lore:amnesia: conversation positions of a session the store must not keep.
         self.amnesia = Amnesia(self.store)
+        # Small fire-and-forget jobs of the request path (held so they are not collected).
+        self._background: set[asyncio.Task[Any]] = set()
         # The gradient context manager: which layer each turn's prompt is sent at.
         self.context = ContextManager(
             config,
@@ -327,6 +330,18 @@ class Gateway:
         self.stats["exchanges"] += 1
         exchange.forget_positions = list(self.amnesia.ranges(exchange.session_id))
         response = exchange.response
+        if response is not None and response.error and not response.complete:
+            overflow = overflow_in_stream_error(response.error)
+            if overflow is not None:
+                # The stream started and then failed as too long (OpenAI Responses): too late
+                # to send it again, but the client's retry (Codex retries stream errors) and
+                # the next turn start at the raised layer.
+                with contextlib.suppress(RuntimeError):  # no running loop: nothing to schedule on
+                    task = asyncio.get_running_loop().create_task(
+                        self.context_overflow(exchange.session_id, overflow)
+                    )
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
         if response is not None and exchange.status == 200:
             try:
                 model = response.model or exchange.request.model

@@ -4,6 +4,7 @@ from next."""
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import pytest
@@ -173,3 +174,28 @@ def test_other_client_errors_leave_the_layer_alone(gateway, fake_upstream) -> No
         client.messages.create(model="claude-sonnet-4-6", max_tokens=50, messages=_turns(1)[:1])
     assert gateway.gateway.stats["context_overflows"] == 0
     assert gateway.call(gateway.gateway.store.get_state("s2", "forceMinLayer")) in (None, 0)
+
+
+def test_a_responses_stream_that_fails_as_too_long_raises_the_layer_for_the_retry(
+    gateway, fake_upstream
+) -> None:
+    """OpenAI answers an input past the window on a started stream (HTTP 200, then
+    response.failed): too late to send it again, but the client's retry starts higher."""
+    import openai
+
+    session = "responses-overflow"
+    client = openai.OpenAI(
+        base_url=gateway.url + "/v1",
+        api_key="sk-test",
+        max_retries=0,
+        default_headers={"x-lore-session": session},
+    )
+    failure = {"code": "context_length_exceeded", "message": RESPONSES_TOO_LONG["error"]["message"]}
+    fake_upstream.enqueue(Reply(stream_failure=failure))
+    events = list(client.responses.create(model="gpt-5", input="hello", stream=True))
+    assert events[-1].type == "response.failed"
+    deadline = time.monotonic() + 10
+    while gateway.call(gateway.gateway.store.get_state(session, "forceMinLayer")) != 2:
+        assert time.monotonic() < deadline, "forceMinLayer was not raised"
+        time.sleep(0.05)
+    assert gateway.gateway.stats["context_overflows"] == 1

@@ -70,7 +70,15 @@ def parse_overflow(status: int, body: bytes) -> Overflow | None:
         message, code = body[:2000].decode("utf-8", "replace"), ""
     if status == 413 and code == "request_too_large":
         return Overflow(message or "request too large")
-    if code != "context_length_exceeded" and not _OVERFLOW_WORDS.search(message):
+    if code == "context_length_exceeded":
+        return overflow_in_stream_error(message) or Overflow(message or code)
+    return overflow_in_stream_error(message)
+
+
+def overflow_in_stream_error(message: str | None) -> Overflow | None:
+    """The overflow a failed stream reports in its error message (OpenAI's Responses API
+    answers an input past the context window with HTTP 200, then ``response.failed``)."""
+    if not message or not _OVERFLOW_WORDS.search(message):
         return None
     if match := _ANTHROPIC.search(message):
         return Overflow(message, tokens=int(match.group(1)), limit=int(match.group(2)))

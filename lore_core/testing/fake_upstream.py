@@ -61,6 +61,9 @@ class Reply:
     cache_write_tokens: int = 0
     # Split the text into this many deltas when streaming.
     text_chunks: int = 2
+    # Responses API, streamed: fail the started stream with this error object
+    # (``{"code": ..., "message": ...}``) in a ``response.failed`` event.
+    stream_failure: dict[str, Any] | None = None
 
 
 @attrs.define
@@ -514,6 +517,15 @@ def _sse_events(api: str, reply: Reply, model: str, include_usage: bool) -> Iter
             "response.in_progress",
             {"type": "response.in_progress", "sequence_number": next(seq), "response": pending},
         )
+        if reply.stream_failure is not None:
+            # How OpenAI reports some errors on a stream that has started, e.g. an input
+            # past the context window: HTTP 200, then response.failed.
+            failed = {**pending, "status": "failed", "error": reply.stream_failure}
+            yield _sse(
+                "response.failed",
+                {"type": "response.failed", "sequence_number": next(seq), "response": failed},
+            )
+            return
         items = _responses_items(reply)
         for index, item in enumerate(items):
             added = dict(item, status="in_progress")
