@@ -78,22 +78,31 @@ def load_questions(data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def haystack_files(data_dir: Path = DATA_DIR) -> list[Path]:
+    """The haystack's parts in order (``haystack-1-of-6.jsonl.gz`` ...: one file would pass
+    5 MB), or ``[]`` when the data is missing."""
+    parts = sorted(data_dir.glob("haystack-*-of-*.jsonl.gz"), key=lambda p: int(p.name.split("-")[1]))
+    total = {p.name.split("-of-")[1].split(".")[0] for p in parts}
+    return parts if len(total) == 1 and len(parts) == int(total.pop()) else []
+
+
 def iter_haystacks(wanted: Iterable[str], data_dir: Path = DATA_DIR) -> Iterator[dict[str, Any]]:
     """The haystacks of the ``wanted`` question ids, in file order, one at a time (a haystack
-    is ~0.5 MB of JSON; the file holds 112)."""
+    is ~0.5 MB of JSON; the parts hold 112)."""
     wanted = set(wanted)
-    with gzip.open(data_dir / "haystack.jsonl.gz", "rt", encoding="utf-8") as f:
-        for line in f:
-            if not wanted:
-                return
-            # The id is the first key of every line: skip the others without parsing them.
-            head = line[:200]
-            if not any(f'"{qid}"' in head for qid in wanted):
-                continue
-            h = json.loads(line)
-            if h["question_id"] in wanted:
-                wanted.discard(h["question_id"])
-                yield h
+    for part in haystack_files(data_dir):
+        with gzip.open(part, "rt", encoding="utf-8") as f:
+            for line in f:
+                if not wanted:
+                    return
+                # The id is the first key of every line: skip the others without parsing them.
+                head = line[:200]
+                if not any(f'"{qid}"' in head for qid in wanted):
+                    continue
+                h = json.loads(line)
+                if h["question_id"] in wanted:
+                    wanted.discard(h["question_id"])
+                    yield h
 
 
 def select_questions(questions: Sequence[dict[str, Any]], count: int | None) -> list[dict[str, Any]]:
@@ -412,8 +421,9 @@ async def run(args: argparse.Namespace) -> int:
         print(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir)
-    if not (data_dir / "questions.jsonl.gz").is_file() or not (data_dir / "haystack.jsonl.gz").is_file():
-        print(f"no LongMemEval data in {data_dir} (questions.jsonl.gz, haystack.jsonl.gz)", file=sys.stderr)
+    if not (data_dir / "questions.jsonl.gz").is_file() or not haystack_files(data_dir):
+        wanted = "questions.jsonl.gz, haystack-N-of-M.jsonl.gz"
+        print(f"no LongMemEval data in {data_dir} ({wanted})", file=sys.stderr)
         return 2
     count = None if args.questions == "all" or args.only else int(args.questions)
     questions = select_questions(load_questions(data_dir), count)
