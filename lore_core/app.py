@@ -202,8 +202,9 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
         if attempt == 1 and not is_sse and upstream.status_code in OVERFLOW_STATUSES:
             sent_at = composing.composition.layer if composing.composition is not None else 0
-            refused = await _refused_for_overflow(gateway, codec, upstream, exchange, sent_at)
+            refused = await _buffered_response(gateway, codec, upstream, exchange, retry_above=sent_at)
             if refused is None:
+                gateway.stats["overflow_retries"] += 1
                 continue  # composed again at the raised layer
             return refused
         break
@@ -260,34 +261,6 @@ async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, 
         return Response(body, status=status, headers=response_headers(upstream.headers))
     kept = [(k, v) for k, v in headers if k.lower() != "content-type"]
     return Response(body, status=status, headers=kept + new_headers)
-
-
-async def _refused_for_overflow(
-    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange, sent_at: int
-) -> Response | None:
-    """An error answer that may be an overflow: ``None`` when the prompt (sent at layer
-    ``sent_at``) was refused as too long and composing it at the raised layer may fit (the
-    caller sends it again), else the error relayed as the upstream sent it."""
-    try:
-        raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
-    except httpx.HTTPError as exc:
-        gateway.stats["upstream_errors"] += 1
-        exchange.status = 502
-        gateway.exchange_finished(exchange)
-        return _error(codec, 502, f"the upstream {exchange.upstream} broke off its response: {exc}")
-    finally:
-        await upstream.aclose()
-    try:
-        overflow = parse_overflow(
-            upstream.status_code, decode_body(raw, upstream.headers.get("content-encoding"))
-        )
-    except (ValueError, UnsupportedEncoding):
-        overflow = None
-    gateway.exchange_finished(exchange)
-    if overflow is not None and await gateway.context_overflow(exchange.session_id, overflow) > sent_at:
-        gateway.stats["overflow_retries"] += 1
-        return None
-    return Response(raw, status=upstream.status_code, headers=response_headers(upstream.headers))
 
 
 def _context_limit(gateway: Gateway, model: str | None) -> int:
@@ -347,8 +320,15 @@ def _stream_response(
 
 
 async def _buffered_response(
-    gateway: Gateway, codec: Codec, upstream: httpx.Response, exchange: Exchange
-) -> Response:
+    gateway: Gateway,
+    codec: Codec,
+    upstream: httpx.Response,
+    exchange: Exchange,
+    retry_above: int | None = None,
+) -> Response | None:
+    """The upstream's whole answer, relayed as it came. An error saying the prompt is too
+    long raises the session's layer; with ``retry_above`` (the layer the request was composed
+    at), ``None`` instead when that raised it higher: the caller composes and sends again."""
     try:
         raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
     except httpx.HTTPError as exc:
@@ -377,7 +357,10 @@ async def _buffered_response(
             overflow = None
         if overflow is not None:
             # "Prompt is too long": the session's next turns start at a higher layer.
-            await gateway.context_overflow(exchange.session_id, overflow)
+            layer = await gateway.context_overflow(exchange.session_id, overflow)
+            if retry_above is not None and layer > retry_above:
+                gateway.exchange_finished(exchange)
+                return None
     gateway.exchange_finished(exchange)
     return Response(raw, status=upstream.status_code, headers=response_headers(upstream.headers))
 

@@ -602,6 +602,25 @@ class RecallLoop:
         }
         await self.memory.add(self.exchange.session_id, record)
 
+    async def _next_round(self, result: Any, round_no: int) -> tuple[list[Any], Exchange, bytes] | None:
+        """After an upstream round that called recall, streamed or not: ``None`` when the
+        turn ends here (recall mixed with the client's own calls, whose results are kept for
+        the next request; or the round limit), else the round's markers, and the exchange
+        and body of the follow-up to send."""
+        if result.client_calls:
+            results = await self.run_calls(result.recall_calls)
+            await self._remember_mixed(result, results)
+            return None
+        if round_no >= self.max_rounds:
+            return None
+        markers, results = await self._marker_round(result)
+        if round_no == 0:
+            self.visible_before = result.visible
+        self.markers.extend(markers)
+        self.appended.extend(result.assistant + self.result_items(results))
+        view, body = self.followup_body()
+        return markers, self.round_exchange(view), body
+
     # -- non-streaming -----------------------------------------------------------------------
 
     def _needs_scaling(self, payload: dict[str, Any]) -> bool:
@@ -651,20 +670,11 @@ class RecallLoop:
                     # Nothing to change: the upstream's own bytes.
                     return response.status_code, raw, None
                 break
-            if result.client_calls:
-                results = await self.run_calls(result.recall_calls)
-                await self._remember_mixed(result, results)
+            step = await self._next_round(result, round_no)
+            if step is None:
                 break
-            if round_no >= self.max_rounds:
-                break
-            markers, results = await self._marker_round(result)
-            if round_no == 0:
-                self.visible_before = result.visible
-            self.markers.extend(markers)
+            markers, exchange, body = step
             shape.add_markers(markers)
-            self.appended.extend(result.assistant + self.result_items(results))
-            view, body = self.followup_body()
-            exchange = self.round_exchange(view)
             try:
                 response = await self.send(body)
             except Exception as exc:
@@ -721,20 +731,11 @@ class RecallLoop:
                 result = shape.end_round()
                 if not self.active or not result.recall_calls or not result.ok:
                     break
-                if result.client_calls:
-                    results = await self.run_calls(result.recall_calls)
-                    await self._remember_mixed(result, results)
+                step = await self._next_round(result, round_no)
+                if step is None:
                     break
-                if round_no >= self.max_rounds:
-                    break
-                markers, results = await self._marker_round(result)
-                if round_no == 0:
-                    self.visible_before = result.visible
-                self.markers.extend(markers)
+                markers, exchange, body = step
                 yield shape.markers(markers)
-                self.appended.extend(result.assistant + self.result_items(results))
-                view, body = self.followup_body()
-                exchange = self.round_exchange(view)
                 try:
                     response = await self.send(body)
                 except Exception as exc:
