@@ -96,6 +96,15 @@ def _hit_meta(h: Any) -> dict[str, Any]:
     }
 
 
+def _source_hit(h: Any) -> SourceHit:
+    """A store hit (BM25 or vector) as a source hit: the store's one corpus holds messages
+    and distillations, whose ids are ``d:<id>`` with role ``distillation``."""
+    key, kind = h.id, Kind.MESSAGE
+    if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
+        key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
+    return SourceHit(key=key, score=float(h.score), text=h.text, meta=_hit_meta(h), kind=kind)
+
+
 class StoreMessageSource:
     """The store's BM25 search as a text source, and its messages as the ``t:`` opener.
 
@@ -109,13 +118,7 @@ class StoreMessageSource:
 
     async def search(self, query: str, where: SearchFilter, limit: int) -> list[SourceHit]:
         hits = await self.store.search(query, session_id=where.session, project=where.project, limit=limit)
-        out: list[SourceHit] = []
-        for h in hits:
-            key, kind = h.id, Kind.MESSAGE
-            if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
-                key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
-            out.append(SourceHit(key=key, score=float(h.score), text=h.text, meta=_hit_meta(h), kind=kind))
-        return out
+        return [_source_hit(h) for h in hits]
 
     async def open(self, key: str) -> SourceHit | None:
         found = await self.store.get_messages([key])
@@ -160,13 +163,7 @@ class StoreVectorSource:
         except NotImplementedError:
             self.unsupported = True
             return []
-        out: list[SourceHit] = []
-        for h in hits:
-            key, kind = h.id, Kind.MESSAGE
-            if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
-                key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
-            out.append(SourceHit(key=key, score=float(h.score), text=h.text, meta=_hit_meta(h), kind=kind))
-        return out
+        return [_source_hit(h) for h in hits]
 
 
 class StoreDistillationOpener:
