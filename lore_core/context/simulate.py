@@ -163,6 +163,18 @@ def coding_session(turns: int, seed: int = 7) -> list[Turn]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _anthropic_step(step: ToolStep) -> list[dict[str, Any]]:
+    """One tool step as Messages API items: the assistant's call, the user's result."""
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": step.call_id, "content": step.output}
+    if step.is_error:
+        result["is_error"] = True
+    call = {"type": "tool_use", "id": step.call_id, "name": step.name, "input": step.input}
+    return [
+        {"role": "assistant", "content": [{"type": "text", "text": f"Let me use {step.name}."}, call]},
+        {"role": "user", "content": [result]},
+    ]
+
+
 def anthropic_messages(turns: list[Turn], *, answered: bool = True) -> list[dict[str, Any]]:
     """Messages API history. ``answered=False`` leaves the last turn's answer out (the
     request that asks for it)."""
@@ -170,23 +182,7 @@ def anthropic_messages(turns: list[Turn], *, answered: bool = True) -> list[dict
     for i, turn in enumerate(turns):
         msgs.append({"role": "user", "content": [{"type": "text", "text": turn.prompt}]})
         for step in turn.steps:
-            msgs.append(
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"type": "text", "text": f"Let me use {step.name}."},
-                        {"type": "tool_use", "id": step.call_id, "name": step.name, "input": step.input},
-                    ],
-                }
-            )
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": step.call_id,
-                "content": step.output,
-            }
-            if step.is_error:
-                result["is_error"] = True
-            msgs.append({"role": "user", "content": [result]})
+            msgs += _anthropic_step(step)
         if answered or i < len(turns) - 1:
             msgs.append({"role": "assistant", "content": [{"type": "text", "text": turn.answer}]})
     return msgs
@@ -259,22 +255,6 @@ def requests(turns: list[Turn]) -> Iterator[list[dict[str, Any]]]:
         history.append({"role": "user", "content": [{"type": "text", "text": turn.prompt}]})
         yield list(history)
         for step in turn.steps:
-            history.append(
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"type": "text", "text": f"Let me use {step.name}."},
-                        {"type": "tool_use", "id": step.call_id, "name": step.name, "input": step.input},
-                    ],
-                }
-            )
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": step.call_id,
-                "content": step.output,
-            }
-            if step.is_error:
-                result["is_error"] = True
-            history.append({"role": "user", "content": [result]})
+            history += _anthropic_step(step)
             yield list(history)
         history.append({"role": "assistant", "content": [{"type": "text", "text": turn.answer}]})
