@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 
 import anthropic
-import pytest
 
 from lore_core.context.simulate import ToolStep, Turn, anthropic_messages
 from lore_core.testing.fake_upstream import Reply
+from lore_core.testing.poll import poll
 
 SESSION = "ctx-gateway-1"
 WINDOW = 6_000
@@ -70,16 +69,6 @@ def well_formed(body: dict) -> None:
         if results:
             prev = msgs[i - 1]["content"]
             assert sorted(results) == sorted(b["id"] for b in prev if b.get("type") == "tool_use")
-
-
-def poll(check, what, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_a_session_past_a_small_window_goes_upstream_compressed_and_well_formed(start_gateway, fake_upstream):

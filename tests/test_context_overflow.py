@@ -4,13 +4,13 @@ from next."""
 from __future__ import annotations
 
 import json
-import time
 
 import anthropic
 import pytest
 
 from lore_core.context.overflow import Overflow, next_min_layer, parse_overflow
 from lore_core.testing.fake_upstream import Reply
+from lore_core.testing.poll import poll
 
 
 def _body(payload: object) -> bytes:
@@ -194,8 +194,6 @@ def test_a_responses_stream_that_fails_as_too_long_raises_the_layer_for_the_retr
     fake_upstream.enqueue(Reply(stream_failure=failure))
     events = list(client.responses.create(model="gpt-5", input="hello", stream=True))
     assert events[-1].type == "response.failed"
-    deadline = time.monotonic() + 10
-    while gateway.call(gateway.gateway.store.get_state(session, "forceMinLayer")) != 2:
-        assert time.monotonic() < deadline, "forceMinLayer was not raised"
-        time.sleep(0.05)
+    raised = lambda: gateway.call(gateway.gateway.store.get_state(session, "forceMinLayer")) == 2  # noqa: E731
+    poll(raised, "forceMinLayer to rise to 2")
     assert gateway.gateway.stats["context_overflows"] == 1

@@ -12,8 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +23,11 @@ from lore_core.store import main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.poll import poll
 
 duckdb_store = pytest.importorskip("lore_store_duckdb.store")
 
-DEADLINE_SECONDS = 120.0
 SESSION = "crash-distill"
-
-
-def poll(probe: Callable[[], Any], what: str, deadline: float = DEADLINE_SECONDS) -> Any:
-    end = time.monotonic() + deadline
-    while True:
-        result = probe()
-        if result:
-            return result
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.2)
 
 
 def observer_calls(fake: FakeUpstream) -> int:

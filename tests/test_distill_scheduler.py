@@ -8,8 +8,6 @@ No test asserts a wall-clock limit: they poll with generous deadlines."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,8 +20,8 @@ from lore_core.store import StoredDistillation, main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import free_port
+from lore_core.testing.poll import poll
 
-DEADLINE_SECONDS = 120.0
 API_KEY = "sk-ant-api03-distill-" + "Zq9" * 10
 SESSION = "distill-s1"
 # Small thresholds so a handful of turns exercises every rule.
@@ -34,16 +32,6 @@ DISTILL = {
     "metaThreshold": 3,
     "recentSegmentsToKeep": 1,
 }
-
-
-def poll(probe: Callable[[], Any], what: str, deadline: float = DEADLINE_SECONDS) -> Any:
-    end = time.monotonic() + deadline
-    while True:
-        result = probe()
-        if result:
-            return result
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.1)
 
 
 class Conversation:

@@ -28,23 +28,10 @@ from lore_core.gateway import Gateway
 from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.poll import DEADLINE_SECONDS, poll
 
 API_KEY = "sk-ant-api03-DuckStoreKey-" + "Pq7Z" * 8
 BEARER = "duck-bearer-token-" + "m4W" * 10
-#: How long a poll may wait for the gateway: far beyond what a working one needs, so that
-#: only a broken one fails, however busy the machine.
-DEADLINE_SECONDS = 120.0
-
-
-def poll(probe: Callable[[], Any], what: str, deadline: float = DEADLINE_SECONDS) -> Any:
-    """``probe()`` until it returns something truthy; fail after ``deadline`` seconds."""
-    end = time.monotonic() + deadline
-    while True:
-        result = probe()
-        if result:
-            return result
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        time.sleep(0.2)
 
 
 def get_json(url: str) -> Any:
