@@ -73,11 +73,11 @@ def inject_tool(view: RequestView, enabled: bool = True) -> bool:
     Returns whether the gateway now owns a recall tool in this request."""
     if not enabled or view.api not in APIS or not view.tools:
         return False
-    ours = recall_tool(view.api)
     named = [t for t in view.tools if tool_name(t) == TOOL_NAME]
     if named:
         # Already added (a view composed again, e.g. after an overflow) is ours; any other
         # tool named recall is the client's own, and so are its calls.
+        ours = recall_tool(view.api)
         return all(t == ours for t in named)
     view.tools = add_recall_tool(view.api, view.tools)
     view.modified = True
