@@ -25,7 +25,7 @@ from typing import Any
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
 from lore_core.interfaces import Store, StoreFactory
 from lore_core.model import Exchange
-from lore_core.store import StoreUnavailable, WriteBatch, records_from_exchange
+from lore_core.store import ChainMemo, StoreUnavailable, WriteBatch, records_from_exchange
 
 log = logging.getLogger("lore.store")
 
@@ -47,6 +47,8 @@ class StoreWriter:
         self._task: asyncio.Task[None] | None = None
         self._pending = WriteBatch()
         self._known: OrderedDict[str, None] = OrderedDict()
+        # Message ids of each session's last exchange, so a resent history is not hashed again.
+        self._chains = ChainMemo()
         self._opened = False
         self._stopping = False
         self._failures = 0
@@ -151,7 +153,7 @@ class StoreWriter:
         if exchanges:
             try:
                 # _known is only changed under the lock, after the conversion finished.
-                batch = await asyncio.to_thread(_convert, exchanges, self._known)
+                batch = await asyncio.to_thread(_convert, exchanges, self._known, self._chains)
             except Exception:
                 log.exception("store: could not turn %d exchanges into records; skipped", len(exchanges))
                 batch = WriteBatch()
@@ -266,11 +268,11 @@ class StoreWriter:
         }
 
 
-def _convert(exchanges: list[Exchange], known: Container[str]) -> WriteBatch:
+def _convert(exchanges: list[Exchange], known: Container[str], chains: ChainMemo) -> WriteBatch:
     batch = WriteBatch()
     for exchange in exchanges:
         try:
-            batch.extend(records_from_exchange(exchange, known))
+            batch.extend(records_from_exchange(exchange, known, chains))
         except Exception:
             log.exception("store: could not turn an exchange of session %s into records", exchange.session_id)
     return batch

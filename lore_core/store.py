@@ -29,6 +29,7 @@ import hashlib
 import json
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from typing import Any
 
@@ -485,13 +486,57 @@ def logical_messages(messages: Iterable[Message]) -> list[LogicalMessage]:
     return out
 
 
-def chain_ids(session_id: str, messages: Sequence[LogicalMessage]) -> list[str]:
+def chain_ids(
+    session_id: str, messages: Sequence[LogicalMessage], start: int = 0, parent: str | None = None
+) -> list[str]:
+    """Ids of ``messages[start:]``, the chain continuing after ``parent``."""
     ids: list[str] = []
-    parent: str | None = None
-    for msg in messages:
+    for msg in messages[start:]:
         parent = message_id(session_id, parent, canonical_message(msg.role, msg.blocks))
         ids.append(parent)
     return ids
+
+
+def block_key(block: Block) -> tuple[Any, ...]:
+    """Everything :func:`canonical_block` depends on, compared by value: blocks with equal
+    keys have the same canonical form (string equality is a memcmp, far cheaper than
+    serialising and hashing the block again)."""
+    return (
+        block.type,
+        block.text,
+        block.tool_name,
+        block.tool_call_id,
+        block.is_error,
+        block.wire_type,
+        block.tool_input,
+        block.raw if block.type in (IMAGE, OTHER) else None,
+    )
+
+
+class ChainMemo:
+    """The message ids of each session's last exchange, with the content they were derived
+    from. Every turn resends the whole history, so :meth:`ids` hashes only the messages after
+    the part a session shares with its previous exchange. Not thread-safe: one user at a
+    time (the store writer converts under its lock)."""
+
+    def __init__(self, max_sessions: int = 256) -> None:
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, tuple[list[tuple[Any, ...]], list[str]]] = OrderedDict()
+
+    def ids(self, session_id: str, messages: Sequence[LogicalMessage]) -> list[str]:
+        """The same as :func:`chain_ids` (``session_id``, ``messages``)."""
+        keys = [(m.role, tuple(block_key(b) for b in m.blocks)) for m in messages]
+        old_keys, old_ids = self._sessions.pop(session_id, ([], []))
+        same = 0
+        limit = min(len(keys), len(old_keys))
+        while same < limit and keys[same] == old_keys[same]:
+            same += 1
+        parent = old_ids[same - 1] if same else None
+        ids = old_ids[:same] + chain_ids(session_id, messages, same, parent)
+        self._sessions[session_id] = (keys, ids)  # most recently used last
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+        return ids
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,16 +639,22 @@ def _title(messages: Sequence[LogicalMessage]) -> str:
     return ""
 
 
-def records_from_exchange(exchange: Exchange, skip_ids: Container[str] = frozenset()) -> WriteBatch:
+def records_from_exchange(
+    exchange: Exchange, skip_ids: Container[str] = frozenset(), memo: ChainMemo | None = None
+) -> WriteBatch:
     """The records one exchange produces: its project and session (upserted), every request
     message (skipped when its id is in ``skip_ids``: already stored), and the assistant
-    answer with model, usage, stop reason and the ``complete`` flag."""
+    answer with model, usage, stop reason and the ``complete`` flag. ``memo`` spares hashing
+    the history the session's previous exchange already had."""
     now = exchange.finished_at or time.time()
     started = exchange.started_at or now
     response = exchange.response
     model = (response.model if response else None) or exchange.request.model
     logical = logical_messages(exchange.request.messages)
-    ids = chain_ids(exchange.session_id, logical)
+    if memo is None:
+        ids = chain_ids(exchange.session_id, logical)
+    else:
+        ids = memo.ids(exchange.session_id, logical)
     recall_calls = {
         b.tool_call_id
         for msg in logical

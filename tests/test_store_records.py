@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message, RequestView
-from lore_core.store import records_from_exchange
+from lore_core.store import ChainMemo, chain_ids, logical_messages, records_from_exchange
 
 
 def _exchange(messages: list[Message]) -> Exchange:
@@ -47,3 +47,43 @@ def test_recall_results_stay_in_the_history_but_out_of_search() -> None:
     assert any(b.get("text") == echo for b in results.blocks)
     # The call itself stays searchable as "recall {query}".
     assert 'recall {"query": "websocket"}' in rows[1].text
+
+
+def test_the_chain_memo_gives_the_ids_of_chain_ids() -> None:
+    def history(n: int, edit: int | None = None) -> list[Message]:
+        out = []
+        for i in range(n):
+            text = "edited" if i == edit else f"turn {i}"
+            out.append(Message("user" if i % 2 == 0 else "assistant", [Block(TEXT, text=text)]))
+        return out
+
+    memo = ChainMemo(max_sessions=2)
+    # Growing, edited (a new branch), shorter (a rewind), then another session in between.
+    for session, n, edit in [
+        ("s", 3, None),
+        ("s", 5, None),
+        ("s", 5, 1),
+        ("s", 2, None),
+        ("t", 4, None),
+        ("s", 6, None),
+    ]:
+        logical = logical_messages(history(n, edit))
+        assert memo.ids(session, logical) == chain_ids(session, logical)
+    # Least recently used sessions are dropped beyond max_sessions.
+    memo.ids("u", logical_messages(history(1)))
+    assert memo.ids("t", logical_messages(history(4))) == chain_ids("t", logical_messages(history(4)))
+
+
+def test_records_are_the_same_with_a_chain_memo() -> None:
+    messages = [
+        Message("user", [Block(TEXT, text="why does the websocket drop?")]),
+        Message(
+            "assistant", [Block(TOOL_CALL, tool_name="read_file", tool_call_id="c1", tool_input={"p": 1})]
+        ),
+        Message("user", [Block(TOOL_RESULT, text="def reconnect(): ...", tool_call_id="c1")]),
+    ]
+    memo = ChainMemo()
+    for n in (1, 3, 3):
+        exchange = _exchange(messages[:n])
+        exchange.finished_at = 1_000.0
+        assert records_from_exchange(exchange, memo=memo) == records_from_exchange(exchange)

@@ -26,8 +26,8 @@ import attrs
 
 from lore_core.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCounter
 from lore_core.distill.render import annotate_output, clean, strip_housekeeping
-from lore_core.model import IMAGE, OTHER, TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
-from lore_core.store import StoredDistillation, canonical_message, message_id
+from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
+from lore_core.store import StoredDistillation, block_key, canonical_message, message_id
 
 #: Layer 2 keeps the tool outputs of this many newest turns.
 PROTECTED_TURNS = 2
@@ -134,23 +134,10 @@ class Analysis:
         return None
 
 
-def _block_key(b: Block) -> tuple[Any, ...]:
-    return (
-        b.type,
-        b.text,
-        b.tool_name,
-        b.tool_call_id,
-        b.is_error,
-        b.wire_type,
-        b.tool_input,
-        b.raw if b.type in (IMAGE, OTHER) else None,
-    )
-
-
 def message_key(m: Message) -> tuple[Any, ...]:
     """Everything a message's identity and token count depend on, compared by value (string
     equality is a memcmp: far cheaper than hashing the message again)."""
-    return (m.role, tuple(_block_key(b) for b in m.blocks))
+    return (m.role, tuple(block_key(b) for b in m.blocks))
 
 
 @attrs.define
