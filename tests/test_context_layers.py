@@ -327,6 +327,33 @@ def test_a_memo_of_the_previous_request_gives_the_same_ids_and_counts():
     assert C.analyse(view_of(grown), SID, COUNTER, memo).ids == analysis(grown).ids
 
 
+def test_a_memo_counts_the_tool_definitions_again_only_when_they_change():
+    counted: list[str] = []
+
+    def spy(text: str) -> int:
+        counted.append(text)
+        return len(text)
+
+    def view_with(tools):
+        view = view_of([{"role": "user", "content": "go"}])
+        view.tools = tools
+        return view
+
+    tools = [{"name": "Read", "description": "read a file", "input_schema": {"type": "object"}}]
+    plain = C.analyse(view_with(tools), SID, TokenCounter(spy)).fixed
+    counter, memo = TokenCounter(spy), C.Memo()
+    assert C.analyse(view_with(json.loads(json.dumps(tools))), SID, counter, memo).fixed == plain
+    counted.clear()
+    # The same definitions in new objects (the next request, parsed again): not serialised.
+    assert C.analyse(view_with(json.loads(json.dumps(tools))), SID, counter, memo).fixed == plain
+    assert not any("Read" in text for text in counted)
+    # A changed definition is counted again.
+    changed = [{**tools[0], "description": "read a file, or a part of it"}]
+    fixed = C.analyse(view_with(changed), SID, counter, memo).fixed
+    assert fixed == C.analyse(view_with(changed), SID, TokenCounter(spy)).fixed != plain
+    assert C.analyse(view_with([]), SID, counter, memo).fixed < plain
+
+
 def test_an_append_only_prefix_is_rebuilt_once_the_meta_distillation_halves_it():
     import attrs
 

@@ -148,6 +148,20 @@ class Memo:
     keys: list[tuple[Any, ...]] = attrs.field(factory=list)
     ids: list[str | None] = attrs.field(factory=list)
     tokens: list[int] = attrs.field(factory=list)
+    #: The tool definitions and their token count: a session resends the same list on every
+    #: turn, and comparing it by value is far cheaper than serialising each tool to count it.
+    tools: list[Any] = attrs.field(factory=list)
+    tools_tokens: int | None = None
+
+
+def _tools_tokens(view: RequestView, counter: TokenCounter, memo: Memo | None) -> int:
+    if memo is not None and memo.tools_tokens is not None and view.tools == memo.tools:
+        return memo.tools_tokens
+    tokens = counter.tools(view.tools)
+    if memo is not None:
+        # A copy: a layer may later replace the view's list (it never changes a tool in place).
+        memo.tools, memo.tools_tokens = list(view.tools), tokens
+    return tokens
 
 
 def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Memo | None = None) -> Analysis:
@@ -156,7 +170,7 @@ def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Mem
     messages = list(view.messages)
     head = head_length(messages)
     fixed = REQUEST_OVERHEAD + (counter.blocks(view.system, "system") if view.system else 0)
-    fixed += counter.tools(view.tools)
+    fixed += _tools_tokens(view, counter, memo)
     if memo is None:
         ids = view_message_ids(session_id, messages)
         tokens = [counter.message(m) for m in messages]
