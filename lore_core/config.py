@@ -158,9 +158,10 @@ class DistillConfig:
 
 @attrs.define
 class BudgetConfig:
-    # What the cache reads of one turn may cost (USD) before the context manager prefers
+    # What reading one turn's prompt may cost (USD) before the context manager prefers
     # compressing to sending the full raw conversation: the layer-0 cap is
-    # max(target / cache-read price per token, 40K tokens).
+    # max(target / input price per token, 40K tokens). MISSION's example prices the read at
+    # Sonnet's $3/Mtok input rate (33K, so the 40K floor); see economics.layer0_cap.
     target_cache_read_cost_per_turn: float = 0.10
     # Pins the layer-0 cap (tokens); 0 disables it; null computes it from the target.
     max_layer0_tokens: int | None = None

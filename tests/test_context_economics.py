@@ -28,9 +28,9 @@ from lore_core.model import Usage
 
 TABLE = PriceTable(
     {
-        # A model whose cache reads cost $3/Mtok: MISSION's example where the 40K floor wins.
-        "example-3-dollar-reads": ModelConfig(cache_read=3.0, cache_write=3.75),
-        "example-30-cent-reads": ModelConfig(cache_read=0.30),
+        # MISSION's example prices Sonnet's prompt at $3/Mtok: 33K, so the 40K floor wins.
+        "example-3-dollar-input": ModelConfig(input=3.0, cache_read=0.30, cache_write=3.75),
+        "example-30-cent-input": ModelConfig(input=0.30, cache_read=0.03),
         "free-local": ModelConfig(input=0, output=0, cache_read=0, cache_write=0),
     }
 )
@@ -53,46 +53,47 @@ def test_the_default_target_is_ten_cents_per_turn():
     assert DEFAULT.max_layer0_tokens is None
 
 
-def test_three_dollar_reads_give_33k_so_the_40k_floor_wins():
-    assert cap("example-3-dollar-reads") == Layer0Cap(40_000, "floor")
+def test_the_sonnet_example_gives_33k_so_the_40k_floor_wins():
+    assert cap("example-3-dollar-input") == Layer0Cap(40_000, "floor")
+    # The shipped table's Sonnet: $3/Mtok input (its cache reads are $0.30).
+    assert (SONNET.input, SONNET.cache_read) == (3.0, 0.30)
+    assert layer0_cap(SONNET, DEFAULT, calibrated=True) == Layer0Cap(40_000, "floor")
 
 
-def test_thirty_cent_reads_give_333k():
-    assert cap("example-30-cent-reads") == Layer0Cap(333_333, "cost")
-    # Sonnet's real cache-read price is $0.30/Mtok: the same cap, more than its 200K window.
-    assert SONNET.cache_read == 0.30
-    assert layer0_cap(SONNET, DEFAULT, calibrated=True) == Layer0Cap(333_333, "cost")
+def test_a_thirty_cent_model_gives_333k():
+    assert cap("example-30-cent-input") == Layer0Cap(333_333, "cost")
 
 
 @pytest.mark.parametrize(
     ("model", "tokens"),
     [
-        ("claude-opus-4-1", 66_666),  # $1.50 reads
-        ("claude-opus-4-5", 200_000),  # $0.50 reads
-        ("gpt-4.1", 200_000),  # $0.50 reads
-        ("claude-haiku-4-5", 1_000_000),  # $0.10 reads
-        ("o1", 40_000),  # $7.50 reads: 13,333, floored
+        ("claude-opus-4-1", 40_000),  # $15 input: 6,666, floored
+        ("claude-opus-4-5", 40_000),  # $5: 20,000, floored
+        ("gpt-4.1", 50_000),  # $2
+        ("gpt-5", 80_000),  # $1.25
+        ("claude-haiku-4-5", 100_000),  # $1
+        ("gpt-5-mini", 400_000),  # $0.25: more than its 272K window, never binds
     ],
 )
-def test_the_cap_follows_the_cache_read_price(model, tokens):
+def test_the_cap_follows_the_input_price(model, tokens):
     assert cap(model).tokens == tokens
 
 
 def test_the_floor_boundary():
-    just_above = PriceTable({"m": ModelConfig(cache_read=2.4)}).lookup("m")  # 41,666 tokens
-    just_below = PriceTable({"m": ModelConfig(cache_read=2.6)}).lookup("m")  # 38,461 tokens
+    just_above = PriceTable({"m": ModelConfig(input=2.4)}).lookup("m")  # 41,666 tokens
+    just_below = PriceTable({"m": ModelConfig(input=2.6)}).lookup("m")  # 38,461 tokens
     assert layer0_cap(just_above, DEFAULT, calibrated=True) == Layer0Cap(41_666, "cost")
     assert layer0_cap(just_below, DEFAULT, calibrated=True) == Layer0Cap(40_000, "floor")
 
 
 def test_the_target_is_configurable():
-    assert cap("claude-sonnet-4-5", BudgetConfig(target_cache_read_cost_per_turn=0.03)).tokens == 100_000
+    assert cap("claude-sonnet-4-5", BudgetConfig(target_cache_read_cost_per_turn=0.30)).tokens == 100_000
     assert cap("claude-sonnet-4-5", BudgetConfig(target_cache_read_cost_per_turn=0.0)).tokens == 40_000
 
 
 def test_an_uncalibrated_first_turn_multiplies_the_cap_by_0_7():
-    assert cap("claude-sonnet-4-5", calibrated=False) == Layer0Cap(233_333, "cost", uncalibrated=True)
-    assert cap("example-3-dollar-reads", calibrated=False) == Layer0Cap(28_000, "floor", uncalibrated=True)
+    assert cap("claude-sonnet-4-5", calibrated=False) == Layer0Cap(28_000, "floor", uncalibrated=True)
+    assert cap("example-30-cent-input", calibrated=False) == Layer0Cap(233_333, "cost", uncalibrated=True)
 
 
 def test_max_layer0_tokens_pins_the_cap_and_zero_disables_it():
@@ -107,24 +108,24 @@ def test_max_layer0_tokens_pins_the_cap_and_zero_disables_it():
 
 
 def test_three_turns_without_cache_writes_make_the_cap_65_percent_of_max_input():
-    assert cap("claude-sonnet-4-5", zero_cache_write_turns=2) == Layer0Cap(333_333, "cost")
+    assert cap("claude-sonnet-4-5", zero_cache_write_turns=2) == Layer0Cap(40_000, "floor")
     assert cap("claude-sonnet-4-5", zero_cache_write_turns=3) == Layer0Cap(130_000, "no-cache-writes")
     assert cap("gpt-5", zero_cache_write_turns=7) == Layer0Cap(176_800, "no-cache-writes")
 
 
-def test_free_cache_reads_mean_no_cost_cap():
-    assert cap("free-local") == Layer0Cap(None, "free-reads")
+def test_a_free_model_has_no_cost_cap():
+    assert cap("free-local") == Layer0Cap(None, "free-input")
 
 
 def test_budget_pressure_lowers_the_cap():
     over = BudgetPressure(budget=10.0, spent=8.0, projected=20.0)
     assert over.over_budget and over.pressure == 0.8
-    # target x (1 - 0.5 x 0.8) = $0.06 -> 200K at $0.30/Mtok.
-    assert cap("claude-sonnet-4-5", pressure=over).tokens == 200_000
+    # cap x (1 - 0.5 x 0.8): 80K -> 48K for gpt-5 ...
+    assert cap("gpt-5", pressure=over).tokens == 48_000
     under = BudgetPressure(budget=10.0, spent=8.0, projected=9.5)
-    assert cap("claude-sonnet-4-5", pressure=under).tokens == 333_333
-    # The floor still holds.
-    assert cap("example-3-dollar-reads", pressure=over).tokens == 40_000
+    assert cap("gpt-5", pressure=under).tokens == 80_000
+    # ... and below the floor too: a budget running out makes small prompts worth compressing.
+    assert cap("claude-sonnet-4-5", pressure=over) == Layer0Cap(24_000, "floor")
 
 
 def test_budget_section_from_lore_json_and_environment(tmp_path):
@@ -395,7 +396,7 @@ def test_projected_overspend_throttles_and_compresses_earlier():
     assert p.overshoot == pytest.approx(3.5)
     delay = Throttle(30).delay(p, ttl_seconds=300, idle_seconds=None)
     assert delay == pytest.approx(30 * 0.9**2 * math.tanh(3.5 / 3))
-    assert layer0_cap(SONNET, DEFAULT, calibrated=True, pressure=p).tokens < 333_333
+    assert layer0_cap(SONNET, DEFAULT, calibrated=True, pressure=p).tokens < 40_000
 
 
 def test_the_daily_budget_comes_from_the_environment(tmp_path):

@@ -157,9 +157,9 @@ def test_the_first_turn_uses_the_uncalibrated_cap_then_calibrates_from_usage():
         return first, manager.session_status(SID)
 
     first, later = asyncio.run(run())
-    # Sonnet reads at $0.30/Mtok: $0.10 a turn is 333,333 tokens; x 0.7 before any usage.
-    assert first["cap"] == int(333_333 * 0.7) and first["calibration_factor"] == 1.0
-    assert later["cap"] == 333_333
+    # Sonnet's input is $3/Mtok: $0.10 a turn is 33K, so the 40K floor; x 0.7 before any usage.
+    assert first["cap"] == 28_000 and first["calibration_factor"] == 1.0
+    assert later["cap"] == 40_000
     assert later["calibration_factor"] == pytest.approx(1.5, rel=0.01)
     assert later["prompt_tokens_real"] > 0
 

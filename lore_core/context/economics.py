@@ -44,9 +44,10 @@ NO_CACHE_WRITE_TURNS = 3
 #: ... and the cap becomes this share of the model's max input (reads cost the full input
 #: price every turn or nothing at all, so the cost target says nothing; keep headroom).
 NO_CACHE_CAP_SHARE = 0.65
-#: Under daily-budget pressure the per-turn read target shrinks by up to this share
-#: ("compress earlier"): target x (1 - share x pressure).
-PRESSURE_TARGET_RELIEF = 0.5
+#: Under daily-budget pressure the cap shrinks by up to this share ("compress earlier"):
+#: cap x (1 - share x pressure). It applies below the 40K floor too: the floor says small
+#: prompts are not worth compressing for cost, and a budget running out says they are.
+PRESSURE_CAP_RELIEF = 0.5
 
 
 @attrs.frozen
@@ -55,7 +56,7 @@ class Layer0Cap:
     fits); ``reason`` says which rule set it, for ``lore status`` and logs."""
 
     tokens: int | None
-    #: "disabled", "pinned", "no-cache-writes", "free-reads", "cost" or "floor".
+    #: "disabled", "pinned", "no-cache-writes", "free-input", "cost" or "floor".
     reason: str
     #: Whether the uncalibrated-first-turn factor was applied.
     uncalibrated: bool = False
@@ -69,39 +70,46 @@ def layer0_cap(
     zero_cache_write_turns: int = 0,
     pressure: BudgetPressure | None = None,
 ) -> Layer0Cap:
-    """``maxLayer0Tokens = max(target / cache_read_price_per_token, 40K)`` (MISSION 6).
+    """``maxLayer0Tokens = max(target / price_per_token, 40K)`` (MISSION 6).
 
+    - ``target`` is ``budget.targetCacheReadCostPerTurn`` (default $0.10) and the price is
+      the model's *input* price: what reading the prompt costs when the cache does not serve
+      it. MISSION's worked example prices the read so ("Sonnet at $3/Mtok read gives 33K, so
+      the 40K floor wins": $3 is Sonnet's input price, its cache reads cost $0.30), and so
+      does the issue's ("the Sonnet example gives 40K, a $0.30/Mtok model gives 333K"). At
+      the cache-read price the default would give Sonnet 333K, more than its 200K window: the
+      cap would never bind, and ``benchmarks/context_cost.py`` shows Lore then costs more
+      than a harness's own compaction. Priced at the input rate the target also bounds what
+      a turn costs once its cache entry has expired (a 5-minute TTL) or been busted.
     - ``budget.maxLayer0Tokens`` pins the cap; ``0`` disables it.
-    - ``target`` is ``budget.targetCacheReadCostPerTurn`` (default $0.10): $0.30/Mtok reads
-      give 333,333 tokens, $3/Mtok reads give 33,333, so the 40K floor wins.
     - On an uncalibrated first turn the cap is multiplied by 0.7.
     - When the upstream reported zero cache writes for 3+ turns in a row (free or absent
       caching), the cap is 65% of the model's max input instead.
-    - A model whose cache reads are free has no cost cap.
-    - Under budget pressure (spend projected past the daily budget) the target shrinks by
-      up to half, so compression starts earlier.
+    - A model whose input is free (a local model) has no cost cap.
+    - Under budget pressure (spend projected past the daily budget) the cap shrinks by up to
+      half, so compression starts earlier.
 
-    The cap can exceed the model's window (Sonnet's 333K against 200K): then it never binds.
+    The cap can exceed the model's window (a $0.30/Mtok model's 333K against 200K): then it
+    never binds and only overflows compress.
     """
     pinned = budget.max_layer0_tokens
     if pinned is not None:
         return Layer0Cap(None, "disabled") if pinned <= 0 else Layer0Cap(pinned, "pinned")
     if zero_cache_write_turns >= NO_CACHE_WRITE_TURNS:
         return Layer0Cap(int(NO_CACHE_CAP_SHARE * model.max_input_tokens), "no-cache-writes")
-    price = model.cache_read_per_token
+    price = model.input_per_token
     if price <= 0:
-        return Layer0Cap(None, "free-reads")
-    target = max(budget.target_cache_read_cost_per_turn, 0.0)
-    if pressure is not None and pressure.over_budget:
-        target *= 1 - PRESSURE_TARGET_RELIEF * pressure.pressure
-    by_cost = target / price
+        return Layer0Cap(None, "free-input")
+    by_cost = max(budget.target_cache_read_cost_per_turn, 0.0) / price
     if by_cost >= LAYER0_FLOOR_TOKENS:
-        tokens, reason = int(by_cost), "cost"
+        tokens, reason = by_cost, "cost"
     else:
-        tokens, reason = LAYER0_FLOOR_TOKENS, "floor"
+        tokens, reason = float(LAYER0_FLOOR_TOKENS), "floor"
+    if pressure is not None and pressure.over_budget:
+        tokens *= 1 - PRESSURE_CAP_RELIEF * pressure.pressure
     if not calibrated:
         return Layer0Cap(int(tokens * UNCALIBRATED_CAP_FACTOR), reason, uncalibrated=True)
-    return Layer0Cap(tokens, reason)
+    return Layer0Cap(int(tokens), reason)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,6 +50,10 @@ class ModelInfo:
     cache_ttl_seconds: int
 
     @property
+    def input_per_token(self) -> float:
+        return self.input / PER_MTOK
+
+    @property
     def cache_read_per_token(self) -> float:
         return self.cache_read / PER_MTOK
 
