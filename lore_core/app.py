@@ -23,7 +23,8 @@ from lore_core.context.overflow import OVERFLOW_STATUSES, parse_overflow
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
-from lore_core.model import TEXT, AssistantMessage, Block, Exchange
+from lore_core.jsonbody import append_to_array, loads_object
+from lore_core.model import TEXT, AssistantMessage, Block, Exchange, RequestView
 from lore_core.proxy import (
     BadUpstreamURL,
     UpstreamError,
@@ -103,7 +104,7 @@ def create_app(gateway: Gateway) -> Quart:
 
 async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     try:
-        body, decoded, raw = await _read_json_body(gateway)
+        body, decoded, raw, spans = await _read_json_body(gateway)
     except ClientError as exc:
         return _error(codec, exc.status, exc.message)
 
@@ -163,12 +164,14 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     for attempt in (1, 2):
         composing = CompositionContext(session_id, project, harness.name, codec)
         view = await gateway.compose(client_view, composing)
+        composed = view.modified
         recall_on = proxy_loop.inject_tool(view, gateway.config.recall.tool)
 
         out_headers = forward_headers(_client_headers())
         if view.modified:
             try:
-                out_body = json.dumps(codec.render(view), ensure_ascii=False).encode()
+                spliced = None if composed else _with_added_tools(spans, raw, view)
+                out_body = spliced or json.dumps(codec.render(view), ensure_ascii=False).encode()
                 out_headers = [(k, v) for k, v in out_headers if k.lower() != "content-encoding"]
             except Exception:
                 log.exception("%s codec could not render a composed request; sending the original", codec.api)
@@ -261,6 +264,21 @@ async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, 
         return Response(body, status=status, headers=response_headers(upstream.headers))
     kept = [(k, v) for k, v in headers if k.lower() != "content-type"]
     return Response(body, status=status, headers=kept + new_headers)
+
+
+def _with_added_tools(
+    spans: tuple[str, dict[str, tuple[int, int]]] | None, raw: dict[str, Any], view: RequestView
+) -> bytes | None:
+    """The client's body with the tools the view appended to its own (the recall tool), when
+    that is all that changed: the same request as rendering the view, without serialising the
+    whole body again. ``None`` when the view differs from the body in any other way."""
+    own = raw.get("tools")
+    if spans is None or "tools" not in spans[1] or not isinstance(own, list) or not own:
+        return None
+    if len(view.tools) <= len(own) or any(a is not b for a, b in zip(own, view.tools, strict=False)):
+        return None
+    text, members = spans
+    return append_to_array(text, members["tools"], view.tools[len(own) :]).encode("utf-8")
 
 
 def _context_limit(gateway: Gateway, model: str | None) -> int:
@@ -422,8 +440,11 @@ async def _read_body(gateway: Gateway) -> bytes:
     return b"".join(chunks)
 
 
-async def _read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any]]:
-    """(bytes as sent, decoded bytes, parsed object), or a :class:`ClientError`."""
+async def _read_json_body(
+    gateway: Gateway,
+) -> tuple[bytes, bytes, dict[str, Any], tuple[str, dict[str, tuple[int, int]]] | None]:
+    """(bytes as sent, decoded bytes, parsed object, (the decoded text, where each member's
+    value lies in it) or ``None``), or a :class:`ClientError`."""
     body = await _read_body(gateway)
     content_type = request.headers.get("content-type", "")
     mime = content_type.split(";")[0].strip().lower()
@@ -436,12 +457,19 @@ async def _read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any
     if not decoded.strip():
         raise ClientError(400, "the request body is empty; expected a JSON object")
     try:
+        # Decoded as json.loads decodes bytes.
+        text = decoded.decode(json.detect_encoding(decoded), "surrogatepass")
+        raw, spans = loads_object(text)
+        return body, decoded, raw, (text, spans)
+    except ValueError:
+        pass  # json.loads says what is wrong, or parses what loads_object does not cover
+    try:
         raw = json.loads(decoded)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ClientError(400, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
-    return body, decoded, raw
+    return body, decoded, raw, None
 
 
 def _is_compaction(harness: object, ctx: RequestContext) -> bool:

@@ -380,3 +380,29 @@ def test_an_upstream_stream_cut_off_is_cut_off_for_the_client_too(recorded_gatew
 def test_responses_carry_one_date_header(gateway, fake_upstream):
     response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
     assert len(response.headers.get_list("date")) == 1
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip"])
+def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_upstream, encoding):
+    from lore_core.recall.tool import recall_tool
+
+    # Odd spacing and non-ASCII text: every byte but the added tool stays as the client sent it.
+    body = (
+        b'{ "model":"claude-x",  "max_tokens":5,\n"tools": [ {"name": "Read", "input_schema": {}} ],'
+        b'"messages":[{"role":"user","content":"caf\xc3\xa9 \\u00e9"}] }'
+    )
+    headers = {"content-type": "application/json"}
+    if encoding:
+        headers["content-encoding"] = encoding
+    content = gzip.compress(body) if encoding else body
+    response = post(gateway.url + "/v1/messages", content=content, headers=headers)
+    assert response.status_code == 200
+    seen = fake_upstream.api_requests()[-1]
+    assert seen.header("content-encoding") is None
+    expected = {
+        **json.loads(body),
+        "tools": [{"name": "Read", "input_schema": {}}, recall_tool("anthropic-messages")],
+    }
+    assert json.loads(seen.body) == expected
+    cut = body.index(b"]")
+    assert seen.body[:cut] == body[:cut] and seen.body.endswith(body[cut:])
