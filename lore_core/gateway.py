@@ -24,6 +24,7 @@ from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
 from lore_core.context.overflow import Overflow, next_min_layer, overflow_in_stream_error
 from lore_core.context.pricing import PriceTable
+from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.harness import fingerprint_session
 from lore_core.indexer import VectorIndexer
@@ -45,6 +46,9 @@ from lore_core.store import logical_messages
 from lore_core.worker import WorkerClient
 
 log = logging.getLogger("lore.gateway")
+
+#: How often new spend is written to the store (a restart loses at most this much).
+SPEND_SAVE_SECONDS = 5.0
 
 
 async def await_all(results: Iterable[Any]) -> None:
@@ -80,6 +84,10 @@ class Gateway:
         # Spend from real usage and the price table; over the daily budget, upstream calls
         # wait a little (MISSION 6, cost tracker).
         self.costs = CostTracker(self.price_table, config.budget.daily_budget_usd)
+        # ... kept in the store, so a restart neither resets the daily budget nor the
+        # sessions' spend.
+        self.spend = SpendBook(self.costs, self.store)
+        self._spend_saver: asyncio.Task[None] | None = None
         self.throttle = Throttle(config.budget.max_delay_seconds)
         self._last_upstream_at: dict[str, float] = {}
         # /lore:amnesia: conversation positions of a session the store must not keep.
@@ -144,6 +152,7 @@ class Gateway:
         if self.indexer is not None:
             await self.indexer.start()
         await self.distiller.start()
+        self._spend_saver = asyncio.create_task(self._save_spend_periodically(), name="lore-spend-saver")
         if self.embedder is not None and hasattr(self.embedder, "load"):
             # Load the model in the background: the proxy serves at once, and a model that
             # cannot load is reported on /health (recall then uses full-text search only).
@@ -157,6 +166,11 @@ class Gateway:
             # An interrupted distillation is re-done on the next start (it is derived state).
             await self.context.stop()
             await self.distiller.stop()
+            if self._spend_saver is not None:
+                self._spend_saver.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._spend_saver
+            await self.spend.save()
             if self.indexer is not None:
                 # Before the writer closes the store: the batch in progress is written.
                 await self.indexer.stop(self.config.server.shutdown_grace_seconds)
@@ -171,6 +185,18 @@ class Gateway:
                     await close()
                 except Exception:
                     log.exception("closing the embedding provider failed")
+
+    async def _save_spend_periodically(self) -> None:
+        """Load today's saved spend once the store is open, then save new spend every few
+        seconds (never on the request path)."""
+        while True:
+            try:
+                if self.writer.opened:
+                    await self.spend.load_today()
+                    await self.spend.save()
+            except Exception:
+                log.exception("saving spend failed (tried again)")
+            await asyncio.sleep(SPEND_SAVE_SECONDS)
 
     async def _settle_writes(self) -> None:
         """Let exchanges already queued reach the store before distillation reads it."""
@@ -292,6 +318,10 @@ class Gateway:
 
     async def session_status(self, session_id: str) -> dict[str, Any]:
         """What ``/lore:status`` reports about one session."""
+        try:
+            await self.spend.load_session(session_id)
+        except Exception as exc:
+            log.warning("could not read the saved spend of session %s: %s", session_id, exc)
         now = time.time()
         pressure = self.costs.pressure(now)
         status: dict[str, Any] = {

@@ -19,6 +19,7 @@ from lore_core.context.commands import SlashCommand, find_command
 from lore_core.model import TEXT, TOOL_RESULT, Block, Message, RequestView
 from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
+from lore_core.testing.poll import poll
 
 MODEL = "claude-sonnet-4-6"
 
@@ -211,3 +212,38 @@ def test_no_budget_means_no_throttle(gateway: ThreadedServer, fake_upstream: Fak
         fake_upstream.enqueue(Reply(text="x", input_tokens=100_000))
         client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert get_json(gateway.url + "/health")["throttle"]["throttle.events"] == 0
+
+
+def test_spend_survives_a_restart_and_the_budget_holds_at_once(
+    start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream
+) -> None:
+    config = {"budget": {"dailyBudgetUsd": 0.001, "maxDelaySeconds": 0.2}}
+    headers = {"x-lore-session": "spender"}
+    messages = [{"role": "user", "content": "hello"}]
+
+    def ask(srv: ThreadedServer) -> None:
+        client = anthropic.Anthropic(
+            base_url=srv.url, api_key="sk-ant-k", max_retries=0, default_headers=headers
+        )
+        fake_upstream.enqueue(Reply(text="expensive", input_tokens=100_000))  # $0.30 at $3/Mtok
+        client.messages.create(model=MODEL, max_tokens=10, messages=messages)
+
+    server = start_gateway(config)
+    ask(server)
+    server.stop()
+
+    server = start_gateway(config)
+    poll(lambda: get_json(server.url + "/health")["spend"]["today_usd"] > 0.29, "the day's spend loaded")
+    # Over the budget from the first request after the restart.
+    ask(server)
+    health = get_json(server.url + "/health")
+    assert health["throttle"]["throttle.events"] == 1
+    assert health["spend"]["today_usd"] == pytest.approx(0.60, rel=0.01)
+    client = anthropic.Anthropic(
+        base_url=server.url, api_key="sk-ant-k", max_retries=0, default_headers=headers
+    )
+    status = client.messages.create(
+        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "/lore:status"}]
+    )
+    # Both requests: 100K input and a few output tokens each.
+    assert "cost:      $0.6001 this session, $0.6001 today" in status.content[0].text

@@ -343,9 +343,15 @@ class CostTracker:
         self._sessions: dict[str, float] = collections.defaultdict(float)
         self._days: dict[dt.date, float] = collections.defaultdict(float)
         self._recent: collections.deque[tuple[float, float]] = collections.deque()
+        # Spent since the last save to the store (see lore_core.context.spend).
+        self._unsaved_sessions: dict[str, float] = collections.defaultdict(float)
+        self._unsaved_days: dict[dt.date, float] = collections.defaultdict(float)
 
     def _day(self, at: float) -> dt.date:
         return dt.datetime.fromtimestamp(at, self._tz).date()
+
+    def today(self) -> dt.date:
+        return self._day(self._clock())
 
     def record(
         self,
@@ -361,8 +367,33 @@ class CostTracker:
         cost = self.prices.lookup(model).cost(usage, cache_write_hour_tokens)
         self._sessions[session_id] += cost
         self._days[self._day(at)] += cost
+        self._unsaved_sessions[session_id] += cost
+        self._unsaved_days[self._day(at)] += cost
         self._recent.append((at, cost))
         return cost
+
+    # -- persistence (the store side is lore_core.context.spend.SpendBook) --------------------
+
+    def add_saved(self, *, usd: float, day: dt.date | None = None, session_id: str | None = None) -> None:
+        """Add spend saved by an earlier run (to the day's and/or the session's total)."""
+        if day is not None:
+            self._days[day] += usd
+        if session_id is not None:
+            self._sessions[session_id] += usd
+
+    def take_unsaved(self) -> tuple[dict[dt.date, float], dict[str, float]]:
+        """The spend recorded since the last call, per day and per session; cleared."""
+        days, sessions = dict(self._unsaved_days), dict(self._unsaved_sessions)
+        self._unsaved_days.clear()
+        self._unsaved_sessions.clear()
+        return days, sessions
+
+    def unsaved_day(self, day: dt.date, usd: float) -> None:
+        """Give back a day's increment that could not be saved (saved next time)."""
+        self._unsaved_days[day] += usd
+
+    def unsaved_session(self, session_id: str, usd: float) -> None:
+        self._unsaved_sessions[session_id] += usd
 
     def session_cost(self, session_id: str) -> float:
         return self._sessions.get(session_id, 0.0)
