@@ -29,6 +29,8 @@ from lore_core.testing.fake_upstream import RecordedRequest
 REPO = Path(__file__).resolve().parents[2]
 E2E_BIN = REPO / ".e2e" / "node_modules" / ".bin"
 CLIENT_TIMEOUT_SECONDS = 120.0
+#: ``codex exec`` outside a git repository, without the ~5 s metrics flush at exit.
+CODEX_EXEC = ["exec", "--skip-git-repo-check", "-c", "analytics.enabled=false"]
 # Headers that describe one connection, which a proxy must not (or cannot) pass on as sent.
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}

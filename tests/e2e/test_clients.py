@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from lore_e2e_support import (
+    CODEX_EXEC,
     E2E_BIN,
     GATEWAY_ADDED_HEADERS,
     ClientResult,
@@ -203,10 +204,6 @@ def codex_home(tmp_path: Path, config: str = "") -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.toml").write_text(config)
     return path
-
-
-# exec needs no git repository here; analytics off spares a 5 s metrics flush at exit.
-CODEX_EXEC = ["exec", "--skip-git-repo-check", "-c", "analytics.enabled=false"]
 
 
 def test_codex_custom_provider(tmp_path: Path, tap: RecordingTap, fake_upstream: FakeUpstream) -> None:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from lore_e2e_support import client_env, find_client, run_client
+from lore_e2e_support import CODEX_EXEC, client_env, find_client, run_client
 from lore_harness_claude.plugin import ClaudeCodeHarness
 
 from lore_core.recall.tool import marker_text
@@ -95,7 +95,6 @@ def test_claude_code_turn_with_recall(tmp_path: Path, start_gateway, fake_upstre
 
 
 # The same through Codex (Responses API), as its harness would be configured by hand.
-CODEX_EXEC = ["exec", "--skip-git-repo-check", "-c", "analytics.enabled=false"]
 
 
 def _responses_offers_recall(body: dict) -> bool:

@@ -1,0 +1,50 @@
+"""Real Codex through a real gateway: Codex has no switch for its own auto-compaction, so the
+usage it is shown is scaled (``budget.clientUsageShare``) and it never compacts; the control
+case, with the real usage shown, does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lore_e2e_support import CODEX_EXEC, client_env, find_client, run_client
+
+from lore_core.testing.fake_upstream import FakeUpstream, Reply
+
+pytestmark = pytest.mark.e2e
+
+
+def compaction_requests(fake: FakeUpstream) -> list[bytes]:
+    """Codex's own compaction call: a Responses request whose turn metadata says
+    ``"compaction": {"trigger": "auto", "reason": "context_limit", ...}``."""
+    return [r.body for r in fake.api_requests() if b"context_limit" in r.body and b"compaction" in r.body]
+
+
+@pytest.mark.parametrize("usage_share", [0.5, 0.0], ids=["scaled", "real-usage"])
+def test_codex_never_compacts_on_scaled_usage(
+    tmp_path: Path, start_gateway, fake_upstream: FakeUpstream, usage_share: float
+) -> None:
+    """gpt-5-codex: Codex compacts before a turn once the last usage passed its limit
+    (~245K). 300K prompt tokens really used; shown scaled to half of the 400K window, Codex
+    goes on; shown as they are (``clientUsageShare: 0``), it compacts."""
+    codex = find_client("codex")
+    gateway = start_gateway({"budget": {"clientUsageShare": usage_share}})
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "lore"\n\n[model_providers.lore]\nname = "lore"\n'
+        f'base_url = "{gateway.url}/v1"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
+    )
+    env = client_env(tmp_path / "home", {"CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-test"})
+    fake_upstream.enqueue(Reply(text="pong", input_tokens=20_000, cache_read_tokens=280_000))
+    result = run_client([codex, *CODEX_EXEC, "say pong"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    fake_upstream.responder = lambda req: Reply(text="pong again")
+    result = run_client([codex, *CODEX_EXEC, "resume", "--last", "say pong again"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "pong again" in result.stdout, result.describe()
+    if usage_share:
+        assert compaction_requests(fake_upstream) == []
+        assert len(fake_upstream.api_requests()) == 2
+    else:
+        assert len(compaction_requests(fake_upstream)) == 1
