@@ -76,6 +76,18 @@ def client_env(home: Path, extra: Mapping[str, str] = ()) -> dict[str, str]:
     return env
 
 
+def codex_provider_env(tmp_path: Path, base_url: str, api_key: str = "sk-test") -> dict[str, str]:
+    """:func:`client_env` for Codex with a custom provider at ``base_url`` (``.../v1``): the
+    standard Responses body over HTTP, no WebSocket attempt (see the captures' README)."""
+    home = tmp_path / "codex-home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        'model = "gpt-5-codex"\nmodel_provider = "lore"\n\n[model_providers.lore]\nname = "lore"\n'
+        f'base_url = "{base_url}"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
+    )
+    return client_env(tmp_path / "home", {"CODEX_HOME": str(home), "OPENAI_API_KEY": api_key})
+
+
 @attrs.define
 class ClientResult:
     argv: list[str]

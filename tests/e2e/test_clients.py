@@ -28,6 +28,7 @@ from lore_e2e_support import (
     RecordingTap,
     assert_forwarded_unchanged,
     client_env,
+    codex_provider_env,
     find_client,
     forwarded_requests,
     run_client,
@@ -208,13 +209,7 @@ def codex_home(tmp_path: Path, config: str = "") -> Path:
 
 def test_codex_custom_provider(tmp_path: Path, tap: RecordingTap, fake_upstream: FakeUpstream) -> None:
     codex = find_client("codex")
-    config = (
-        'model = "gpt-5-codex"\nmodel_provider = "lore"\n\n[model_providers.lore]\nname = "lore"\n'
-        f'base_url = "{tap.url}/v1"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
-    )
-    env = client_env(
-        tmp_path / "home", {"CODEX_HOME": str(codex_home(tmp_path, config)), "OPENAI_API_KEY": OPENAI_KEY}
-    )
+    env = codex_provider_env(tmp_path, f"{tap.url}/v1", OPENAI_KEY)
     result = run_client([codex, *CODEX_EXEC, "say pong"], env, cwd=tmp_path)
     assert result.returncode == 0, result.describe()
     assert "pong" in result.stdout

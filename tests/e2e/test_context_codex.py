@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lore_e2e_support import CODEX_EXEC, client_env, find_client, run_client
+from lore_e2e_support import CODEX_EXEC, codex_provider_env, find_client, run_client
 
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
 
@@ -29,13 +29,7 @@ def test_codex_never_compacts_on_scaled_usage(
     goes on; shown as they are (``clientUsageShare: 0``), it compacts."""
     codex = find_client("codex")
     gateway = start_gateway({"budget": {"clientUsageShare": usage_share}})
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "lore"\n\n[model_providers.lore]\nname = "lore"\n'
-        f'base_url = "{gateway.url}/v1"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
-    )
-    env = client_env(tmp_path / "home", {"CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-test"})
+    env = codex_provider_env(tmp_path, f"{gateway.url}/v1")
     fake_upstream.enqueue(Reply(text="pong", input_tokens=20_000, cache_read_tokens=280_000))
     result = run_client([codex, *CODEX_EXEC, "say pong"], env, cwd=tmp_path)
     assert result.returncode == 0, result.describe()

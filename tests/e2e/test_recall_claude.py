@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from lore_e2e_support import CODEX_EXEC, client_env, find_client, run_client
+from lore_e2e_support import CODEX_EXEC, client_env, codex_provider_env, find_client, run_client
 from lore_harness_claude.plugin import ClaudeCodeHarness
 
 from lore_core.recall.tool import marker_text
@@ -117,13 +117,7 @@ def test_codex_turn_with_recall(tmp_path: Path, start_gateway, fake_upstream: Fa
         return Reply(text="", tool_calls=[ToolCall("recall", {"query": QUERY})])
 
     fake_upstream.responder = responder
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "config.toml").write_text(
-        'model = "gpt-5-codex"\nmodel_provider = "lore"\n\n[model_providers.lore]\nname = "lore"\n'
-        f'base_url = "{gateway.url}/v1"\nenv_key = "OPENAI_API_KEY"\nwire_api = "responses"\n'
-    )
-    env = client_env(tmp_path / "home", {"CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-test"})
+    env = codex_provider_env(tmp_path, f"{gateway.url}/v1")
     result = run_client([codex, *CODEX_EXEC, "where is the release script?"], env, cwd=tmp_path)
     assert result.returncode == 0, result.describe()
     assert FINAL in result.stdout, result.describe()
