@@ -7,56 +7,38 @@ metadata, the first messages).
 
 from __future__ import annotations
 
-import copy
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from lore_harness_claude.plugin import LAUNCH_ENV, ClaudeCodeHarness, session_from_user_id
 
-from lore_core import hookimpl
-from lore_core.interfaces import RequestContext
-from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.server import ThreadedServer
+from lore_core.testing.captured import (
+    Captures,
+    ExchangeRecorder,
+    captured_header,
+    replay_headers,
+    request_context,
+)
 from lore_core.testing.fake_upstream import FakeUpstream
 
-FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "claude_code_requests.json").read_text())
+CAPTURES = Captures(Path(__file__).parent / "fixtures" / "claude_code_requests.json")
 CAPTURED_CWD = "/home/dev/clients/proj"
-HOP_BY_HOP = {"host", "content-length", "connection"}
-
-
-def fixture(tag: str) -> dict[str, Any]:
-    return next(r for r in FIXTURES if r["tag"] == tag)
-
-
-def context(request: dict[str, Any], gateway_cwd: str = "/srv/gateway") -> RequestContext:
-    """What the gateway hands a harness for this request: parsed by the kernel's own codec."""
-    registry = Registry.collect(make_plugin_manager(load_entrypoints=False))
-    codec = registry.codec_for_path(request["path"])
-    assert codec is not None
-    raw = copy.deepcopy(request["body"])  # tests change the view; the fixtures stay as captured
-    headers = {k.lower(): v for k, v in request["headers"]}
-    return RequestContext(request["path"], headers, codec.parse(raw, json.dumps(raw).encode()), gateway_cwd)
-
-
-def header(request: dict[str, Any], name: str) -> str:
-    return next(v for k, v in request["headers"] if k.lower() == name)
 
 
 # -- recognition, session, project ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("tag", [r["tag"] for r in FIXTURES])
+@pytest.mark.parametrize("tag", CAPTURES.tags)
 def test_captured_requests_are_recognised_with_their_session_and_project(tag: str) -> None:
-    request = fixture(tag)
-    ctx = context(request)
+    request = CAPTURES[tag]
+    ctx = request_context(request)
     harness = ClaudeCodeHarness()
     assert harness.recognise(ctx) == 100
-    session = header(request, "x-claude-code-session-id")
+    session = captured_header(request, "x-claude-code-session-id")
     assert harness.session_id(ctx) == session
     # The header and metadata.user_id agree in every capture.
     assert session_from_user_id(request["body"]["metadata"]["user_id"]) == session
@@ -64,8 +46,8 @@ def test_captured_requests_are_recognised_with_their_session_and_project(tag: st
 
 
 def test_session_falls_back_to_metadata_user_id_without_the_header() -> None:
-    request = fixture("claude-code-print")
-    ctx = context(request)
+    request = CAPTURES["claude-code-print"]
+    ctx = request_context(request)
     del ctx.headers["x-claude-code-session-id"]
     harness = ClaudeCodeHarness()
     assert harness.recognise(ctx) == 90  # still the claude-cli user agent
@@ -82,8 +64,8 @@ def test_legacy_user_id_format_and_junk() -> None:
 
 
 def test_project_header_wins_and_gateway_cwd_is_the_last_resort() -> None:
-    request = fixture("claude-code-print")
-    ctx = context(request)
+    request = CAPTURES["claude-code-print"]
+    ctx = request_context(request)
     ctx.headers["x-lore-project"] = "/work/elsewhere"
     assert ClaudeCodeHarness().project(ctx) == "/work/elsewhere"
 
@@ -92,7 +74,7 @@ def test_project_header_wins_and_gateway_cwd_is_the_last_resort() -> None:
         "headers": [["User-Agent", "claude-cli/2.1.197"]],
         "body": {"messages": []},
     }
-    assert ClaudeCodeHarness().project(context(bare, gateway_cwd="/srv/gw")) == "/srv/gw"
+    assert ClaudeCodeHarness().project(request_context(bare, gateway_cwd="/srv/gw")) == "/srv/gw"
 
 
 def test_other_clients_are_not_claude_code() -> None:
@@ -110,27 +92,10 @@ def test_other_clients_are_not_claude_code() -> None:
         "body": {"model": "m", "messages": []},
     }
     for request in (sdk, opencode):
-        assert ClaudeCodeHarness().recognise(context(request)) == 0
+        assert ClaudeCodeHarness().recognise(request_context(request)) == 0
 
 
 # -- through a real gateway ----------------------------------------------------------------
-
-
-class ExchangeRecorder:
-    """A test plugin: keeps every exchange the gateway finishes."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[Any] = []
-
-    @hookimpl
-    def lore_exchange_complete(self, gateway: Any, exchange: Any) -> None:
-        self.exchanges.append(exchange)
-
-    def wait(self, count: int, timeout: float = 10.0) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while len(self.exchanges) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.exchanges
 
 
 @pytest.mark.parametrize("tag", ["claude-code-print", "claude-code-prefix"])
@@ -139,8 +104,8 @@ def test_gateway_identifies_claude_code_among_installed_harnesses(
 ) -> None:
     recorder = ExchangeRecorder()
     server = start_gateway(extra_plugins=(recorder,))
-    request = fixture(tag)
-    headers = [(k, v) for k, v in request["headers"] if k.lower() not in HOP_BY_HOP]
+    request = CAPTURES[tag]
+    headers = replay_headers(request)
     prefix = "/anthropic" if tag.endswith("prefix") else ""
     response = httpx.post(
         f"{server.url}{prefix}/v1/messages?beta=true",
@@ -153,7 +118,7 @@ def test_gateway_identifies_claude_code_among_installed_harnesses(
     (exchange,) = recorder.wait(1)
     assert exchange.response.text == "pong"
     assert exchange.harness == "claude"
-    assert exchange.session_id == header(request, "x-claude-code-session-id")
+    assert exchange.session_id == captured_header(request, "x-claude-code-session-id")
     assert exchange.project == CAPTURED_CWD
     assert fake_upstream.api_requests()[-1].path == "/v1/messages"
 

@@ -7,44 +7,26 @@ headers as sent and long texts cut down.
 
 from __future__ import annotations
 
-import copy
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from lore_harness_codex.plugin import CodexHarness, find_cwd, turn_metadata
 
-from lore_core import hookimpl
-from lore_core.interfaces import RequestContext
-from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.server import ThreadedServer
+from lore_core.testing.captured import (
+    Captures,
+    ExchangeRecorder,
+    captured_header,
+    replay_headers,
+    request_context,
+)
 from lore_core.testing.fake_upstream import FakeUpstream
 
-FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "codex_requests.json").read_text())
+CAPTURES = Captures(Path(__file__).parent / "fixtures" / "codex_requests.json")
 CAPTURED_CWD = "/home/dev/clients/proj"
-HOP_BY_HOP = {"host", "content-length", "connection"}
-
-
-def fixture(tag: str) -> dict[str, Any]:
-    return next(r for r in FIXTURES if r["tag"] == tag)
-
-
-def context(request: dict[str, Any], gateway_cwd: str = "/srv/gateway") -> RequestContext:
-    """What the gateway hands a harness for this request: parsed by the kernel's own codec."""
-    registry = Registry.collect(make_plugin_manager(load_entrypoints=False))
-    codec = registry.codec_for_path(request["path"])
-    assert codec is not None
-    raw = copy.deepcopy(request["body"])  # tests change the view; the fixtures stay as captured
-    headers = {k.lower(): v for k, v in request["headers"]}
-    return RequestContext(request["path"], headers, codec.parse(raw, json.dumps(raw).encode()), gateway_cwd)
-
-
-def header(request: dict[str, Any], name: str) -> str:
-    return next(v for k, v in request["headers"] if k.lower() == name)
 
 
 # -- recognition, session, project ---------------------------------------------------------
@@ -52,14 +34,14 @@ def header(request: dict[str, Any], name: str) -> str:
 
 @pytest.mark.parametrize("tag", ["codex-builtin", "codex-provider"])
 def test_captured_requests_are_recognised_with_their_session_and_project(tag: str) -> None:
-    request = fixture(tag)
-    ctx = context(request)
+    request = CAPTURES[tag]
+    ctx = request_context(request)
     harness = CodexHarness()
     assert harness.recognise(ctx) == 100
-    session = header(request, "session-id")
+    session = captured_header(request, "session-id")
     assert harness.session_id(ctx) == session
     # Every other place Codex writes the session agrees with the header.
-    assert header(request, "thread-id") == session
+    assert captured_header(request, "thread-id") == session
     assert request["body"]["prompt_cache_key"] == session
     assert turn_metadata(ctx)["session_id"] == session
     assert harness.project(ctx) == CAPTURED_CWD
@@ -67,7 +49,7 @@ def test_captured_requests_are_recognised_with_their_session_and_project(tag: st
 
 def test_the_built_in_provider_puts_the_cwd_after_four_developer_items() -> None:
     # Why the harness looks past the first three messages that generic helpers read.
-    view = context(fixture("codex-builtin")).view
+    view = request_context(CAPTURES["codex-builtin"]).view
     assert view is not None
     index = next(i for i, m in enumerate(view.messages) if "<cwd>" in m.text)
     assert index >= 4
@@ -75,7 +57,7 @@ def test_the_built_in_provider_puts_the_cwd_after_four_developer_items() -> None
 
 
 def test_session_fallbacks_in_order() -> None:
-    ctx = context(fixture("codex-provider"))
+    ctx = request_context(CAPTURES["codex-provider"])
     harness = CodexHarness()
     ctx.headers["session-id"] = ""
     ctx.headers["thread-id"] = "thread-from-header"
@@ -94,7 +76,7 @@ def test_session_fallbacks_in_order() -> None:
 
 def test_project_fallbacks_in_order() -> None:
     harness = CodexHarness()
-    ctx = context(fixture("codex-provider"), gateway_cwd="/srv/gw")
+    ctx = request_context(CAPTURES["codex-provider"], gateway_cwd="/srv/gw")
     ctx.headers["x-lore-project"] = "/work/chosen"
     assert harness.project(ctx) == "/work/chosen"
     del ctx.headers["x-lore-project"]
@@ -125,27 +107,10 @@ def test_other_clients_are_not_codex() -> None:
         "body": {"input": "hi"},
     }
     for request in (opencode, sdk):
-        assert CodexHarness().recognise(context(request)) == 0
+        assert CodexHarness().recognise(request_context(request)) == 0
 
 
 # -- through a real gateway ----------------------------------------------------------------
-
-
-class ExchangeRecorder:
-    """A test plugin: keeps every exchange the gateway finishes."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[Any] = []
-
-    @hookimpl
-    def lore_exchange_complete(self, gateway: Any, exchange: Any) -> None:
-        self.exchanges.append(exchange)
-
-    def wait(self, count: int, timeout: float = 10.0) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while len(self.exchanges) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.exchanges
 
 
 @pytest.mark.parametrize("tag", ["codex-builtin", "codex-provider"])
@@ -154,8 +119,8 @@ def test_gateway_identifies_codex_among_installed_harnesses(
 ) -> None:
     recorder = ExchangeRecorder()
     server = start_gateway(extra_plugins=(recorder,))
-    request = fixture(tag)
-    headers = [(k, v) for k, v in request["headers"] if k.lower() not in HOP_BY_HOP]
+    request = CAPTURES[tag]
+    headers = replay_headers(request)
     response = httpx.post(
         f"{server.url}/v1/responses",
         headers=headers,
@@ -167,7 +132,7 @@ def test_gateway_identifies_codex_among_installed_harnesses(
     (exchange,) = recorder.wait(1)
     assert exchange.response.text == "pong"
     assert exchange.harness == "codex"
-    assert exchange.session_id == header(request, "session-id")
+    assert exchange.session_id == captured_header(request, "session-id")
     assert exchange.project == CAPTURED_CWD
     assert fake_upstream.api_requests()[-1].path == "/v1/responses"
 

@@ -7,9 +7,7 @@ through the Responses and Chat Completions APIs, with long texts cut down.
 
 from __future__ import annotations
 
-import copy
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,34 +16,19 @@ import httpx
 import pytest
 from lore_harness_opencode.plugin import CONFIG_ENV, LAUNCH_ENV, OpenCodeHarness, gateway_config
 
-from lore_core import hookimpl
-from lore_core.interfaces import RequestContext
-from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.server import ThreadedServer
+from lore_core.testing.captured import (
+    Captures,
+    ExchangeRecorder,
+    captured_header,
+    replay_headers,
+    request_context,
+)
 from lore_core.testing.fake_upstream import FakeUpstream
 
-FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "opencode_requests.json").read_text())
+CAPTURES = Captures(Path(__file__).parent / "fixtures" / "opencode_requests.json")
 CAPTURED_CWD = "/home/dev/clients/proj-opencode"
-HOP_BY_HOP = {"host", "content-length", "connection"}
 MAIN_REQUESTS = ["opencode-anthropic#1", "opencode-openai#1", "opencode-chat#1"]
-
-
-def fixture(tag: str) -> dict[str, Any]:
-    return next(r for r in FIXTURES if r["tag"] == tag)
-
-
-def context(request: dict[str, Any], gateway_cwd: str = "/srv/gateway") -> RequestContext:
-    """What the gateway hands a harness for this request: parsed by the kernel's own codec."""
-    registry = Registry.collect(make_plugin_manager(load_entrypoints=False))
-    codec = registry.codec_for_path(request["path"])
-    assert codec is not None
-    raw = copy.deepcopy(request["body"])  # tests change the view; the fixtures stay as captured
-    headers = {k.lower(): v for k, v in request["headers"]}
-    return RequestContext(request["path"], headers, codec.parse(raw, json.dumps(raw).encode()), gateway_cwd)
-
-
-def header(request: dict[str, Any], name: str) -> str:
-    return next(v for k, v in request["headers"] if k.lower() == name)
 
 
 # -- recognition, session, project ---------------------------------------------------------
@@ -53,25 +36,25 @@ def header(request: dict[str, Any], name: str) -> str:
 
 @pytest.mark.parametrize("tag", MAIN_REQUESTS)
 def test_main_requests_on_all_three_apis(tag: str) -> None:
-    request = fixture(tag)
-    ctx = context(request)
+    request = CAPTURES[tag]
+    ctx = request_context(request)
     harness = OpenCodeHarness()
     assert harness.recognise(ctx) == 100
-    assert harness.session_id(ctx) == header(request, "x-session-id")
+    assert harness.session_id(ctx) == captured_header(request, "x-session-id")
     assert harness.session_id(ctx).startswith("ses_")
     assert harness.project(ctx) == CAPTURED_CWD
 
 
 def test_the_title_request_belongs_to_the_same_session() -> None:
-    title, main = fixture("opencode-anthropic"), fixture("opencode-anthropic#1")
+    title, main = CAPTURES["opencode-anthropic"], CAPTURES["opencode-anthropic#1"]
     harness = OpenCodeHarness()
-    assert harness.session_id(context(title)) == harness.session_id(context(main))
+    assert harness.session_id(request_context(title)) == harness.session_id(request_context(main))
     # It carries no environment block: its project is the gateway's working directory.
-    assert harness.project(context(title, gateway_cwd="/srv/gw")) == "/srv/gw"
+    assert harness.project(request_context(title, gateway_cwd="/srv/gw")) == "/srv/gw"
 
 
 def test_session_fallbacks() -> None:
-    ctx = context(fixture("opencode-openai#1"))
+    ctx = request_context(CAPTURES["opencode-openai#1"])
     harness = OpenCodeHarness()
     session = ctx.headers.pop("x-session-id")
     assert harness.session_id(ctx) == session  # x-session-affinity
@@ -84,7 +67,7 @@ def test_session_fallbacks() -> None:
 
 
 def test_project_header_wins() -> None:
-    ctx = context(fixture("opencode-chat#1"))
+    ctx = request_context(CAPTURES["opencode-chat#1"])
     ctx.headers["x-lore-project"] = "/work/chosen"
     assert OpenCodeHarness().project(ctx) == "/work/chosen"
 
@@ -101,27 +84,10 @@ def test_other_clients_are_not_opencode() -> None:
         "body": {"messages": []},
     }
     for request in (codex, claude):
-        assert OpenCodeHarness().recognise(context(request)) == 0
+        assert OpenCodeHarness().recognise(request_context(request)) == 0
 
 
 # -- through a real gateway ----------------------------------------------------------------
-
-
-class ExchangeRecorder:
-    """A test plugin: keeps every exchange the gateway finishes."""
-
-    def __init__(self) -> None:
-        self.exchanges: list[Any] = []
-
-    @hookimpl
-    def lore_exchange_complete(self, gateway: Any, exchange: Any) -> None:
-        self.exchanges.append(exchange)
-
-    def wait(self, count: int, timeout: float = 10.0) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while len(self.exchanges) < count and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.exchanges
 
 
 @pytest.mark.parametrize("tag", MAIN_REQUESTS)
@@ -130,8 +96,8 @@ def test_gateway_identifies_opencode_among_installed_harnesses(
 ) -> None:
     recorder = ExchangeRecorder()
     server = start_gateway(extra_plugins=(recorder,))
-    request = fixture(tag)
-    headers = [(k, v) for k, v in request["headers"] if k.lower() not in HOP_BY_HOP]
+    request = CAPTURES[tag]
+    headers = replay_headers(request)
     response = httpx.post(
         server.url + request["path"],
         headers=headers,
@@ -142,7 +108,7 @@ def test_gateway_identifies_opencode_among_installed_harnesses(
     (exchange,) = recorder.wait(1)
     assert exchange.response.text == "pong"
     assert exchange.harness == "opencode"
-    assert exchange.session_id == header(request, "x-session-id")
+    assert exchange.session_id == captured_header(request, "x-session-id")
     assert exchange.project == CAPTURED_CWD
     assert fake_upstream.api_requests()[-1].path == request["path"]
 
