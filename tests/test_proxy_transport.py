@@ -406,3 +406,11 @@ def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_ups
     assert json.loads(seen.body) == expected
     cut = body.index(b"]")
     assert seen.body[:cut] == body[:cut] and seen.body.endswith(body[cut:])
+
+
+def test_upstream_cookies_are_relayed_but_never_kept(gateway, fake_upstream):
+    fake_upstream.enqueue(Reply(headers={"set-cookie": "lb=node-3; Path=/"}))
+    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+    assert response.status_code == 200 and response.headers["set-cookie"] == "lb=node-3; Path=/"
+    # The upstream client's jar would send it with every later request, of every client.
+    assert len(gateway.gateway.upstream._client.cookies.jar) == 0
