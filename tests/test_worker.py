@@ -244,18 +244,21 @@ def test_circuit_breaker_opens_fails_fast_and_half_opens(fake_upstream):
     run(scenario())
 
 
+def one_failure_breaker(fake: FakeUpstream, clock: Clock) -> WorkerClient:
+    """A worker without retries whose breaker opens on one failure, for 10 s of ``clock``."""
+    config = WorkerConfig(
+        upstream=fake.url,
+        model="m",
+        max_retries=0,
+        circuit_breaker_threshold=1,
+        circuit_breaker_cooldown_seconds=10,
+    )
+    return WorkerClient(config, clock=clock)
+
+
 def test_half_open_lets_exactly_one_trial_through(fake_upstream):
     clock = Clock()
-    worker = WorkerClient(
-        WorkerConfig(
-            upstream=fake_upstream.url,
-            model="m",
-            max_retries=0,
-            circuit_breaker_threshold=1,
-            circuit_breaker_cooldown_seconds=10,
-        ),
-        clock=clock,
-    )
+    worker = one_failure_breaker(fake_upstream, clock)
 
     async def scenario():
         fake_upstream.enqueue(Reply(status=502))
@@ -275,16 +278,7 @@ def test_half_open_lets_exactly_one_trial_through(fake_upstream):
 
 def test_a_cancelled_trial_does_not_block_the_breaker_forever(fake_upstream):
     clock = Clock()
-    worker = WorkerClient(
-        WorkerConfig(
-            upstream=fake_upstream.url,
-            model="m",
-            max_retries=0,
-            circuit_breaker_threshold=1,
-            circuit_breaker_cooldown_seconds=10,
-        ),
-        clock=clock,
-    )
+    worker = one_failure_breaker(fake_upstream, clock)
 
     async def scenario():
         fake_upstream.enqueue(Reply(status=503))
