@@ -259,7 +259,10 @@ class Store(Protocol):
         """Nearest items to a unit-length vector by cosine similarity (``score``), best
         first, one hit per item (its best chunk), filtered by kind, session and project.
         Hits look like :meth:`search` hits: distillations as ``d:<id>`` with role
-        ``distillation``, ``text`` the item's whole text. An unknown model gives ``[]``."""
+        ``distillation``, ``text`` the item's whole text. An unknown model gives ``[]``.
+        Each hit's ``chunk`` is the position of that best chunk among the item's vectors
+        as :meth:`write_vectors` received them (recall shows that part of a long text);
+        a store that leaves it ``None`` still works, its snippets fall back to the start."""
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
         """``{model: {"dimensions", "vectors", "pending", ...}}`` for every indexed model (or

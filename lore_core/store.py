@@ -123,9 +123,13 @@ class SearchHit:
     text: str
     position: int = 0
     created_at: float = 0.0
+    #: For a vector hit: which chunk of the item matched best, by its position among the
+    #: pieces the indexer embedded (``lore_core.indexer.text_chunks``). ``None`` for a
+    #: full-text hit, or from a store that does not say.
+    chunk: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "session": self.session_id,
             "project": self.project,
@@ -135,6 +139,9 @@ class SearchHit:
             "position": self.position,
             "created_at": self.created_at,
         }
+        if self.chunk is not None:
+            out["chunk"] = self.chunk
+        return out
 
 
 #: Search hits and ids of distillations carry this prefix (``lore show d:<id>``), so they never

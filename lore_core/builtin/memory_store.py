@@ -68,7 +68,8 @@ class MemoryStore:
         # Every message and distillation in arrival order: (kind, id); the index is the
         # item's embedding cursor (1-based).
         self._arrivals: list[tuple[str, str]] = []
-        # model -> {"dimensions": int, "done": highest embedded cursor, "rows": chunk rows}
+        # model -> {"dimensions": int, "done": highest embedded cursor,
+        #           "rows": [(kind, item id, chunk, vector)]}
         self._vectors: dict[str, dict[str, Any]] = {}
         self._open = False
 
@@ -252,13 +253,13 @@ class MemoryStore:
             raise VectorDimensionError(
                 f"the {model!r} index holds {index['dimensions']}-dimensional vectors, not {dimensions}"
             )
-        rows: list[tuple[str, str, list[float]]] = []
+        rows: list[tuple[str, str, int, list[float]]] = []
         for iv in items:
-            for vector in iv.vectors:
+            for chunk, vector in enumerate(iv.vectors):
                 if len(vector) != dimensions:
                     raise VectorDimensionError(f"a vector of {len(vector)} dimensions, expected {dimensions}")
-                rows.append((iv.item.kind, iv.item.id, [float(x) for x in vector]))
-        known = {(k, i) for k, i, _ in index["rows"]}
+                rows.append((iv.item.kind, iv.item.id, chunk, [float(x) for x in vector]))
+        known = {(k, i) for k, i, _, _ in index["rows"]}
         index["rows"].extend(r for r in rows if (r[0], r[1]) not in known)  # a re-write is no duplicate
         if items:
             index["done"] = max(index["done"], max(iv.item.cursor for iv in items))
@@ -282,8 +283,9 @@ class MemoryStore:
                 f"a query vector of {len(vector)} dimensions for a {index['dimensions']}-dimensional index"
             )
         query = [float(x) for x in vector]
-        best: dict[tuple[str, str], float] = {}
-        for kind, ident, row in index["rows"]:
+        # (kind, item id) -> (score, chunk) of the item's best chunk.
+        best: dict[tuple[str, str], tuple[float, int]] = {}
+        for kind, ident, chunk, row in index["rows"]:
             if kinds is not None and kind not in kinds:
                 continue
             owner = self._owner(kind, ident)
@@ -294,22 +296,40 @@ class MemoryStore:
             if project is not None and owner.project != project:
                 continue
             score = sum(map(operator.mul, row, query))
-            if score > best.get((kind, ident), -math.inf):
-                best[(kind, ident)] = score
-        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0][1]))[:limit]
+            if score > best.get((kind, ident), (-math.inf, 0))[0]:
+                best[(kind, ident)] = (score, chunk)
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0][1]))[:limit]
         hits: list[SearchHit] = []
-        for (kind, ident), score in ranked:
+        for (kind, ident), (score, chunk) in ranked:
             if kind == VECTOR_DISTILLATION:
                 d = self._distillations[ident]
                 hits.append(
                     SearchHit(
-                        d.ref, d.session_id, d.project, DISTILLATION_ROLE, score, d.text, 0, d.created_at
+                        d.ref,
+                        d.session_id,
+                        d.project,
+                        DISTILLATION_ROLE,
+                        score,
+                        d.text,
+                        0,
+                        d.created_at,
+                        chunk=chunk,
                     )
                 )
             else:
                 m = self._messages[ident]
                 hits.append(
-                    SearchHit(m.id, m.session_id, m.project, m.role, score, m.text, m.position, m.created_at)
+                    SearchHit(
+                        m.id,
+                        m.session_id,
+                        m.project,
+                        m.role,
+                        score,
+                        m.text,
+                        m.position,
+                        m.created_at,
+                        chunk=chunk,
+                    )
                 )
         return hits
 
@@ -321,7 +341,7 @@ class MemoryStore:
             out[name] = {
                 "dimensions": index["dimensions"],
                 "vectors": len(index["rows"]),
-                "items": len({(k, i) for k, i, _ in index["rows"]}),
+                "items": len({(k, i) for k, i, _, _ in index["rows"]}),
                 "pending": len(self._arrivals) - index["done"],
             }
         return out

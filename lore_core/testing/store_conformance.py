@@ -687,6 +687,12 @@ class StoreConformance:
             hits = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), limit=10)
             assert len(hits) == 6 and len({h.id for h in hits}) == 6
             assert hits[0].id == pending[0].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
+            # Each hit says which of its chunks matched: its position in the vectors written.
+            assert hits[0].chunk == 2
+            hits = await store.vector_search(self.MODEL, self._unit(0, 1, 0, 0), limit=10)
+            assert [h.chunk for h in hits] == [1] * 6
+            hits = await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0), limit=10)
+            assert [h.chunk for h in hits] == [0] * 6
 
         self.run(make_store, body)
 

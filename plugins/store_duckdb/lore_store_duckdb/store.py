@@ -611,8 +611,8 @@ class DuckDBStore:
             found = self._vectors.search(model, vector, kinds, session_id, project, limit)
             if not found:
                 return []
-            message_ids = [i for kind, i, _ in found if kind == VECTOR_MESSAGE]
-            distillation_ids = [i for kind, i, _ in found if kind == VECTOR_DISTILLATION]
+            message_ids = [i for kind, i, _, _ in found if kind == VECTOR_MESSAGE]
+            distillation_ids = [i for kind, i, _, _ in found if kind == VECTOR_DISTILLATION]
             rows: dict[tuple[str, str], tuple[Any, ...]] = {}
             if message_ids:
                 for r in self._query(
@@ -631,7 +631,7 @@ class DuckDBStore:
                         DISTILLATION_PREFIX + r[0], r[1], r[2], DISTILLATION_ROLE, 0, r[3], r[4]
                     )  # fmt: skip
             hits = []
-            for kind, ident, score in found:
+            for kind, ident, score, chunk in found:
                 r = rows.get((kind, ident))
                 if r is None:
                     continue  # an item of a kind this store does not hold (yet)
@@ -645,6 +645,7 @@ class DuckDBStore:
                         text=r[6] or "",
                         position=int(r[4] or 0),
                         created_at=float(r[5] or 0.0),
+                        chunk=chunk,
                     )
                 )
             return hits

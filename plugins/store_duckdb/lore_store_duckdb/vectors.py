@@ -325,8 +325,9 @@ class VectorIndex:
         session_id: str | None,
         project: str | None,
         limit: int,
-    ) -> list[tuple[str, str, float]]:
-        """``(kind, item id, cosine similarity)`` per item, best first, at most ``limit``."""
+    ) -> list[tuple[str, str, float, int]]:
+        """``(kind, item id, cosine similarity, chunk)`` per item, best first, at most
+        ``limit``; ``chunk`` is the item's best chunk (the one the similarity is of)."""
         m = self.model(model)
         if m is None or limit <= 0:
             return []
@@ -346,7 +347,7 @@ class VectorIndex:
         fetch = max(limit * CHUNKS_PER_RESULT, 40)
         where = " AND ".join(filters)
 
-        def run(exact: bool) -> dict[tuple[str, str], float]:
+        def run(exact: bool) -> dict[tuple[str, str], tuple[float, int]]:
             builder = (
                 m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(fetch)
             )
@@ -356,12 +357,12 @@ class VectorIndex:
                 builder = builder.nprobes(ANN_NPROBES).refine_factor(ANN_REFINE_FACTOR)
             if where:
                 builder = builder.where(where, prefilter=True)
-            best: dict[tuple[str, str], float] = {}
-            for r in builder.select(["kind", "item_id", "_distance"]).to_arrow().to_pylist():
+            best: dict[tuple[str, str], tuple[float, int]] = {}
+            for r in builder.select(["kind", "item_id", "chunk", "_distance"]).to_arrow().to_pylist():
                 key = (r["kind"], r["item_id"])
                 score = 1.0 - float(r["_distance"])
-                if score > best.get(key, -2.0):
-                    best[key] = score
+                if score > best.get(key, (-2.0, 0))[0]:
+                    best[key] = (score, int(r["chunk"]))
             return best
 
         # The ANN index only looks in the partitions nearest the query: a selective filter
@@ -373,8 +374,8 @@ class VectorIndex:
         best = run(exact)
         if m.ann_rows and not exact and where and len(best) < limit:
             best = run(True)
-        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0][1]))[:limit]
-        return [(kind, ident, score) for (kind, ident), score in ranked]
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0][1]))[:limit]
+        return [(kind, ident, score, chunk) for (kind, ident), (score, chunk) in ranked]
 
     def stats(self, model: str) -> dict[str, Any]:
         m = self.model(model)
