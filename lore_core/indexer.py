@@ -37,6 +37,8 @@ _SHORT_TEXT = 250
 #: Character windows for embedders that cannot split by tokens themselves.
 FALLBACK_CHUNK_CHARS = 1000
 FALLBACK_OVERLAP_CHARS = 150
+#: Pieces embedded per item at most (``embedding.maxChunksPerItem``'s default).
+DEFAULT_MAX_CHUNKS = 16
 #: Compact the store's vector index after this long without new items (if it was written).
 IDLE_OPTIMIZE_SECONDS = 30.0
 _BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -75,6 +77,47 @@ def cap_chunks(chunks: list[str], max_chunks: int) -> list[str]:
     return [*chunks[: max_chunks - 1], chunks[-1]] if max_chunks > 1 else chunks[:1]
 
 
+def text_chunks(text: str, embedder: Any, max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[str]:
+    """The pieces of ``text`` the indexer embeds, in order ([] for a blank text): the
+    embedder's own ``chunk`` when it has one, else character windows, at most
+    ``max_chunks`` of them (:func:`cap_chunks`). A store's vector hit names its best piece
+    by position in this list, and recall finds that piece again with :func:`chunk_span`:
+    the one rule for both."""
+    if not text.strip():
+        return []
+    if len(text) <= _SHORT_TEXT:
+        return [text]
+    splitter = getattr(embedder, "chunk", None)
+    pieces: list[str] | None = None
+    if splitter is not None:
+        try:
+            pieces = [p for p in splitter(text) if p.strip()]
+        except Exception:  # no tokenizer: character windows still cover the text
+            pieces = None
+    if not pieces:
+        pieces = char_windows(text)
+    return cap_chunks(pieces, max(1, max_chunks))
+
+
+def chunk_span(
+    text: str, chunk: int, embedder: Any, max_chunks: int = DEFAULT_MAX_CHUNKS
+) -> tuple[int, int] | None:
+    """Where piece number ``chunk`` of :func:`text_chunks` lies in ``text``: its
+    ``(start, end)`` character offsets. ``None`` when there is no such piece, or when the
+    pieces are not substrings of the text (a chunker that rewrites what it cuts)."""
+    pieces = text_chunks(text, embedder, max_chunks)
+    if not 0 <= chunk < len(pieces):
+        return None
+    # Each piece starts after the one before it, so searching on from the previous piece
+    # finds a repeated passage at the place the chunker cut it.
+    start = 0
+    for piece in pieces[: chunk + 1]:
+        start = text.find(piece, start)
+        if start < 0:
+            return None
+    return start, start + len(pieces[chunk])
+
+
 class VectorIndexer:
     """Keeps the store's vector index for ``embedder``'s model current."""
 
@@ -83,7 +126,7 @@ class VectorIndexer:
         store: Any,
         embedder: Embedder,
         batch_size: int = 64,
-        max_chunks: int = 16,
+        max_chunks: int = DEFAULT_MAX_CHUNKS,
         interval: float = 2.0,
         store_ready: Callable[[], bool] | None = None,
     ) -> None:
@@ -259,21 +302,8 @@ class VectorIndexer:
         return [self.chunks(item.text) for item in items]
 
     def chunks(self, text: str) -> list[str]:
-        """The pieces of ``text`` to embed ([] for a blank text)."""
-        if not text.strip():
-            return []
-        if len(text) <= _SHORT_TEXT:
-            return [text]
-        splitter = getattr(self.embedder, "chunk", None)
-        pieces: list[str] | None = None
-        if splitter is not None:
-            try:
-                pieces = [p for p in splitter(text) if p.strip()]
-            except Exception:  # no tokenizer: character windows still cover the text
-                pieces = None
-        if not pieces:
-            pieces = char_windows(text)
-        return cap_chunks(pieces, self.max_chunks)
+        """The pieces of ``text`` to embed ([] for a blank text): :func:`text_chunks`."""
+        return text_chunks(text, self.embedder, self.max_chunks)
 
     async def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Embed everything pending (``lore reindex``); ``progress(done, total)`` after each

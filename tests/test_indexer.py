@@ -15,7 +15,7 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.indexer import VectorIndexer, cap_chunks, char_windows
+from lore_core.indexer import VectorIndexer, cap_chunks, char_windows, chunk_span, text_chunks
 from lore_core.interfaces import EmbedderUnavailable
 from lore_core.server import ThreadedServer
 from lore_core.store import StoredDistillation, distillation_id
@@ -78,6 +78,32 @@ def test_cap_chunks_keeps_head_and_tail() -> None:
     assert cap_chunks(chunks, 4) == ["0", "1", "2", "9"]
     assert cap_chunks(chunks, 1) == ["0"]
     assert cap_chunks(chunks, 20) == chunks
+
+
+def test_chunk_span_finds_each_piece_where_the_indexer_cut_it() -> None:
+    long_text = " ".join(f"w{i:04d}" for i in range(2000))
+    for embedder in (TopicEmbedder(), ChunkingEmbedder()):  # character windows; the embedder's own
+        pieces = text_chunks(long_text, embedder, max_chunks=4)
+        assert len(pieces) == 4 and pieces == VectorIndexer(MemoryStore(), embedder, max_chunks=4).chunks(
+            long_text
+        )
+        for number, piece in enumerate(pieces):
+            span = chunk_span(long_text, number, embedder, max_chunks=4)
+            assert span is not None and long_text[span[0] : span[1]] == piece
+        # The capped list's last piece is the text's end, not the fourth piece cut.
+        assert chunk_span(long_text, 3, embedder, max_chunks=4)[1] == len(long_text)  # type: ignore[index]
+        assert chunk_span(long_text, 4, embedder, max_chunks=4) is None
+    assert chunk_span("   ", 0, TopicEmbedder()) is None
+    assert chunk_span("tiny", 0, TopicEmbedder()) == (0, 4)
+
+
+def test_chunk_span_is_none_when_pieces_are_not_in_the_text() -> None:
+    class Rewriting(TopicEmbedder):
+        def chunk(self, text: str) -> list[str]:
+            return [piece.upper() for piece in ChunkingEmbedder().chunk(text)]
+
+    long_text = " ".join(f"w{i:04d}" for i in range(2000))
+    assert chunk_span(long_text, 1, Rewriting()) is None
 
 
 def test_run_until_idle_embeds_everything_with_progress() -> None:
