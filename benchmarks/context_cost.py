@@ -3,9 +3,10 @@ prompt strategies against a simulated provider cache, side by side in one run.
 
 The session is generated deterministically (:mod:`lore_core.context.simulate`: prompts, file
 reads, test runs with failures, greps, diffs, edits; harness reminders), in the shape Claude
-Code sends to the Anthropic Messages API, with a ~3K-token system prompt and tool list. Every
-model call of the session (after the user's prompt and after each tool result) is one
-request, replayed in order through:
+Code sends to the Anthropic Messages API, with a ~3.6K-token system prompt and 24 tool
+definitions (~18K tokens, as large as Claude Code's own). Every model call of the session
+(after the user's prompt and after each tool result) is one request, replayed in order
+through:
 
 (a) **raw passthrough**: the history as the client sends it. Past the model's window the
     API would refuse it, so the oldest turns are dropped until it fits (what a client does
@@ -74,13 +75,16 @@ def system_prompt() -> str:
     return "You are a coding agent working in the user's repository.\n" + "\n".join(rules)
 
 
+#: Sized like Claude Code 2.1's (captured: 24-28 tools, 16-21K tokens of definitions, before a
+#: 1.6-6K-token system prompt): ~20K tokens that stay cached whatever the layer.
+TOOL_NAMES = ("Read", "Bash", "Grep", "Edit", "Write", "Glob", "Task", "TodoWrite", "WebFetch", "WebSearch")
 TOOLS = [
     {
         "name": name,
-        "description": f"{name}: " + "use it to work on files and commands in the repository. " * 12,
+        "description": f"{name}: " + "use it to work on files and commands in the repository. " * 60,
         "input_schema": {"type": "object", "properties": {"arg": {"type": "string"}}},
     }
-    for name in ("Read", "Bash", "Grep", "Edit", "Write", "Glob")
+    for name in (*TOOL_NAMES, *(f"mcp__tool_{i}" for i in range(14)))
 ]
 
 

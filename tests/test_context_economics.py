@@ -174,6 +174,17 @@ def test_the_rule_tightens_as_the_window_fills():
     assert compression_pays(600_000, 180_000, SONNET)
 
 
+def test_the_part_that_stays_cached_is_read_not_written():
+    # 60K tokens, 22K of them system prompt and tools that a re-composition leaves as they
+    # were: compressing to 30K writes 8K and reads 22K again.
+    assert not compression_pays(60_000, 30_000, SONNET)  # 30K x 3.75 > 60K x 0.30 x 3
+    assert compression_pays(60_000, 30_000, SONNET, kept_cached_tokens=22_000)
+    # 8K x 3.75 + 22K x 0.30 = 36.6K < 54K; the break-even is the rule's own.
+    assert not compression_pays(40_000, 30_000, SONNET, kept_cached_tokens=22_000)  # 36.6K > 36K
+    # What is kept can never exceed the compressed prompt.
+    assert compression_pays(60_000, 30_000, SONNET, kept_cached_tokens=90_000)
+
+
 def test_decide_compression():
     past = 400_000
     c = Layer0Cap(333_333, "cost")
@@ -191,6 +202,8 @@ def test_decide_compression():
         False, "does-not-pay", 5.0
     )
     assert decide_compression(past, 100_000, SONNET, c, CacheState(holding=True)).reason == "holding"
+    # With 150K of the 200K compressed prompt unchanged it pays after all.
+    assert decide_compression(past, 200_000, SONNET, c, CacheState(), 150_000).compress
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,9 +15,11 @@ from lore_core.codecs.anthropic import AnthropicMessagesCodec
 from lore_core.config import LoreConfig, ModelConfig
 from lore_core.context import compose as C
 from lore_core.context import manager as M
+from lore_core.context.economics import compression_pays
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
 from lore_core.context.simulate import anthropic_messages, coding_session
+from lore_core.context.tokens import TokenCounter
 from lore_core.interfaces import CompositionContext
 from lore_core.model import AssistantMessage, Exchange, Usage
 from lore_core.store import FORCE_MIN_LAYER, StoredDistillation
@@ -132,6 +134,33 @@ def test_past_the_cap_nothing_changes_when_compressing_does_not_pay():
 
     out, plan = asyncio.run(run())
     assert plan.layer == 0 and not out.modified and plan.reason == "does-not-pay"
+
+
+def test_the_system_prompt_and_tools_count_as_cached_when_weighing_compression():
+    """A 20K-token system prompt stays cached through a re-composition: compressing a 101K
+    prompt to 35K rewrites only 15K of it, which pays (the literal rule, with all 35K
+    written, would keep growing at layer 0)."""
+    turns = TURNS[:20]
+    raw = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "system": "Rules of the house. " * 4000,
+        "messages": anthropic_messages(turns, answered=False),
+    }
+
+    async def run():
+        store = await memory_store()
+        await with_logs(store, turns, share=0.8)
+        manager = ContextManager(config(max_layer0_tokens=5_000), PriceTable(), store, LAYERS)
+        return await turn(manager, codec.parse(raw, json.dumps(raw).encode()))
+
+    _, plan = asyncio.run(run())
+    assert plan.layer == 1 and plan.reason == "cost"
+    sonnet = PriceTable().lookup("claude-sonnet-4-5")
+    full = C.analyse(codec.parse(raw, json.dumps(raw).encode()), SID, TokenCounter()).raw_total
+    assert full > 100_000 and 30_000 < plan.tokens < 40_000
+    assert not compression_pays(full, plan.tokens, sonnet)
+    assert compression_pays(full, plan.tokens, sonnet, kept_cached_tokens=20_000)
 
 
 def test_a_disabled_cap_keeps_layer0_while_the_prompt_fits():

@@ -616,6 +616,19 @@ def raw_composition(an: Analysis, reason: str = "fits") -> Composition:
     )
 
 
+def unchanged_start_tokens(
+    an: Analysis, current: Composition, candidate: Composition, counter: TokenCounter
+) -> int:
+    """Tokens at the start of ``candidate`` that are byte-identical to ``current``, so the
+    provider reads them from the cache when the prompt changes: the system prompt, tools and
+    head messages, and the distilled prefix when ``candidate`` keeps ``current``'s as it was
+    (layers 1-2 append to it)."""
+    kept = an.fixed + sum(an.tokens[: an.head])
+    if current.prefix and candidate.prefix[: len(current.prefix)] == current.prefix:
+        kept += prefix_tokens(current.prefix, counter)
+    return kept
+
+
 def least_layer(
     an: Analysis,
     parts: Sequence[PrefixPart],

@@ -141,11 +141,21 @@ def bust_threshold(current_tokens: int) -> float:
     return BUST_THRESHOLDS[-1][1]
 
 
-def compression_pays(current_tokens: int, compressed_tokens: int, model: ModelInfo) -> bool:
+def compression_pays(
+    current_tokens: int, compressed_tokens: int, model: ModelInfo, kept_cached_tokens: int = 0
+) -> bool:
     """``compressed_size x cache_write_price < current_size x cache_read_price x threshold``
     (MISSION 6): writing the compressed prompt once costs less than reading the current one
-    ``threshold`` more times."""
-    write = compressed_tokens * model.cache_write_per_token
+    ``threshold`` more times.
+
+    ``kept_cached_tokens``: how much of the compressed prompt's start is byte-identical to
+    the current one (system prompt, tool definitions, the messages before the conversation,
+    an append-only distilled prefix kept as it was). The provider still reads that part from
+    the cache; only the rest is written. Claude Code's system prompt and tools alone are
+    ~20K tokens: counting them as a write would make compressing look 12.5x dearer than it is
+    for that part and keep a session at layer 0 far past the cap."""
+    kept = min(max(kept_cached_tokens, 0), compressed_tokens)
+    write = (compressed_tokens - kept) * model.cache_write_per_token + kept * model.cache_read_per_token
     read = current_tokens * model.cache_read_per_token * bust_threshold(current_tokens)
     return write < read
 
@@ -211,6 +221,7 @@ def decide_compression(
     model: ModelInfo,
     cap: Layer0Cap,
     cache: CacheState,
+    kept_cached_tokens: int = 0,
 ) -> CompressionDecision:
     """Whether to leave layer 0 for cost reasons while the raw prompt still fits (MISSION 6):
     only past the cap, never while holding after repeated busts, and only when
@@ -223,7 +234,7 @@ def decide_compression(
     threshold = bust_threshold(current_tokens)
     if cache.holding:
         return CompressionDecision(False, "holding", threshold)
-    if compression_pays(current_tokens, compressed_tokens, model):
+    if compression_pays(current_tokens, compressed_tokens, model, kept_cached_tokens):
         return CompressionDecision(True, "pays", threshold)
     return CompressionDecision(False, "does-not-pay", threshold)
 

@@ -45,6 +45,7 @@ from lore_core.context.compose import (
     prefix_parts,
     raw_composition,
     replay_pinned,
+    unchanged_start_tokens,
 )
 from lore_core.context.economics import CacheState, CostTracker, Layer0Cap, decide_compression, layer0_cap
 from lore_core.context.pricing import ModelInfo, PriceTable
@@ -487,7 +488,9 @@ class ContextManager:
                 extra_tokens=extra,
             )
             if need == "cost":
-                decision = decide_compression(size, correct(candidate.tokens), model, cap, thread.cache)
+                kept = correct(unchanged_start_tokens(an, current, candidate, self.counter))
+                compressed = correct(candidate.tokens)
+                decision = decide_compression(size, compressed, model, cap, thread.cache, kept)
                 if not decision.compress:
                     need = ""
                     if composition.layer == 0:
