@@ -17,6 +17,8 @@ from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.indexer import VectorIndexer, cap_chunks, char_windows, chunk_span, text_chunks
 from lore_core.interfaces import EmbedderUnavailable
+from lore_core.recall.store_engine import store_recall_engine
+from lore_core.recall.tool import MATCH_SPAN, format_response
 from lore_core.server import ThreadedServer
 from lore_core.store import StoredDistillation, distillation_id
 from lore_core.testing.store_conformance import answer, batch_of, exchange, text
@@ -104,6 +106,29 @@ def test_chunk_span_is_none_when_pieces_are_not_in_the_text() -> None:
 
     long_text = " ".join(f"w{i:04d}" for i in range(2000))
     assert chunk_span(long_text, 1, Rewriting()) is None
+
+
+def test_recall_snippet_shows_the_capped_tail_chunk_that_matched() -> None:
+    """The embedder's own chunking, capped: the matching piece is the text's last, kept as
+    the fourth chunk; recall finds it again and shows it instead of the text's start."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        long_text = " ".join(
+            [f"kitten {i}" for i in range(30)] + ["filler"] * 400 + [f"database {i}" for i in range(30)]
+        )
+        await store.write(batch_of(exchange([text("user", long_text)], answer("ok"), session="s-long")))
+        embedder = ChunkingEmbedder()
+        await VectorIndexer(store, embedder, max_chunks=4).run_until_idle()
+        engine = store_recall_engine(store, embedder=embedder, max_chunks=4)
+        response = await engine.search("postgres")  # no word of the text: found by meaning only
+        assert response.results[0].text == long_text
+        assert response.results[0].meta[MATCH_SPAN][1] == len(long_text)
+        shown = format_response(response)
+        assert "database 29" in shown and "kitten 0" not in shown
+
+    run(main())
 
 
 def test_run_until_idle_embeds_everything_with_progress() -> None:

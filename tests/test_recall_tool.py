@@ -211,3 +211,30 @@ def test_a_long_result_shows_where_the_query_matches():
     assert snippet(text, "flaky network").startswith("line 0 of a build log")
     # Short texts are whole.
     assert snippet("websocket ok", "websocket") == "websocket ok"
+
+
+def test_without_query_terms_the_snippet_shows_the_matched_chunk():
+    from lore_core.recall.tool import SNIPPET_CHARS, snippet
+
+    head = " ".join(f"line {i} of a build log with nothing special" for i in range(100))
+    middle = "the rollout crashed on node seven while draining"
+    text = f"{head} {middle} {head}"
+    chunk = (text.index(middle) - 300, text.index(middle) + len(middle) + 300)
+    shown = snippet(text, "deployment failure", match=chunk)
+    assert middle in shown and shown.startswith("... ") and len(shown) <= SNIPPET_CHARS
+    # A span past the text's end is clamped: the last window, not an empty one.
+    tail = snippet(text, "deployment failure", match=(len(text) - 10, len(text) + 500))
+    assert tail.startswith("... ") and tail.endswith("line 99 of a build log with nothing special")
+    # Terms that occur win over the chunk: they say why the text matched more precisely.
+    with_term = f"{text} and a websocket warning"
+    assert snippet(with_term, "websocket failure", match=chunk).endswith("and a websocket warning")
+
+
+def test_a_result_list_uses_the_matched_span_of_a_vector_hit():
+    before = " ".join(f"line {i} of a build log with nothing special" for i in range(100))
+    after = " ".join(f"cleanup pass {i} removed stale files" for i in range(100))
+    text = f"\n  {before} the rollout crashed on node seven {after}"  # leading blanks are stripped
+    start = text.index("the rollout")
+    result = RecallResult("t:1", "message", 0.5, text, {"match_span": [start - 200, start + 300]})
+    shown = format_response(RecallResponse(query="deployment failure", scope="project", results=[result]))
+    assert "the rollout crashed on node seven" in shown and "line 0 of" not in shown

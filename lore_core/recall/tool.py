@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from lore_core.recall.cascade import query_terms
-from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse
+from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse, RecallResult
 from lore_core.recall.ids import Scope
 from lore_core.store import RECALL_TOOL_NAME
 
@@ -69,6 +69,9 @@ MAX_RESULT_CHARS = 8000
 MAX_OPEN_CHARS = 20000
 SNIPPET_CHARS = 500
 MARKER_QUERY_CHARS = 80
+#: Meta key of a result found by vector search in a long text: the ``(start, end)``
+#: characters of the chunk that matched, which the snippet shows when no query term occurs.
+MATCH_SPAN = "match_span"
 
 
 def recall_tool(api: str) -> dict[str, Any]:
@@ -174,31 +177,26 @@ def _cut(text: str, limit: int) -> str:
     return text[: limit - len(suffix)].rstrip() + suffix
 
 
-def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
-    """At most ``limit`` characters of ``text`` for a result list: where the query's terms
-    are densest (a long tool output's match is rarely at its start), else the beginning.
-    Cut points snap to whitespace; elided ends are marked ``...``, and the length given."""
+def snippet(text: str, query: str, limit: int = SNIPPET_CHARS, match: tuple[int, int] | None = None) -> str:
+    """At most ``limit`` characters of ``text`` for a result list, where it matched: the
+    window where the query's terms are densest (a long tool output's match is rarely at its
+    start); when none of them occurs in the text, the middle of ``match`` (the ``(start,
+    end)`` span of the chunk a vector search matched); else the beginning. Cut points snap
+    to whitespace; elided ends are marked ``...``, and the length given."""
     if len(text) <= limit:
         return text
-    lowered = text.lower()
-    positions = sorted(
-        m.start() for term in set(query_terms(query)) for m in re.finditer(re.escape(term), lowered)
-    )
     window = max(limit - 40, limit // 2)  # room for the markers
     start = 0
-    if positions:
-        # The window start (at a match) that covers the most matches: two pointers.
-        best, best_count, right = positions[0], 0, 0
-        for left, first in enumerate(positions):
-            while right < len(positions) and positions[right] < first + window:
-                right += 1
-            if right - left > best_count:
-                best, best_count = first, right - left
-        # A little context before the first match, snapped to a word boundary.
-        start = max(0, best - window // 5)
-        if start:
-            space = text.rfind(" ", 0, start)
-            start = space + 1 if space > start - 40 else start
+    densest = _densest_terms(text, query, window)
+    if densest is not None:
+        start = max(0, densest - window // 5)  # a little context before the first match
+    elif match is not None:
+        middle = (max(0, match[0]) + min(len(text), match[1])) // 2
+        start = max(0, middle - window // 2)
+    if start:
+        # Snapped to a word boundary, and never past the last full window.
+        space = text.rfind(" ", 0, start)
+        start = space + 1 if space > start - 40 else start
         start = min(start, max(0, len(text) - window))
     end = min(len(text), start + window)
     if end < len(text):
@@ -206,6 +204,33 @@ def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
         end = space if space > end - 40 else end
     body = text[start:end].strip()
     return ("... " if start else "") + body + (f" ... [{len(text)} chars, cut]" if end < len(text) else "")
+
+
+def _densest_terms(text: str, query: str, window: int) -> int | None:
+    """Where a ``window`` covering the most occurrences of the query's terms starts (at an
+    occurrence); ``None`` when no term occurs."""
+    lowered = text.lower()
+    positions = sorted(
+        m.start() for term in set(query_terms(query)) for m in re.finditer(re.escape(term), lowered)
+    )
+    if not positions:
+        return None
+    best, best_count, right = positions[0], 0, 0
+    for left, first in enumerate(positions):  # two pointers
+        while right < len(positions) and positions[right] < first + window:
+            right += 1
+        if right - left > best_count:
+            best, best_count = first, right - left
+    return best
+
+
+def _match_span(result: RecallResult, lead: int) -> tuple[int, int] | None:
+    """The result's matched span (:data:`MATCH_SPAN`) in its text with ``lead`` characters
+    stripped off the front; ``None`` when it has none."""
+    span = result.meta.get(MATCH_SPAN)
+    if not (isinstance(span, tuple | list) and len(span) == 2):
+        return None
+    return int(span[0]) - lead, int(span[1]) - lead
 
 
 def _meta_line(meta: Mapping[str, Any]) -> str:
@@ -231,7 +256,9 @@ def format_response(response: RecallResponse, max_chars: int | None = None) -> s
         )
         for r in response.results:
             head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
-            lines.append(f"{head}\n{snippet(r.text.strip(), response.query)}")
+            text = r.text.strip()
+            lead = len(r.text) - len(r.text.lstrip())
+            lines.append(f"{head}\n{snippet(text, response.query, match=_match_span(r, lead))}")
     lines.extend(f"Note: {n}" for n in response.notes)
     text = "\n\n".join(lines)
     return _cut(text, limit)

@@ -21,7 +21,7 @@ suite needs no async pytest plugin. Records are built from real wire-neutral exc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -99,6 +99,30 @@ def exchange(
     )
     ex.finished_at = at + 1
     return ex
+
+
+class TopicEmbedder:
+    """A deterministic embedding model for tests: one axis per topic, synonyms on the same
+    axis (so a vector search finds a text that shares no word with the query), plus a small
+    constant component so no vector is zero."""
+
+    name = "topics"
+    model_id = "topics-v1"
+    TOPICS = (
+        frozenset({"deploy", "deployment", "release", "rollout", "ship"}),
+        frozenset({"failure", "crashed", "error", "broken"}),
+        frozenset({"database", "postgres", "sql", "migration"}),
+    )
+    dimensions = len(TOPICS) + 1
+
+    def vector(self, text: str) -> list[float]:
+        words = {w.strip(".,:;!?()'\"").lower() for w in text.split()}
+        v = [float(len(words & topic)) for topic in self.TOPICS] + [0.05]
+        norm = sum(x * x for x in v) ** 0.5
+        return [x / norm for x in v]
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
 
 
 def batch_of(*exchanges: Exchange) -> WriteBatch:
@@ -693,6 +717,35 @@ class StoreConformance:
             assert [h.chunk for h in hits] == [1] * 6
             hits = await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0), limit=10)
             assert [h.chunk for h in hits] == [0] * 6
+
+        self.run(make_store, body)
+
+    def test_vector_hit_snippet_shows_the_matching_chunk(self, make_store: Callable[[], Store]) -> None:
+        """End to end: the indexer chunks a long tool output, the store reports which chunk
+        a query's vector matched, and the recall result shows that part of the text (no
+        query word occurs in it, so the term window has nothing to go by)."""
+        from lore_core.indexer import VectorIndexer
+        from lore_core.recall.store_engine import store_recall_engine
+        from lore_core.recall.tool import format_response
+
+        before = " ".join(f"step {i} of the build copied the assets to the cache" for i in range(60))
+        after = " ".join(f"cleanup pass {i} removed stale files from the workspace" for i in range(60))
+        output = f"{before} then the rollout crashed on node seven {after}"
+
+        async def body(store: Store) -> None:
+            await self._require_vectors(store)
+            call = tool_call("bash", "c1", {"cmd": "make assets"})
+            await store.write(
+                batch_of(exchange([text("user", "run the build"), call, tool_result("c1", output)]))
+            )
+            embedder = TopicEmbedder()
+            assert await VectorIndexer(store, embedder).run_until_idle() > 0
+            engine = store_recall_engine(store, embedder=embedder)
+            response = await engine.search("deployment failure", project="/work/alpha")
+            assert response.results and "rollout crashed" in response.results[0].text
+            shown = format_response(response)
+            assert "rollout crashed on node seven" in shown
+            assert "step 0 of the build" not in shown
 
         self.run(make_store, body)
 
