@@ -56,6 +56,9 @@ from lore_core.context.simulate import Turn, coding_session, requests
 from lore_core.context.tokens import TokenCounter
 from lore_core.distill.extractive import extractive_observe
 from lore_core.distill.inputs import DistillInput
+from lore_core.distill.observer import observer_prompt
+from lore_core.distill.prompts import load_prompt
+from lore_core.distill.render import render_segment, tool_names_of
 from lore_core.interfaces import CompositionContext
 from lore_core.model import AssistantMessage, Exchange, RequestView, Usage
 from lore_core.store import StoredDistillation, distillation_id
@@ -144,6 +147,9 @@ class Ledger:
         self.extra_calls = 0
         self.compose_ms: list[float] = []
         self.layers: dict[int, int] = {}
+        #: Background LLM calls (Lore's distillation), already in ``cost``.
+        self.worker_cost = 0.0
+        self.worker_calls = 0
 
     def add(self, read: int, write: int, output: int, uncached: int = 0) -> Usage:
         usage = Usage(
@@ -155,6 +161,13 @@ class Ledger:
         self.uncached += uncached
         self.requests += 1
         return usage
+
+    def add_worker(self, calls: int, input_tokens: int, output_tokens: int) -> None:
+        """Worker calls at the session model's prices (the default worker), uncached."""
+        cost = self.model.cost(Usage(input_tokens=input_tokens, output_tokens=output_tokens))
+        self.cost += cost
+        self.worker_cost += cost
+        self.worker_calls += calls
 
     @property
     def input_tokens(self) -> int:
@@ -275,7 +288,11 @@ META_CHARS = 24_000
 
 class SimulatedDistiller:
     """Writes distillations the way the scheduler does (segment cap, reflector threshold),
-    with the extractive observer; the reflector's output is simulated by clipping."""
+    with the extractive observer; the reflector's output is simulated by clipping.
+
+    What the real LLM observer and reflector would cost is counted: each call's input is the
+    prompt they would send (system prompt, previous observations, the rendered segment or
+    the logs), its output the text written here."""
 
     def __init__(self, store: MemoryStore, counter: TokenCounter) -> None:
         self.store = store
@@ -284,6 +301,14 @@ class SimulatedDistiller:
         self.version = 0
         self.clock = 1_790_000_000.0
         self.memo = C.Memo()
+        self.calls = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def charge(self, system: str, prompt: str, output: str) -> None:
+        self.calls += 1
+        self.input_tokens += self.counter.text(system) + self.counter.text(prompt)
+        self.output_tokens += self.counter.text(output)
 
     async def after(self, view: RequestView) -> None:
         an = C.analyse(view, SESSION, self.counter, self.memo)
@@ -300,6 +325,8 @@ class SimulatedDistiller:
         live = [d for d in await self.store.list_distillations(SESSION, include_archived=False)]
         previous = "\n".join(d.text for d in live[-2:])
         text = extractive_observe(inputs, previous)
+        rendered = render_segment(inputs, tool_names=tool_names_of(inputs))
+        self.charge(load_prompt("observer"), observer_prompt(rendered, previous, 0, 0, len(inputs)), text)
         ids = list(dict.fromkeys(i.id for i in inputs))
         row = StoredDistillation(
             id=distillation_id(SESSION, 0, ids),
@@ -324,6 +351,7 @@ class SimulatedDistiller:
             metas = [d for d in live if d.generation >= 1]
             sources = [d.id for d in old] + [m.id for m in metas[-1:]]
             joined = "\n".join([*(m.text for m in metas[-1:]), *(d.text for d in old)])
+            self.charge(load_prompt("reflector"), joined, joined[-META_CHARS:])
             meta = StoredDistillation(
                 id=distillation_id(SESSION, 1, sources),
                 session_id=SESSION,
@@ -375,6 +403,7 @@ async def run_lore(
         )
         await distiller.after(view)
     ledger.extra_calls = manager.session_status(SESSION)["recompositions"]
+    ledger.add_worker(distiller.calls, distiller.input_tokens, distiller.output_tokens)
     return ledger
 
 
@@ -442,6 +471,11 @@ def main() -> None:
         )
     print()
     print("extra: summarising calls (compaction) or cache-busting re-compositions (Lore).")
+    for ledger in ledgers[2:]:
+        print(
+            f"{ledger.name}: cost includes distillation, ${ledger.worker_cost:.2f} in {ledger.worker_calls} "
+            "observer/reflector calls at the session model's prices."
+        )
     compaction = ledgers[1].cost
     lore = ledgers[2]
     share = lore.read / lore.input_tokens if lore.input_tokens else 0.0
