@@ -193,9 +193,12 @@ class _DirectReader:
     def recall(
         self, query: str, scope: str | None, session: str | None, project: str | None, limit: int
     ) -> dict[str, Any]:
+        from lore_core.config import LoreConfig
         from lore_core.recall.store_engine import recall, response_json, store_recall_engine
 
-        engine = store_recall_engine(self.store, embedder=self._embedder())
+        # The indexer's chunk limit, so a vector hit's chunk number names the same piece.
+        max_chunks = (self.config or LoreConfig()).embedding.max_chunks_per_item
+        engine = store_recall_engine(self.store, embedder=self._embedder(), max_chunks=max_chunks)
         return response_json(self._run(recall(engine, query, scope, session, project, limit)))
 
     def _embedder(self) -> Any:

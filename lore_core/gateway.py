@@ -106,7 +106,9 @@ class Gateway:
         )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
-        self.recall = store_recall_engine(self.store, self.worker, self.embedder)
+        self.recall = store_recall_engine(
+            self.store, self.worker, self.embedder, max_chunks=config.embedding.max_chunks_per_item
+        )
         # Embeds what the store holds in the background, woken by each write.
         self.indexer: VectorIndexer | None = None
         if self.embedder is not None and config.embedding.index:

@@ -17,8 +17,9 @@ from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.indexer import VectorIndexer, cap_chunks, char_windows, chunk_span, text_chunks
 from lore_core.interfaces import EmbedderUnavailable
+from lore_core.recall.sources import MATCH_SPAN
 from lore_core.recall.store_engine import store_recall_engine
-from lore_core.recall.tool import MATCH_SPAN, format_response
+from lore_core.recall.tool import format_response
 from lore_core.server import ThreadedServer
 from lore_core.store import StoredDistillation, distillation_id
 from lore_core.testing.store_conformance import answer, batch_of, exchange, text

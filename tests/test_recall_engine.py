@@ -23,6 +23,7 @@ from lore_core.recall import (
 )
 from lore_core.recall.cascade import tokenize
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS
+from lore_core.recall.sources import MATCH_SPAN
 from lore_core.store import StoredMessage, WriteBatch
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
 from lore_core.worker import WorkerClient
@@ -181,6 +182,23 @@ def test_vector_list_adds_what_full_text_misses():
     assert "t:m4" in ids
     engine, *_ = engine_with()  # no embedder: full text only
     assert "t:m4" not in [r.id for r in search(engine, "websocket reconnect").results]
+
+
+def test_a_result_found_by_both_lists_keeps_the_chunk_the_vector_list_located():
+    class Located(Vectors):
+        async def search_vector(self, vector, where, limit):
+            hits = await super().search_vector(vector, where, limit)
+            for hit in hits:
+                hit.meta[MATCH_SPAN] = (3, 9)
+            return hits
+
+    engine = RecallEngine(embedder=Embedder())
+    engine.add_text_source(Kind.MESSAGE, Docs("messages", MESSAGES))
+    engine.add_vector_source(Kind.MESSAGE, Located("message-vectors", MESSAGES))
+    results = {r.id: r for r in search(engine, "websocket reconnect").results}
+    # m1 is found by full text first (its payload wins) and by vectors; m4 by vectors only.
+    assert results["t:m1"].meta[MATCH_SPAN] == (3, 9) and results["t:m1"].meta["role"] == "user"
+    assert results["t:m4"].meta[MATCH_SPAN] == (3, 9)
 
 
 class Fixed:

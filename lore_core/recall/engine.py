@@ -40,7 +40,15 @@ from lore_core.recall.fusion import (
     rerank,
 )
 from lore_core.recall.ids import Kind, RecallIdError, Scope, ScopeError, format_id, parse_id, parse_scope
-from lore_core.recall.sources import DocFreqSource, Opener, SearchFilter, SourceHit, TextSource, VectorSource
+from lore_core.recall.sources import (
+    MATCH_SPAN,
+    DocFreqSource,
+    Opener,
+    SearchFilter,
+    SourceHit,
+    TextSource,
+    VectorSource,
+)
 
 log = logging.getLogger("lore.recall")
 
@@ -263,13 +271,21 @@ class RecallEngine:
                 expansion_task.cancel()
 
         fused = rerank(fuse(lists), lists)[:limit]
+        # A result keeps the payload of the first list that found it (full text before
+        # vectors); where a vector list located the matching chunk, the snippet wants that too.
+        spans = {
+            item.id: item.payload[1].meta[MATCH_SPAN]
+            for ranked in lists
+            for item in ranked.items
+            if MATCH_SPAN in item.payload[1].meta
+        }
         response.results = [
             RecallResult(
                 id=f.id,
                 source=f.payload[0].label,
                 score=f.score,
                 text=f.payload[1].text,
-                meta=f.payload[1].meta,
+                meta={**f.payload[1].meta, MATCH_SPAN: spans[f.id]} if f.id in spans else f.payload[1].meta,
             )
             for f in fused
         ]

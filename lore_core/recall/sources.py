@@ -13,12 +13,20 @@ Sources return :class:`SourceHit` keys *without* the id prefix; the engine adds 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from lore_core.recall.ids import Kind, Scope
+
+#: Meta key of a hit found by vector search in a long text: the ``(start, end)`` characters
+#: of the chunk that matched, which the snippet shows when no query term occurs.
+MATCH_SPAN = "match_span"
+
+#: ``(text, chunk number) -> (start, end)`` of that chunk in the text, or ``None``.
+ChunkLocator = Callable[[str, int], "tuple[int, int] | None"]
 
 
 @attrs.define
@@ -139,12 +147,18 @@ class StoreVectorSource:
 
     Like :class:`StoreMessageSource`, one source for both kinds the store embeds (messages
     and distillations, archived ones too): register it under :attr:`Kind.MESSAGE`; its
-    distillation hits become ``d:`` results. A store without vectors answers nothing."""
+    distillation hits become ``d:`` results. A store without vectors answers nothing.
 
-    def __init__(self, store: Any, model: str, name: str = "store") -> None:
+    With ``locate_chunk`` (the indexer's own chunking, :func:`lore_core.indexer.chunk_span`),
+    a hit on a long text's later chunk carries that chunk's span (meta :data:`MATCH_SPAN`)."""
+
+    def __init__(
+        self, store: Any, model: str, name: str = "store", locate_chunk: ChunkLocator | None = None
+    ) -> None:
         self.store = store
         self.model = model
         self.name = name
+        self.locate_chunk = locate_chunk
         self.unsupported = False
 
     async def search_vector(
@@ -163,7 +177,19 @@ class StoreVectorSource:
         except NotImplementedError:
             self.unsupported = True
             return []
-        return [_source_hit(h) for h in hits]
+        found = [_source_hit(h) for h in hits]
+        if self.locate_chunk is not None:
+            # Cutting long texts again is CPU work: off the event loop.
+            spans = await asyncio.to_thread(self._spans, hits)
+            for hit, span in zip(found, spans, strict=True):
+                if span is not None:
+                    hit.meta[MATCH_SPAN] = span
+        return found
+
+    def _spans(self, hits: Sequence[Any]) -> list[tuple[int, int] | None]:
+        assert self.locate_chunk is not None
+        # Chunk 0 is the text's beginning, which a snippet shows anyway: not worth the cut.
+        return [self.locate_chunk(h.text, h.chunk) if getattr(h, "chunk", None) else None for h in hits]
 
 
 class StoreDistillationOpener:

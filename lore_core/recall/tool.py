@@ -19,6 +19,7 @@ import attrs
 from lore_core.recall.cascade import query_terms
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse, RecallResult
 from lore_core.recall.ids import Scope
+from lore_core.recall.sources import MATCH_SPAN
 from lore_core.store import RECALL_TOOL_NAME
 
 # One name in one place: the store leaves this tool's results out of search.
@@ -69,9 +70,6 @@ MAX_RESULT_CHARS = 8000
 MAX_OPEN_CHARS = 20000
 SNIPPET_CHARS = 500
 MARKER_QUERY_CHARS = 80
-#: Meta key of a result found by vector search in a long text: the ``(start, end)``
-#: characters of the chunk that matched, which the snippet shows when no query term occurs.
-MATCH_SPAN = "match_span"
 
 
 def recall_tool(api: str) -> dict[str, Any]:
