@@ -217,7 +217,7 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     if (
         upstream.status_code == 200
         and codec.api in proxy_loop.APIS
-        and (recall_on or _may_scale(len(out_body), limit, share))
+        and (recall_on or _may_scale(len(out_body), limit, share, view))
     ):
         loop = proxy_loop.RecallLoop(
             codec=codec,
@@ -288,11 +288,15 @@ def _context_limit(gateway: Gateway, model: str | None) -> int:
         return 0
 
 
-def _may_scale(body_bytes: int, limit: int, share: float) -> bool:
+def _may_scale(body_bytes: int, limit: int, share: float, view: RequestView) -> bool:
     """Could the prompt be past the share of the context the client may see? A request
     without the recall tool only goes through the (rewriting) loop then; about 4 bytes make
-    a token, so 2 bytes per token is a generous upper bound."""
-    return 0 < share < 1 and limit > 0 and body_bytes / 2 > limit * share
+    a token, so 2 bytes per token is a generous upper bound. A Responses request continuing
+    server-side state (``previous_response_id``) carries only the new items: its prompt can
+    be any size."""
+    if not (0 < share < 1 and limit > 0):
+        return False
+    return body_bytes / 2 > limit * share or bool(view.raw.get("previous_response_id"))
 
 
 def _stream_response(

@@ -352,18 +352,21 @@ def test_chat_usage_is_scaled(start_gateway, fake_upstream, stream):
     assert usage.completion_tokens == 7 and usage.total_tokens == 50_007
 
 
-@pytest.mark.parametrize("tools", [True, False])
+@pytest.mark.parametrize("tools", ["tools", "big-body", "server-state"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_usage_is_scaled(start_gateway, fake_upstream, stream, tools):
     server = start_gateway({"models": {"gpt-5": {"contextWindow": 100_000}}})
     fake_upstream.enqueue(Reply(text="big", input_tokens=20_000, cache_read_tokens=60_000, output_tokens=7))
     client = _openai(server)
-    if tools:
+    if tools == "tools":
         kwargs = dict(model="gpt-5", input="x", tools=[RESPONSES_TOOL])
-    else:
+    elif tools == "big-body":
         # A side call without tools goes through the rewriting relay only when its body is
-        # big enough that its prompt may be past the share.
+        # big enough that its prompt may be past the share ...
         kwargs = dict(model="gpt-5", input="word " * 25_000)
+    else:
+        # ... or when it continues server-side state: the history is upstream, not in the body.
+        kwargs = dict(model="gpt-5", input="x", previous_response_id="resp_earlier")
     if stream:
         with client.responses.stream(**kwargs) as s:
             usage = s.get_final_response().usage
