@@ -19,7 +19,12 @@ from quart import Quart, Response, request
 
 from lore_core.api import api as lore_api
 from lore_core.context.commands import find_command
-from lore_core.context.overflow import OVERFLOW_STATUSES, parse_overflow
+from lore_core.context.overflow import (
+    OVERFLOW_STATUSES,
+    Overflow,
+    overflow_in_failed_response,
+    parse_overflow,
+)
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
@@ -203,6 +208,21 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
 
         exchange.status = upstream.status_code
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+        if attempt == 1 and is_sse and upstream.status_code == 200 and _may_fail_started(codec, view):
+            try:
+                upstream, overflow = await _peek_responses_stream(upstream)
+            except asyncio.CancelledError:
+                await asyncio.shield(upstream.aclose())
+                exchange.client_disconnected = True
+                gateway.exchange_finished(exchange)
+                raise
+            sent_at = composing.composition.layer if composing.composition is not None else 0
+            if overflow is not None and await gateway.context_overflow(session_id, overflow) > sent_at:
+                # Failed as too long before anything reached the client: compose again.
+                await upstream.aclose()
+                gateway.exchange_finished(exchange)
+                gateway.stats["overflow_retries"] += 1
+                continue
         if attempt == 1 and not is_sse and upstream.status_code in OVERFLOW_STATUSES:
             sent_at = composing.composition.layer if composing.composition is not None else 0
             refused = await _buffered_response(gateway, codec, upstream, exchange, retry_above=sent_at)
@@ -286,6 +306,68 @@ def _context_limit(gateway: Gateway, model: str | None) -> int:
         return gateway.price_table.lookup(model).context_window
     except Exception:
         return 0
+
+
+#: The events a Responses stream opens with: nothing a client shows.
+_OPENING_EVENTS = frozenset({"", "response.created", "response.in_progress", "response.queued"})
+#: A stream whose opening is longer than this is relayed without waiting further.
+_PEEK_MAX_BYTES = 65_536
+
+
+def _may_fail_started(codec: Codec, view: RequestView) -> bool:
+    """Whether the upstream may fail this request as too long after starting its stream:
+    OpenAI's Responses API does (HTTP 200, ``response.created``, then ``response.failed``).
+    A request continuing server-side state cannot be made shorter here."""
+    return codec.api == proxy_loop.RESPONSES and not view.raw.get("previous_response_id")
+
+
+class _Peeked:
+    """An upstream response whose first raw chunks were read already: :meth:`aiter_raw`
+    yields them again, then the rest (and raises what reading them raised)."""
+
+    def __init__(self, upstream: httpx.Response, held: list[bytes], rest: AsyncIterator[bytes]) -> None:
+        self._upstream = upstream
+        self.held = held
+        self._rest = rest
+        self.error: httpx.HTTPError | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._upstream, name)
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        for chunk in self.held:
+            yield chunk
+        if self.error is not None:
+            raise self.error
+        async for chunk in self._rest:
+            yield chunk
+
+
+async def _peek_responses_stream(upstream: httpx.Response) -> tuple[Any, Overflow | None]:
+    """Read a started Responses stream up to its first event past the opening ones. OpenAI
+    fails an input past the context window right there; seen before anything was relayed,
+    the request can still be composed again. Otherwise the events read are relayed first,
+    unchanged: only the opening lifecycle events wait, for the first event after them."""
+    rest = upstream.aiter_raw()
+    peeked = _Peeked(upstream, [], rest)
+    if upstream.headers.get("content-encoding", "identity") != "identity":
+        return peeked, None  # a compressed stream is rare and relayed as it comes
+    splitter = proxy_loop.EventSplitter()
+    size = 0
+    try:
+        async for chunk in rest:
+            peeked.held.append(chunk)
+            size += len(chunk)
+            for name, data, _ in splitter.feed(chunk):
+                if name == "response.failed":
+                    return peeked, overflow_in_failed_response(data)
+                if name not in _OPENING_EVENTS:
+                    return peeked, None
+            if size > _PEEK_MAX_BYTES:
+                break
+    except httpx.HTTPError as exc:
+        peeked.error = exc  # raised to the relay, after what was read
+    return peeked, None
 
 
 def _may_scale(body_bytes: int, limit: int, share: float, view: RequestView) -> bool:

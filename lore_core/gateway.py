@@ -365,9 +365,9 @@ class Gateway:
         if response is not None and response.error and not response.complete:
             overflow = overflow_in_stream_error(response.error)
             if overflow is not None:
-                # The stream started and then failed as too long (OpenAI Responses): too late
-                # to send it again, but the client's retry (Codex retries stream errors) and
-                # the next turn start at the raised layer.
+                # The stream failed as too long after it was relayed (app.py catches it
+                # before that when it comes right after the opening events): too late to
+                # send it again, but the next turn starts at the raised layer.
                 with contextlib.suppress(RuntimeError):  # no running loop: nothing to schedule on
                     task = asyncio.get_running_loop().create_task(
                         self.context_overflow(exchange.session_id, overflow)

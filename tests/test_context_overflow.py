@@ -8,7 +8,7 @@ import json
 import anthropic
 import pytest
 
-from lore_core.context.overflow import Overflow, next_min_layer, parse_overflow
+from lore_core.context.overflow import Overflow, next_min_layer, overflow_in_failed_response, parse_overflow
 from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.poll import poll
 
@@ -101,6 +101,18 @@ def test_repeated_overflow_goes_one_layer_further_up_to_four() -> None:
     assert [next_min_layer(current, large) for current in range(5)] == [3, 3, 3, 4, 4]
 
 
+def test_a_failed_responses_event_says_whether_it_was_an_overflow() -> None:
+    def failed(error: object) -> str:
+        return json.dumps({"type": "response.failed", "response": {"status": "failed", "error": error}})
+
+    too_long = {"code": "context_length_exceeded", "message": "Your input exceeds the context window."}
+    assert overflow_in_failed_response(failed(too_long)) == Overflow("Your input exceeds the context window.")
+    assert overflow_in_failed_response(failed({"code": "context_length_exceeded"})) is not None
+    assert overflow_in_failed_response(failed({"code": "server_error", "message": "try again"})) is None
+    assert overflow_in_failed_response(failed(None)) is None
+    assert overflow_in_failed_response("not json") is None
+
+
 # -- through the gateway -----------------------------------------------------------------------
 
 
@@ -176,24 +188,101 @@ def test_other_client_errors_leave_the_layer_alone(gateway, fake_upstream) -> No
     assert gateway.call(gateway.gateway.store.get_state("s2", "forceMinLayer")) in (None, 0)
 
 
-def test_a_responses_stream_that_fails_as_too_long_raises_the_layer_for_the_retry(
-    gateway, fake_upstream
-) -> None:
-    """OpenAI answers an input past the window on a started stream (HTTP 200, then
-    response.failed): too late to send it again, but the client's retry starts higher."""
+def _responses_turns(count: int) -> list[dict]:
+    """Responses input items: each turn asks, runs a tool with a long output, answers."""
+    items: list[dict] = []
+    for n in range(count):
+        items += [
+            {"role": "user", "content": f"question {n}: what does the scheduler log say?"},
+            {
+                "type": "function_call",
+                "call_id": f"call_{n}",
+                "name": "run",
+                "arguments": '{"cmd": "cat log"}',
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{n}",
+                "output": "scheduler polled 12 idle sessions\n" * 80,
+            },
+            {"role": "assistant", "content": f"answer {n}: it polls idle sessions"},
+        ]
+    return items
+
+
+ASK = {"role": "user", "content": "and now?"}
+
+
+def _turn_requests(fake_upstream) -> list:
+    """The requests of the client's turn (the urgent distillation's worker call goes to the
+    same fake)."""
+    return [r for r in fake_upstream.api_requests() if r.json["input"][-1:] == [ASK]]
+
+
+RESPONSES_FAILURE = {"code": "context_length_exceeded", "message": RESPONSES_TOO_LONG["error"]["message"]}
+RESPONSES_TOOL = {"type": "function", "name": "run", "parameters": {"type": "object", "properties": {}}}
+
+
+def _responses_client(server, session: str):
     import openai
 
-    session = "responses-overflow"
-    client = openai.OpenAI(
-        base_url=gateway.url + "/v1",
-        api_key="sk-test",
-        max_retries=0,
-        default_headers={"x-lore-session": session},
+    headers = {"x-lore-session": session}
+    return openai.OpenAI(
+        base_url=server.url + "/v1", api_key="sk-test", max_retries=0, default_headers=headers
     )
-    failure = {"code": "context_length_exceeded", "message": RESPONSES_TOO_LONG["error"]["message"]}
-    fake_upstream.enqueue(Reply(stream_failure=failure))
-    events = list(client.responses.create(model="gpt-5", input="hello", stream=True))
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["plain-relay", "recall-loop"])
+def test_a_responses_stream_failing_as_too_long_is_composed_again_before_the_client_sees_it(
+    gateway, fake_upstream, tools
+) -> None:
+    """OpenAI answers an input past the window on a started stream (HTTP 200, then
+    response.failed). Codex does not retry that ("ran out of room in the model's context
+    window"): the gateway holds the stream's opening events until the next one, sees the
+    failure before anything was relayed, and sends the request again at the raised layer."""
+    session = f"responses-overflow-{tools}"
+    fake_upstream.enqueue(Reply(stream_failure=RESPONSES_FAILURE), Reply(text="fits now"))
+    history = [*_responses_turns(6), ASK]
+    kwargs = {"tools": [RESPONSES_TOOL]} if tools else {}
+    events = list(
+        _responses_client(gateway, session).responses.create(
+            model="gpt-5", input=history, stream=True, **kwargs
+        )
+    )
+    assert events[0].type == "response.created"
+    assert events[-1].type == "response.completed"
+    assert "response.failed" not in [e.type for e in events]
+    assert events[-1].response.output_text == "fits now"
+    refused, retried = _turn_requests(fake_upstream)
+    assert refused.json["input"] == history
+    # Layer 2: the old tool outputs became annotations; the last two turns are whole.
+    outputs = [i["output"] for i in retried.json["input"] if i.get("type") == "function_call_output"]
+    assert len(outputs) == 6 and len(outputs[0]) < 500 and outputs[-1] == history[-3]["output"]
+    stats = gateway.gateway.stats
+    assert stats["context_overflows"] == 1 and stats["overflow_retries"] == 1
+    assert gateway.call(gateway.gateway.store.get_state(session, "forceMinLayer")) == 2
+
+
+def test_a_responses_stream_failing_again_after_the_retry_reaches_the_client(gateway, fake_upstream) -> None:
+    session = "responses-overflow-twice"
+    fake_upstream.enqueue(Reply(stream_failure=RESPONSES_FAILURE), Reply(stream_failure=RESPONSES_FAILURE))
+    history = [*_responses_turns(6), ASK]
+    events = list(
+        _responses_client(gateway, session).responses.create(model="gpt-5", input=history, stream=True)
+    )
     assert events[-1].type == "response.failed"
-    raised = lambda: gateway.call(gateway.gateway.store.get_state(session, "forceMinLayer")) == 2  # noqa: E731
-    poll(raised, "forceMinLayer to rise to 2")
-    assert gateway.gateway.stats["context_overflows"] == 1
+    assert len(_turn_requests(fake_upstream)) == 2
+    # The session goes one layer further for its next turn.
+    raised = lambda: gateway.call(gateway.gateway.store.get_state(session, "forceMinLayer")) == 3  # noqa: E731
+    poll(raised, "forceMinLayer to rise to 3")
+
+
+def test_other_stream_failures_are_relayed_as_they_came(gateway, fake_upstream) -> None:
+    failure = {"code": "server_error", "message": "The server had an error processing your request."}
+    fake_upstream.enqueue(Reply(stream_failure=failure))
+    events = list(
+        _responses_client(gateway, "responses-other").responses.create(model="gpt-5", input="hi", stream=True)
+    )
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    assert len(fake_upstream.api_requests()) == 1
+    assert gateway.gateway.stats["context_overflows"] == 0

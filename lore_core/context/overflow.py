@@ -87,6 +87,23 @@ def overflow_in_stream_error(message: str | None) -> Overflow | None:
     return Overflow(message)
 
 
+def overflow_in_failed_response(data: str) -> Overflow | None:
+    """The overflow a Responses ``response.failed`` event reports (``data`` is the event's
+    JSON; the error is its ``response.error``), or ``None`` for any other failure."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return None
+    response = payload.get("response") if isinstance(payload, dict) else None
+    error = response.get("error") if isinstance(response, dict) else None
+    if not isinstance(error, dict):
+        return None
+    message, code = str(error.get("message") or ""), str(error.get("code") or "")
+    if code == "context_length_exceeded":
+        return overflow_in_stream_error(message) or Overflow(message or code)
+    return overflow_in_stream_error(message)
+
+
 def next_min_layer(current: int, overflow: Overflow) -> int:
     """Layer 2 for a small overshoot, 3 for a large (or unknown-but-repeated) one; a session
     that overflows again at or above that level goes one layer further, up to 4."""

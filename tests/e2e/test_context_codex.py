@@ -1,6 +1,7 @@
 """Real Codex through a real gateway: Codex has no switch for its own auto-compaction, so the
-usage it is shown is scaled (``budget.clientUsageShare``) and it never compacts; the control
-case, with the real usage shown, does."""
+usage it is shown is scaled (``budget.clientUsageShare``) and it never compacts (the control
+case, with the real usage shown, does); a stream the upstream fails as too long is sent again
+at a higher layer before Codex sees the failure."""
 
 from __future__ import annotations
 
@@ -42,3 +43,25 @@ def test_codex_never_compacts_on_scaled_usage(
         assert len(fake_upstream.api_requests()) == 2
     else:
         assert len(compaction_requests(fake_upstream)) == 1
+
+
+def test_codex_turn_survives_a_stream_failed_as_too_long(
+    tmp_path: Path, start_gateway, fake_upstream: FakeUpstream
+) -> None:
+    """The upstream fails the started stream as too long (HTTP 200, response.failed with
+    context_length_exceeded). Codex would stop the turn ("ran out of room in the model's
+    context window"); the gateway sees the failure before relaying anything and sends the
+    request again at a higher layer, so Codex prints the answer."""
+    codex = find_client("codex")
+    gateway = start_gateway()
+    env = codex_provider_env(tmp_path, f"{gateway.url}/v1")
+    failure = {
+        "code": "context_length_exceeded",
+        "message": "Your input exceeds the context window of this model. Please adjust your input.",
+    }
+    fake_upstream.enqueue(Reply(stream_failure=failure), Reply(text="pong after the retry"))
+    result = run_client([codex, *CODEX_EXEC, "say pong"], env, cwd=tmp_path)
+    assert result.returncode == 0, result.describe()
+    assert "pong after the retry" in result.stdout, result.describe()
+    assert "ran out of room" not in result.stderr
+    assert gateway.gateway.stats["overflow_retries"] == 1
