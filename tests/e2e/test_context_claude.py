@@ -2,7 +2,7 @@
 
 The model's window is made small in ``.lore.json`` (``models``) with a layer-0 cap
 (``budget.maxLayer0Tokens``); every turn runs a tool with a long output. Claude Code's own
-auto-compaction is left ON, with a window of 70K tokens: the fake upstream reports realistic
+auto-compaction is left ON, with a window of 60K tokens: the fake upstream reports realistic
 usage (about a token per 4 bytes of the request), which passes Claude Code's threshold in this
 session. With the usage the client sees scaled (``budget.clientUsageShare``), Claude Code never
 compacts; with the real usage reported (share 1), it does - the control case, answered from
@@ -30,14 +30,16 @@ MODEL = "claude-sonnet-4-6"
 WINDOW = 100_000
 CONFIG = {
     "models": {MODEL: {"maxInputTokens": WINDOW, "contextWindow": WINDOW}},
-    "budget": {"maxLayer0Tokens": 40_000},
+    "budget": {"maxLayer0Tokens": 60_000},
     # Observation logs without an LLM: the fake upstream answers only the client's calls.
     "distill": {"observer": "extractive", "segmentMaxTokens": 2_000, "firstSegmentMinMessages": 2},
 }
 TURNS = 10
-# Claude Code's auto-compaction window: its threshold lies below the largest real prompt of
-# this session, above what the client is told with the usage scaled to 30% of WINDOW.
-CLIENT_WINDOW = 70_000
+# Claude Code's auto-compaction window. It compacts past the window less ~13K tokens (47K
+# here; measured with 2.1.197): below the real prompts of this session (they reach ~60K
+# under the 60K layer-0 cap), above what the client is told with the usage scaled to 30% of
+# WINDOW (30K).
+CLIENT_WINDOW = 60_000
 
 
 def reply_for(request: RecordedRequest) -> Reply:
