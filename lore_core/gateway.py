@@ -274,6 +274,10 @@ class Gateway:
         persisted ``forceMinLayer`` (2 or 3 by overshoot); returns the new value."""
         layer = next_min_layer(self.context.session(session_id).force_min_layer, overflow)
         self.stats["context_overflows"] += 1
+        try:
+            self.context.overflowed(session_id, overflow.tokens)
+        except Exception:
+            log.exception("could not learn from the overflow of session %s", session_id)
         log.warning(
             "session %s: the upstream refused the prompt as too long (%s); its turns start at layer %d now",
             session_id,

@@ -222,6 +222,45 @@ def test_after_two_busts_compressing_stops_until_the_prompt_no_longer_fits():
     assert not state.cache.holding
 
 
+def test_an_overflow_resizes_the_retry_by_the_upstreams_count():
+    """The upstream counts 50% more than the local tokenizer and refuses a prompt that looked
+    like it fit: the retry is sized by its count (the calibration rises at once)."""
+    small = PriceTable({"claude-small": ModelConfig(max_input_tokens=50_000, context_window=60_000)})
+
+    async def run():
+        store = await memory_store()
+        await with_logs(store, TURNS[:10], share=0.6)
+        manager = ContextManager(config(max_layer0_tokens=0), small, store, LAYERS)
+        view = view_of(TURNS[:10], model="claude-small")
+        _, first = await turn(manager, view)
+        # "prompt is too long: N tokens > 50000 maximum", N = 1.5 x the local count.
+        manager.overflowed(SID, int(first.tokens * 1.5))
+        await manager.force_min_layer(SID, 2)
+        _, retry = await turn(manager, view)
+        return first, retry, manager.session_status(SID)
+
+    first, retry, status = asyncio.run(run())
+    usable = min(50_000, 60_000 - 1024) * M.FIT_SHARE
+    assert first.layer == 0 and first.tokens <= usable < first.tokens * 1.5
+    assert status["calibration_factor"] == pytest.approx(1.5, rel=0.01)
+    assert retry.layer >= 2 and retry.tokens * 1.5 <= usable
+
+
+def test_an_overflow_without_numbers_means_at_least_the_models_limit():
+    small = PriceTable({"claude-small": ModelConfig(max_input_tokens=50_000, context_window=60_000)})
+
+    async def run():
+        manager = ContextManager(config(max_layer0_tokens=0), small, await memory_store(), LAYERS)
+        view = view_of(TURNS[:10], model="claude-small")
+        _, first = await turn(manager, view)
+        manager.overflowed(SID, None)
+        manager.overflowed("some-other-session", None)  # nothing composed for it: ignored
+        return first, manager.session_status(SID)
+
+    first, status = asyncio.run(run())
+    assert status["calibration_factor"] == pytest.approx(50_001 / first.tokens, rel=0.01)
+
+
 def test_a_prompt_that_does_not_fit_gets_the_least_layer_that_does():
     tiny = PriceTable({"claude-tiny": ModelConfig(max_input_tokens=12_000, context_window=16_000)})
 

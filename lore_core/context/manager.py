@@ -287,6 +287,23 @@ class ContextManager:
         state.force_min_layer = _as_layer(value)
         state.force_loaded = True
 
+    def overflowed(self, session_id: str, tokens: int | None) -> None:
+        """The upstream refused the session's last composed prompt as too long, saying it had
+        ``tokens`` (``None``: it did not say; it had more than the model's input limit, then).
+        The session's calibration rises so that the next composition, the retry of this very
+        request included, is sized by the upstream's count, not the local one (tokenizers
+        differ most on a session's first, uncalibrated turn)."""
+        sent = next((s for s in reversed(self._sent.values()) if s.session_id == session_id), None)
+        state = self.sessions.get(session_id)
+        if sent is None or state is None:
+            return
+        thread = state.threads.get(sent.thread)
+        if tokens is None:
+            if thread is None or thread.model is None:
+                return
+            tokens = self.prices.lookup(thread.model).max_input_tokens + 1
+        state.calibration.at_least(sent.estimate, tokens)
+
     async def force_min_layer(self, session_id: str, layer: int) -> bool:
         """Make the session's turns start at ``layer`` (0-4) or above, from its next turn;
         persisted, so it survives restarts. The overflow recovery calls this when the

@@ -305,6 +305,17 @@ class Calibration:
         self.last_estimate, self.last_actual = estimate, actual
         return True
 
+    def at_least(self, estimate: int, actual: int) -> None:
+        """The upstream refused a prompt counted locally as ``estimate`` as too long: it had
+        at least ``actual`` tokens. The factor rises to that at once (no smoothing: the
+        next composition must fit)."""
+        if estimate < MIN_SAMPLE_TOKENS or actual <= 0:
+            return
+        ratio = min(max(actual / estimate, FACTOR_MIN), FACTOR_MAX)
+        self.factor = max(self.factor, ratio)
+        self.samples += 1
+        self.last_estimate, self.last_actual = estimate, actual
+
     def correct(self, estimate: int) -> int:
         """``estimate`` as the upstream is expected to count it."""
         return math.ceil(estimate * self.factor)
