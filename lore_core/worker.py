@@ -13,9 +13,12 @@ Where a call goes, first match wins:
 
 Every call is bounded (a semaphore), retried with exponential backoff on 408/409/429/5xx,
 connect errors and timeouts (a ``Retry-After`` header wins over the backoff), and guarded by
-a circuit breaker: after ``circuitBreakerThreshold`` consecutive failed calls, calls fail
-fast with :class:`CircuitOpen` for ``circuitBreakerCooldownSeconds``, then one trial call is
-let through. Nothing is ever retried in a tight loop. Spend is counted per UTC day from the
+a circuit breaker per target (upstream and credentials): after ``circuitBreakerThreshold``
+consecutive failed calls to it, its calls fail fast with :class:`CircuitOpen` for
+``circuitBreakerCooldownSeconds``, then one trial call is let through. One provider down or
+one session's key revoked does not stop the others' work. A 400, 413 or 422 says the one
+request was wrong (a prompt too long for the worker model, say), not the target: it fails
+that call only. Nothing is ever retried in a tight loop. Spend is counted per UTC day from the
 reported usage and a ``price_for(model, usage)`` callable.
 
 Requests are built with the built-in codecs' ``render`` from a tiny synthetic view, and
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import hashlib
 import logging
 import random
 import time
@@ -58,6 +62,8 @@ RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 MAX_RETRY_AFTER_SECONDS = 60.0
 # Sessions whose credentials are remembered at once (oldest forgotten first).
 MAX_REMEMBERED_SESSIONS = 256
+# Answers that blame the request, not the target: they never open a breaker.
+REQUEST_ERROR_STATUSES = frozenset({400, 413, 422})
 # Headers kept from a session: what authenticates the call, plus what the provider needs
 # to accept those credentials (API version, OAuth beta flag, organisation/project/account).
 CREDENTIAL_HEADERS = frozenset(
@@ -173,8 +179,26 @@ class _Target:
     def provider(self) -> str:
         return PROVIDER_OF_API[self.api]
 
+    @property
+    def breaker_key(self) -> str:
+        """Which circuit breaker guards calls here: one per upstream and credentials (a
+        digest, never the key itself)."""
+        auth = "\n".join(f"{k}:{v}" for k, v in sorted(self.headers.items()))
+        return f"{_origin(self.url)} {hashlib.sha256(auth.encode()).hexdigest()[:16]}"
+
     def __repr__(self) -> str:
         return f"<worker target {self.api} {self.model} {_origin(self.url)} ({self.source})>"
+
+
+@attrs.define
+class _Breaker:
+    """Consecutive failures of one target, and whether its circuit is open."""
+
+    failures: int = 0
+    opened_at: float | None = None
+    open_for: float = 0.0
+    trial_in_flight: bool = False
+    last_error: str | None = None
 
 
 @attrs.define
@@ -295,12 +319,8 @@ class WorkerClient:
         self._client: httpx.AsyncClient | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._sessions: OrderedDict[str, _Credentials] = OrderedDict()
-        # Circuit breaker state.
-        self._failures = 0
-        self._opened_at: float | None = None
-        self._open_for = 0.0
-        self._trial_in_flight = False
-        self._last_error: str | None = None
+        # One circuit breaker per target (Target.breaker_key), least recently used first.
+        self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
         # Counters for /health and tests.
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -415,7 +435,8 @@ class WorkerClient:
             body = build_request(
                 target.api, target.model, system, prompt, max_tokens or self.config.max_output_tokens
             )
-            self._admit()
+            breaker = self._breaker(target)
+            self._admit(breaker)
         except WorkerUnavailable:
             self.counts["skipped"] += 1
             self.skipped_by_purpose[purpose] = self.skipped_by_purpose.get(purpose, 0) + 1
@@ -434,16 +455,19 @@ class WorkerClient:
                     self.in_flight -= 1
         except WorkerError as exc:
             self.counts["failed"] += 1
-            self._record_failure(exc.reason, exc.open_for)
+            if exc.status in REQUEST_ERROR_STATUSES:
+                breaker.trial_in_flight = False  # the target answered: not its failure
+            else:
+                self._record_failure(breaker, exc.reason, exc.open_for)
             raise
         except BaseException:
             # Cancelled (shutdown, a caller's timeout): not the worker's fault, but a
             # half-open trial must not stay "in flight" forever and block every later call.
-            self._trial_in_flight = False
+            breaker.trial_in_flight = False
             raise
         result.seconds = time.monotonic() - started
         self.counts["ok"] += 1
-        self._record_success()
+        self._record_success(breaker)
         self._count_spend(result)
         return result
 
@@ -526,45 +550,55 @@ class WorkerClient:
 
     # -- circuit breaker ---------------------------------------------------------------------
 
-    def _admit(self) -> None:
+    def _breaker(self, target: _Target) -> _Breaker:
+        key = target.breaker_key
+        breaker = self._breakers.get(key)
+        if breaker is None:
+            breaker = self._breakers[key] = _Breaker()
+            while len(self._breakers) > MAX_REMEMBERED_SESSIONS:
+                self._breakers.popitem(last=False)
+        self._breakers.move_to_end(key)
+        return breaker
+
+    def _admit(self, breaker: _Breaker) -> None:
         """Let a call through, or raise :class:`CircuitOpen`. After the cooldown exactly one
         trial call passes (half-open); the others keep failing fast until it succeeds."""
-        if self._opened_at is None:
+        if breaker.opened_at is None:
             return
-        waited = self._clock() - self._opened_at
-        if waited < self._open_for:
+        waited = self._clock() - breaker.opened_at
+        if waited < breaker.open_for:
             raise CircuitOpen(
-                f"worker circuit open after repeated failures (last: {self._last_error})",
-                self._open_for - waited,
+                f"worker circuit open after repeated failures (last: {breaker.last_error})",
+                breaker.open_for - waited,
             )
-        if self._trial_in_flight:
+        if breaker.trial_in_flight:
             raise CircuitOpen("worker circuit half-open: a trial call is in flight", 0.0)
-        self._trial_in_flight = True
+        breaker.trial_in_flight = True
 
-    def _record_success(self) -> None:
-        if self._opened_at is not None:
+    def _record_success(self, breaker: _Breaker) -> None:
+        if breaker.opened_at is not None:
             log.info("worker circuit closed: the trial call succeeded")
-        self._failures = 0
-        self._opened_at = None
-        self._trial_in_flight = False
-        self._last_error = None
+        breaker.failures = 0
+        breaker.opened_at = None
+        breaker.trial_in_flight = False
+        breaker.last_error = None
 
-    def _record_failure(self, reason: str, open_for: float | None = None) -> None:
-        self._failures += 1
-        self._last_error = reason
-        was_trial = self._trial_in_flight
-        self._trial_in_flight = False
+    def _record_failure(self, breaker: _Breaker, reason: str, open_for: float | None = None) -> None:
+        breaker.failures += 1
+        breaker.last_error = reason
+        was_trial = breaker.trial_in_flight
+        breaker.trial_in_flight = False
         if (
             was_trial
             or open_for is not None
-            or self._failures >= max(1, self.config.circuit_breaker_threshold)
+            or breaker.failures >= max(1, self.config.circuit_breaker_threshold)
         ):
-            self._opened_at = self._clock()
-            self._open_for = max(open_for or 0.0, self.config.circuit_breaker_cooldown_seconds)
+            breaker.opened_at = self._clock()
+            breaker.open_for = max(open_for or 0.0, self.config.circuit_breaker_cooldown_seconds)
             log.warning(
                 "worker circuit open for %.0fs after %d consecutive failures (last: %s)",
-                self._open_for,
-                self._failures,
+                breaker.open_for,
+                breaker.failures,
                 reason,
             )
 
@@ -602,21 +636,34 @@ class WorkerClient:
             state, reason = "no_worker", exc.reason
         else:
             state, reason = "available", ""
-        if target is not None and self._opened_at is not None:
-            remaining = self._open_for - (self._clock() - self._opened_at)
+        # The breaker of the default target (the configured worker, else the latest session's).
+        breaker = self._breakers.get(target.breaker_key) if target is not None else None
+        breaker = breaker or _Breaker()
+        if target is not None and breaker.opened_at is not None:
+            remaining = breaker.open_for - (self._clock() - breaker.opened_at)
             if remaining > 0:
                 state = "circuit_open"
                 reason = (
-                    f"{self._failures} consecutive failures (last: {self._last_error}); "
+                    f"{breaker.failures} consecutive failures (last: {breaker.last_error}); "
                     f"retry in {remaining:.0f}s"
                 )
             else:
-                state, reason = "half_open", f"cooldown over; next call is a trial (last: {self._last_error})"
+                state, reason = (
+                    "half_open",
+                    f"cooldown over; next call is a trial (last: {breaker.last_error})",
+                )
+        now = self._clock()
         out: dict[str, Any] = {
             "state": state,
             "available": state in ("available", "half_open"),
             "reason": reason,
-            "consecutive_failures": self._failures,
+            "consecutive_failures": breaker.failures,
+            # Targets (other sessions' credentials, say) whose circuit is open now.
+            "open_circuits": sum(
+                1
+                for b in self._breakers.values()
+                if b.opened_at is not None and now - b.opened_at < b.open_for
+            ),
             "sessions_with_credentials": len(self._sessions),
             "in_flight": self.in_flight,
             "counts": dict(self.counts),

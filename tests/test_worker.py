@@ -244,6 +244,57 @@ def test_circuit_breaker_opens_fails_fast_and_half_opens(fake_upstream):
     run(scenario())
 
 
+def test_a_bad_request_fails_that_call_only(fake_upstream):
+    """A 400 says the request was wrong (a prompt too long for the worker model, say), not
+    that the upstream is down: it never opens the breaker."""
+    worker = one_failure_breaker(fake_upstream, Clock())
+
+    async def scenario():
+        for _ in range(3):
+            fake_upstream.enqueue(Reply(status=400))
+            with pytest.raises(WorkerError) as err:
+                await worker.complete("sys", "p")
+            assert err.value.status == 400
+        assert worker.status()["state"] == "available"
+        fake_upstream.enqueue(Reply(text="fine"))
+        assert (await worker.complete("sys", "p")).text == "fine"
+        await worker.close()
+
+    run(scenario())
+
+
+def test_one_sessions_revoked_key_does_not_stop_the_others_work(fake_upstream):
+    clock = Clock()
+    worker = WorkerClient(
+        WorkerConfig(max_retries=0, circuit_breaker_threshold=2, circuit_breaker_cooldown_seconds=60),
+        clock=clock,
+    )
+    worker.remember_credentials(
+        "revoked", "openai", fake_upstream.url, {"authorization": "Bearer old"}, model="m"
+    )
+    worker.remember_credentials(
+        "fine", "openai", fake_upstream.url, {"authorization": "Bearer new"}, model="m"
+    )
+    fake_upstream.responder = lambda req: (
+        Reply(status=401) if req.header("authorization") == "Bearer old" else Reply(text="ok")
+    )
+
+    async def scenario():
+        for _ in range(2):
+            with pytest.raises(WorkerError):
+                await worker.complete("sys", "p", session_id="revoked")
+        with pytest.raises(CircuitOpen):
+            await worker.complete("sys", "p", session_id="revoked")
+        # The other session's credentials have a breaker of their own.
+        assert (await worker.complete("sys", "p", session_id="fine")).text == "ok"
+        status = worker.status()  # the default target is the latest session's: "fine"
+        assert status["state"] == "available" and status["open_circuits"] == 1
+        await worker.close()
+
+    run(scenario())
+    assert len(fake_upstream.api_requests()) == 3
+
+
 def one_failure_breaker(fake: FakeUpstream, clock: Clock) -> WorkerClient:
     """A worker without retries whose breaker opens on one failure, for 10 s of ``clock``."""
     config = WorkerConfig(
