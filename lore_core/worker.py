@@ -624,6 +624,18 @@ class WorkerClient:
         out["cost"] = round(spend.cost, 6)
         return out
 
+    def available(self, session_id: str | None = None) -> bool:
+        """Whether a call for ``session_id``'s work would be attempted now (a target exists
+        and its circuit is not open; half-open counts as available)."""
+        try:
+            target = self._target(session_id)
+        except NoWorker:
+            return False
+        breaker = self._breakers.get(target.breaker_key)
+        if breaker is None or breaker.opened_at is None:
+            return True
+        return self._clock() - breaker.opened_at >= breaker.open_for and not breaker.trial_in_flight
+
     # -- reporting ---------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:

@@ -287,6 +287,7 @@ def test_one_sessions_revoked_key_does_not_stop_the_others_work(fake_upstream):
             await worker.complete("sys", "p", session_id="revoked")
         # The other session's credentials have a breaker of their own.
         assert (await worker.complete("sys", "p", session_id="fine")).text == "ok"
+        assert not worker.available("revoked") and worker.available("fine")
         status = worker.status()  # the default target is the latest session's: "fine"
         assert status["state"] == "available" and status["open_circuits"] == 1
         await worker.close()
