@@ -217,7 +217,7 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
                 gateway.exchange_finished(exchange)
                 raise
             sent_at = composing.composition.layer if composing.composition is not None else 0
-            if overflow is not None and await gateway.context_overflow(session_id, overflow) > sent_at:
+            if overflow is not None and await gateway.context_overflow(session_id, overflow, view) > sent_at:
                 # Failed as too long before anything reached the client: compose again.
                 await upstream.aclose()
                 gateway.exchange_finished(exchange)
@@ -461,7 +461,7 @@ async def _buffered_response(
             overflow = None
         if overflow is not None:
             # "Prompt is too long": the session's next turns start at a higher layer.
-            layer = await gateway.context_overflow(exchange.session_id, overflow)
+            layer = await gateway.context_overflow(exchange.session_id, overflow, exchange.request)
             if retry_above is not None and layer > retry_above:
                 gateway.exchange_finished(exchange)
                 return None

@@ -269,16 +269,18 @@ class Gateway:
         self._last_upstream_at[session_id] = time.time()
         return delay
 
-    async def context_overflow(self, session_id: str, overflow: Overflow, *, in_flight: bool = True) -> int:
+    async def context_overflow(
+        self, session_id: str, overflow: Overflow, refused: RequestView | None = None
+    ) -> int:
         """The upstream refused the session's prompt as too long: raise the session's
         persisted ``forceMinLayer`` (2 or 3 by overshoot); returns the new value.
-        ``in_flight``: the refused request is still being answered (not finished yet), so
-        the context manager knows what it estimated for it and calibrates from the refusal."""
+        ``refused``: the request as it went upstream, while its exchange is not finished: the
+        context manager calibrates the session from the refusal."""
         layer = next_min_layer(self.context.session(session_id).force_min_layer, overflow)
         self.stats["context_overflows"] += 1
-        if in_flight:
+        if refused is not None:
             try:
-                self.context.overflowed(session_id, overflow.tokens)
+                self.context.overflowed(refused, overflow.tokens)
             except Exception:
                 log.exception("could not learn from the overflow of session %s", session_id)
         log.warning(
@@ -377,7 +379,7 @@ class Gateway:
                 # send it again, but the next turn starts at the raised layer.
                 with contextlib.suppress(RuntimeError):  # no running loop: nothing to schedule on
                     task = asyncio.get_running_loop().create_task(
-                        self.context_overflow(exchange.session_id, overflow, in_flight=False)
+                        self.context_overflow(exchange.session_id, overflow)
                     )
                     self._background.add(task)
                     task.add_done_callback(self._background.discard)

@@ -232,9 +232,9 @@ def test_an_overflow_resizes_the_retry_by_the_upstreams_count():
         await with_logs(store, TURNS[:10], share=0.6)
         manager = ContextManager(config(max_layer0_tokens=0), small, store, LAYERS)
         view = view_of(TURNS[:10], model="claude-small")
-        _, first = await turn(manager, view)
+        sent, first = await turn(manager, view)
         # "prompt is too long: N tokens > 50000 maximum", N = 1.5 x the local count.
-        manager.overflowed(SID, int(first.tokens * 1.5))
+        manager.overflowed(sent, int(first.tokens * 1.5))
         await manager.force_min_layer(SID, 2)
         _, retry = await turn(manager, view)
         return first, retry, manager.session_status(SID)
@@ -252,9 +252,10 @@ def test_an_overflow_without_numbers_means_at_least_the_models_limit():
     async def run():
         manager = ContextManager(config(max_layer0_tokens=0), small, await memory_store(), LAYERS)
         view = view_of(TURNS[:10], model="claude-small")
-        _, first = await turn(manager, view)
-        manager.overflowed(SID, None)
-        manager.overflowed("some-other-session", None)  # nothing composed for it: ignored
+        sent, first = await turn(manager, view)
+        manager.overflowed(view_of(TURNS[:3], model="claude-small"), None)  # never composed: ignored
+        assert manager.session_status(SID)["calibration_factor"] == 1.0
+        manager.overflowed(sent, None)
         return first, manager.session_status(SID)
 
     first, status = asyncio.run(run())

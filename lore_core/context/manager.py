@@ -287,21 +287,19 @@ class ContextManager:
         state.force_min_layer = _as_layer(value)
         state.force_loaded = True
 
-    def overflowed(self, session_id: str, tokens: int | None) -> None:
-        """The upstream refused the session's last composed prompt as too long, saying it had
-        ``tokens`` (``None``: it did not say; it had more than the model's input limit, then).
-        The session's calibration rises so that the next composition, the retry of this very
-        request included, is sized by the upstream's count, not the local one (tokenizers
-        differ most on a session's first, uncalibrated turn)."""
-        sent = next((s for s in reversed(self._sent.values()) if s.session_id == session_id), None)
-        state = self.sessions.get(session_id)
+    def overflowed(self, refused: RequestView, tokens: int | None) -> None:
+        """The upstream refused ``refused`` (a request composed here, its response not
+        finished) as too long, saying it had ``tokens`` (``None``: it did not say; more than
+        the model's input limit, then). The session's calibration rises so that the next
+        composition, the retry of this very request included, is sized by the upstream's
+        count, not the local one (tokenizers differ most on a session's first, uncalibrated
+        turn)."""
+        sent = self._sent.get(id(refused))
+        state = self.sessions.get(sent.session_id) if sent is not None else None
         if sent is None or state is None:
             return
-        thread = state.threads.get(sent.thread)
         if tokens is None:
-            if thread is None or thread.model is None:
-                return
-            tokens = self.prices.lookup(thread.model).max_input_tokens + 1
+            tokens = self.prices.lookup(refused.model).max_input_tokens + 1
         state.calibration.at_least(sent.estimate, tokens)
 
     async def force_min_layer(self, session_id: str, layer: int) -> bool:
