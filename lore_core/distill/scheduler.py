@@ -242,7 +242,10 @@ class DistillScheduler:
             await self._resume()
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.tick_seconds)
+                # Not asyncio.wait_for: on Python 3.11 it loses a cancellation that arrives
+                # as the wake does, and stop() then waits for this loop for ever.
+                async with asyncio.timeout(self.tick_seconds):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
