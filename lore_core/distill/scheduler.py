@@ -10,7 +10,7 @@ When:
   times as long, so an abandoned tool call cannot keep it undistilled for ever;
 * **after a turn**, when the undistilled part of the session exceeds
   ``distill.segmentMaxTokens``: the full segments are distilled at once, the tail waits for
-  idle;
+  idle (see *The turn rule* below);
 * **on demand** (``lore distill``, ``POST /lore/api/distill``).
 
 What is undistilled is derived from the store every time (messages of the current branch
@@ -24,6 +24,19 @@ provenance says so). When a session has ``distill.metaThreshold`` unarchived gen
 reflector consolidates all but the newest ``distill.recentSegmentsToKeep`` (plus the previous
 meta-distillation) into one gen-1 row, written together with the archiving of its sources.
 The reflector has no fallback: without a worker, consolidation waits.
+
+The turn rule: a run reads the whole session, so a turn does not launch one until a segment
+may be full. Each tracked session keeps an estimate of its undistilled tokens (a
+:class:`Backlog`): the tail its last run left, plus what each finished exchange added (the
+request's messages past the history the previous exchange left, and the answer), measured
+as the segmenter measures them (:func:`~lore_core.distill.segment.message_sizes`). A turn
+launches a run when that estimate reaches ``distill.segmentMaxTokens``, and whenever the
+estimate is unknown: the session's first exchange since the scheduler started (a restart)
+or since its estimate was dropped (only the ``MAX_BACKLOGS`` most recent are kept), a
+request that does not extend the history the previous one left (a resend, a branch, an
+edit), a pause of a segment gap since the previous exchange, a failed run. Unsure means run,
+as every turn did before. Idle and on-demand runs do not look at the estimate; every run
+resets it from what the store held.
 """
 
 from __future__ import annotations
@@ -43,10 +56,16 @@ from lore_core.distill.inputs import Distillation, DistillInput, ObservationInpu
 from lore_core.distill.observer import Observer
 from lore_core.distill.reflector import Reflector
 from lore_core.distill.render import tool_names_of
-from lore_core.distill.segment import Segment, SegmentPolicy, split_segments
+from lore_core.distill.segment import Segment, SegmentPolicy, message_sizes, split_segments
 from lore_core.interfaces import CuratorContext, CuratorFactory, Store
 from lore_core.model import TOOL_CALL, Exchange
-from lore_core.store import StoredDistillation, StoredMessage, distillation_id, main_branch
+from lore_core.store import (
+    StoredDistillation,
+    StoredMessage,
+    distillation_id,
+    logical_messages,
+    main_branch,
+)
 from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.distill")
@@ -57,6 +76,8 @@ TOOL_WAIT_FACTOR = 10
 RESUME_SESSIONS = 200
 #: Sessions the background loop distils at once (each reads its session from the store).
 MAX_PARALLEL_SESSIONS = 2
+#: Sessions whose undistilled estimate is kept (the turn rule); the least recent are dropped.
+MAX_BACKLOGS = 1024
 #: Waits after a failed worker call before the session is tried again (then the last one).
 RETRY_SECONDS = (30.0, 60.0, 120.0, 300.0)
 
@@ -154,6 +175,51 @@ def awaits_tool_result(exchange: Exchange) -> bool:
     return bool(response.blocks) and response.blocks[-1].type == TOOL_CALL
 
 
+@attrs.define
+class Backlog:
+    """A tracked session's estimate of its undistilled tokens, for the turn rule (see the
+    module docstring)."""
+
+    # The tail the last run left plus what exchanges added since; None: unknown (a turn runs).
+    tokens: int | None = None
+    # The last exchange's request length (wire items), whether its answer extends the history
+    # the next request resends, and when it started (the time its messages are stored with).
+    items: int = 0
+    answered: bool = False
+    started_at: float | None = None
+
+    def add(self, exchange: Exchange, policy: SegmentPolicy) -> None:
+        """Count what ``exchange`` added to the session."""
+        added = self._added(exchange, policy)
+        self.tokens = None if added is None or self.tokens is None else self.tokens + added
+
+    def _added(self, exchange: Exchange, policy: SegmentPolicy) -> int | None:
+        """Estimated tokens of the exchange's new messages and answer; ``None`` when unsure."""
+        items = exchange.request.messages
+        response = exchange.response
+        answer = list(response.blocks) if response is not None else []
+        known, answered, before = self.items, self.answered, self.started_at
+        self.items, self.answered, self.started_at = len(items), bool(answer), exchange.started_at
+        if before is None or exchange.started_at - before >= policy.gap_seconds:
+            return None  # nothing to compare with, or a pause that may end a segment
+        skip = 0
+        if exchange.request.raw.get("previous_response_id"):
+            new = logical_messages(items)  # server-side state: the request carries only new items
+        elif len(items) < known:
+            return None  # not the previous history extended: a resend, an edit, a branch
+        else:
+            new = logical_messages(items[known:])
+            if answered:
+                # The previous answer, resent (counted when it came; rendered for tool names).
+                if not new or new[0].role != "assistant":
+                    return None
+                skip = 1
+        inputs = [DistillInput("", m.role, exchange.started_at, m.blocks) for m in new]
+        if answer:
+            inputs.append(DistillInput("", "assistant", exchange.started_at, answer))
+        return sum(message_sizes(inputs, policy)[skip:])
+
+
 class DistillScheduler:
     """One per gateway (or per ``lore distill`` run without a gateway)."""
 
@@ -185,8 +251,10 @@ class DistillScheduler:
         # awaits a tool result. Sessions leave once an idle run found nothing more to do.
         self._seen: dict[str, float] = {}
         self._awaiting_tool: dict[str, bool] = {}
-        # Sessions whose last turn may have pushed the undistilled part past the cap.
+        # Sessions whose last turn may have pushed the undistilled part past the cap, and the
+        # estimate that decides it (the turn rule).
         self._turned: set[str] = set()
+        self._backlog: dict[str, Backlog] = {}
         self._failures: Counter[str] = Counter()
         self._retry_at: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -223,7 +291,19 @@ class DistillScheduler:
         sid = exchange.session_id
         self._seen[sid] = exchange.finished_at or self._clock()
         self._awaiting_tool[sid] = awaits_tool_result(exchange)
-        self._turned.add(sid)
+        # Kept after the session goes idle (the next turn continues the count), the most
+        # recently used last; a session evicted counts as unknown again.
+        backlog = self._backlog.pop(sid, None) or Backlog()
+        self._backlog[sid] = backlog
+        while len(self._backlog) > MAX_BACKLOGS:
+            del self._backlog[next(iter(self._backlog))]
+        try:
+            backlog.add(exchange, self.policy)
+        except Exception:
+            log.exception("could not estimate what a turn added to session %s", sid)
+            backlog.tokens = None
+        if backlog.tokens is None or backlog.tokens >= self.policy.max_tokens:
+            self._turned.add(sid)
         # The client is back (its credentials with it): no reason to keep waiting. Failing
         # workers stay bounded by the worker's circuit breaker.
         self._retry_at.pop(sid, None)
@@ -344,48 +424,73 @@ class DistillScheduler:
         call that was attempted and failed raises :class:`~lore_core.worker.WorkerError`
         after what was written before it stays written."""
         async with self._lock(session_id):
-            if self._settle is not None:
-                await self._settle()
-            report = DistillReport(session_id)
-            messages = main_branch(await self.store.session_messages(session_id))
-            if not messages:
-                return report
-            project = messages[-1].project
-            done = await self.store.distilled_message_ids(session_id)
-            inputs = _inputs(messages)
-            names = tool_names_of(inputs)
-            todo = [m for m in inputs if m.id not in done]
-            existing = await self.store.list_distillations(session_id, include_archived=True)
-            first = not any(d.generation == 0 for d in existing)
-            segments: list[Segment] = split_segments(todo, self.policy, first=first) if todo else []
-            if reason == "turn":
-                segments = [s for s in segments if s.reason != "end"]
-            live = [d for d in existing if not d.archived]
-            total = len(segments)
-            if progress is not None:
-                progress(0, total)
-            for index, segment in enumerate(segments):
-                dist = await self.observer.observe(
-                    segment.messages, _previous_text(live), session_id=session_id, tool_names=names
-                )
-                row = _row(dist, session_id, project)
-                if await self.store.write_distillation(row):
-                    live.append(row)
-                    method = dist.provenance.method
-                    report.observed[method] = report.observed.get(method, 0) + 1
-                    self.counts[f"gen0_{method}"] += 1
-                    if dist.provenance.fallback_reason:
-                        note = f"extractive observer: {dist.provenance.fallback_reason}"
-                        if note not in report.notes:
-                            report.notes.append(note)
-                if progress is not None:
-                    progress(index + 1, total)
-            covered = {i for s in segments for i in s.ids}
-            report.remaining_messages = sum(1 for m in todo if m.id not in covered)
-            await self._reflect(session_id, project, live, report)
-            self._failures.pop(session_id, None)
-            self._retry_at.pop(session_id, None)
+            backlog = self._backlog.get(session_id)
+            if backlog is not None:
+                # What the store holds now is read below: count anew what arrives from here
+                # on (an exchange landing during the read is counted twice: towards running).
+                backlog.tokens = 0
+            try:
+                report, tail = await self._distill(session_id, reason, progress)
+            except BaseException:
+                if backlog is not None:
+                    backlog.tokens = None
+                raise
+            if backlog is not None and backlog.tokens is not None:
+                backlog.tokens += tail
             return report
+
+    async def _distill(
+        self, session_id: str, reason: str, progress: Progress | None
+    ) -> tuple[DistillReport, int]:
+        """:meth:`distill_session`'s work, under the session's lock; also returns the
+        estimated tokens of the undistilled tail it left."""
+        if self._settle is not None:
+            await self._settle()
+        report = DistillReport(session_id)
+        messages = main_branch(await self.store.session_messages(session_id))
+        if not messages:
+            return report, 0
+        project = messages[-1].project
+        done = await self.store.distilled_message_ids(session_id)
+        inputs = _inputs(messages)
+        names = tool_names_of(inputs)
+        todo = [m for m in inputs if m.id not in done]
+        existing = await self.store.list_distillations(session_id, include_archived=True)
+        first = not any(d.generation == 0 for d in existing)
+        segments: list[Segment] = split_segments(todo, self.policy, first=first) if todo else []
+        if not segments:
+            # Below the first segment's minimum (or nothing undistilled).
+            tail = sum(message_sizes(todo, self.policy, names))
+        else:
+            tail = sum(s.tokens for s in segments if s.reason == "end") if reason == "turn" else 0
+        if reason == "turn":
+            segments = [s for s in segments if s.reason != "end"]
+        live = [d for d in existing if not d.archived]
+        total = len(segments)
+        if progress is not None:
+            progress(0, total)
+        for index, segment in enumerate(segments):
+            dist = await self.observer.observe(
+                segment.messages, _previous_text(live), session_id=session_id, tool_names=names
+            )
+            row = _row(dist, session_id, project)
+            if await self.store.write_distillation(row):
+                live.append(row)
+                method = dist.provenance.method
+                report.observed[method] = report.observed.get(method, 0) + 1
+                self.counts[f"gen0_{method}"] += 1
+                if dist.provenance.fallback_reason:
+                    note = f"extractive observer: {dist.provenance.fallback_reason}"
+                    if note not in report.notes:
+                        report.notes.append(note)
+            if progress is not None:
+                progress(index + 1, total)
+        covered = {i for s in segments for i in s.ids}
+        report.remaining_messages = sum(1 for m in todo if m.id not in covered)
+        await self._reflect(session_id, project, live, report)
+        self._failures.pop(session_id, None)
+        self._retry_at.pop(session_id, None)
+        return report, tail
 
     async def compaction_summary(self, session_id: str) -> str | None:
         """The session's memory as a summary, for a harness's own compaction request: the

@@ -11,7 +11,7 @@ The first distillation of a session waits for a minimum (``first_min_messages`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -36,6 +36,19 @@ class SegmentPolicy:
     first_min_messages: int = 5
     first_min_tokens: int = 64
     tool_output_max_chars: int = DEFAULT_TOOL_OUTPUT_MAX_CHARS
+
+
+def message_sizes(
+    messages: Sequence[DistillInput],
+    policy: SegmentPolicy,
+    tool_names: Mapping[str, str] | None = None,
+    *,
+    estimate: TokenEstimate = estimate_tokens,
+) -> list[int]:
+    """Estimated tokens of each message as the observer reads it (rendered): what segments
+    are measured in. ``tool_names`` may name tools of calls made before ``messages``."""
+    names = {**(tool_names or {}), **tool_names_of(messages)}
+    return [estimate(render_message(m, names, policy.tool_output_max_chars)) for m in messages]
 
 
 @attrs.define
@@ -73,8 +86,7 @@ def split_segments(
     is still below it (the messages around it are distilled together).
     """
     policy = policy or SegmentPolicy()
-    names = tool_names_of(messages)
-    sizes = [estimate(render_message(m, names, policy.tool_output_max_chars)) for m in messages]
+    sizes = message_sizes(messages, policy, estimate=estimate)
 
     def meets_minimum(count: int, tokens: int) -> bool:
         return count >= policy.first_min_messages and tokens >= policy.first_min_tokens
