@@ -247,7 +247,10 @@ class VectorIndexer:
 
     async def _sleep(self, seconds: float) -> None:
         try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            # Not asyncio.wait_for: on Python 3.11 it loses a cancellation that arrives as the
+            # wake does, and stop() then waits for this loop for ever.
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
         except TimeoutError:
             pass
         self._wake.clear()
