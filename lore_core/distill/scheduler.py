@@ -396,9 +396,10 @@ class DistillScheduler:
     def _failed(self, sid: str, exc: BaseException) -> None:
         self._failures[sid] += 1
         delay = RETRY_SECONDS[min(self._failures[sid], len(RETRY_SECONDS)) - 1]
-        if isinstance(exc, WorkerError) and self.worker is not None and not self.worker.status()["available"]:
-            # The failure opened the worker's circuit breaker: the next attempt falls back to
-            # the extractive observer at once, rather than leaving the session undistilled.
+        if isinstance(exc, WorkerError) and self.worker is not None and not self.worker.available(sid):
+            # The failure opened the circuit breaker of this session's worker target: the
+            # next attempt falls back to the extractive observer at once, rather than leaving
+            # the session undistilled.
             delay = 0.0
         self._retry_at[sid] = self._clock() + delay
         self.counts["failures"] += 1
