@@ -521,29 +521,47 @@ def block_key(block: Block) -> tuple[Any, ...]:
 
 
 class ChainMemo:
-    """The message ids of each session's last exchange, with the content they were derived
+    """The message ids of each session's last exchanges, with the content they were derived
     from. Every turn resends the whole history, so :meth:`ids` hashes only the messages after
-    the part a session shares with its previous exchange. Not thread-safe: one user at a
-    time (the store writer converts under its lock)."""
+    the part it shares with an earlier exchange of the session. A few chains are kept per
+    session (:data:`CHAINS_PER_SESSION`): a harness's sub-agents and side requests share the
+    main conversation's session id, and alternating with them must not re-hash the main
+    history each time. Not thread-safe: one user at a time (the store writer converts under
+    its lock)."""
+
+    CHAINS_PER_SESSION = 4
 
     def __init__(self, max_sessions: int = 256) -> None:
         self.max_sessions = max_sessions
-        self._sessions: OrderedDict[str, tuple[list[tuple[Any, ...]], list[str]]] = OrderedDict()
+        # Session -> its chains, most recently used last: (message keys, their ids).
+        self._sessions: OrderedDict[str, list[tuple[list[tuple[Any, ...]], list[str]]]] = OrderedDict()
 
     def ids(self, session_id: str, messages: Sequence[LogicalMessage]) -> list[str]:
         """The same as :func:`chain_ids` (``session_id``, ``messages``)."""
         keys = [(m.role, tuple(block_key(b) for b in m.blocks)) for m in messages]
-        old_keys, old_ids = self._sessions.pop(session_id, ([], []))
-        same = 0
-        limit = min(len(keys), len(old_keys))
-        while same < limit and keys[same] == old_keys[same]:
-            same += 1
+        chains = self._sessions.pop(session_id, [])
+        best, same = -1, 0
+        for index, (old_keys, _) in enumerate(chains):
+            shared = _shared_prefix(keys, old_keys)
+            if shared > same:
+                best, same = index, shared
+        old_ids = chains.pop(best)[1] if best >= 0 else []
         parent = old_ids[same - 1] if same else None
         ids = old_ids[:same] + chain_ids(session_id, messages, same, parent)
-        self._sessions[session_id] = (keys, ids)  # most recently used last
+        chains.append((keys, ids))
+        del chains[: -self.CHAINS_PER_SESSION]
+        self._sessions[session_id] = chains  # most recently used last
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)
         return ids
+
+
+def _shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    limit = min(len(a), len(b))
+    same = 0
+    while same < limit and a[same] == b[same]:
+        same += 1
+    return same
 
 
 # ---------------------------------------------------------------------------------------------

@@ -74,6 +74,34 @@ def test_the_chain_memo_gives_the_ids_of_chain_ids() -> None:
     assert memo.ids("t", logical_messages(history(4))) == chain_ids("t", logical_messages(history(4)))
 
 
+def test_the_chain_memo_keeps_a_main_conversation_while_sub_agents_alternate(monkeypatch) -> None:
+    from lore_core import store as store_module
+
+    def history(prefix: str, n: int) -> list[Message]:
+        return [
+            Message("user" if i % 2 == 0 else "assistant", [Block(TEXT, text=f"{prefix} {i}")])
+            for i in range(n)
+        ]
+
+    hashed: list[int] = []
+    real_chain_ids = store_module.chain_ids
+
+    def counting(session_id, messages, start=0, parent=None):
+        hashed.append(len(messages) - start)
+        return real_chain_ids(session_id, messages, start, parent)
+
+    monkeypatch.setattr(store_module, "chain_ids", counting)
+    memo = ChainMemo()
+    main, agent = history("main", 40), history("sub-agent", 6)
+    for n in (38, 39, 40):
+        for messages in (main[:n], agent[: n - 34]):
+            assert memo.ids("s", logical_messages(messages)) == real_chain_ids(
+                "s", logical_messages(messages)
+            )
+    # After the first of each, only what each request added was hashed.
+    assert hashed == [38, 4, 1, 1, 1, 1]
+
+
 def test_records_are_the_same_with_a_chain_memo() -> None:
     messages = [
         Message("user", [Block(TEXT, text="why does the websocket drop?")]),
