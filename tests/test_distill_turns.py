@@ -198,6 +198,10 @@ def test_when_unsure_a_turn_runs_as_before(fake_upstream: FakeUpstream) -> None:
         await h.turn()
         assert h.store.session_reads == reads  # a plain small turn: nothing read
 
+        # The same request again (a client's retry): only its answer is new, nothing read.
+        await h.send(h.history[:-1], answer("checked again"))
+        assert h.store.session_reads == reads
+
         # A request without the previous answer (the client never resent it): read.
         h.history.pop()
         h.history.append(text("user", "and the other one"))

@@ -35,7 +35,8 @@ estimate is unknown: the session's first exchange since the scheduler started (a
 or since its estimate was dropped (only the ``MAX_BACKLOGS`` most recent are kept), a
 request that does not extend the history the previous one left (a resend, a branch, an
 edit), a pause of a segment gap since the previous exchange, a failed run. Unsure means run,
-as every turn did before. Idle and on-demand runs do not look at the estimate; every run
+as every turn did before. The same request sent again (a client's retry: as long as the
+previous one, ending with the same message) adds only its answer. Idle and on-demand runs do not look at the estimate; every run
 resets it from what the store held.
 """
 
@@ -62,6 +63,7 @@ from lore_core.model import TOOL_CALL, Exchange
 from lore_core.store import (
     StoredDistillation,
     StoredMessage,
+    block_key,
     distillation_id,
     logical_messages,
     main_branch,
@@ -175,6 +177,10 @@ def awaits_tool_result(exchange: Exchange) -> bool:
     return bool(response.blocks) and response.blocks[-1].type == TOOL_CALL
 
 
+def _message_key(message: Any) -> tuple[Any, ...]:
+    return (message.role, tuple(block_key(b) for b in message.blocks))
+
+
 @attrs.define
 class Backlog:
     """A tracked session's estimate of its undistilled tokens, for the turn rule (see the
@@ -187,6 +193,8 @@ class Backlog:
     items: int = 0
     answered: bool = False
     started_at: float | None = None
+    # The last request's last message, compared by value: the same request again is a retry.
+    last_key: tuple[Any, ...] | None = None
 
     def add(self, exchange: Exchange, policy: SegmentPolicy) -> None:
         """Count what ``exchange`` added to the session."""
@@ -198,12 +206,15 @@ class Backlog:
         items = exchange.request.messages
         response = exchange.response
         answer = list(response.blocks) if response is not None else []
-        known, answered, before = self.items, self.answered, self.started_at
+        known, answered, before, last_key = self.items, self.answered, self.started_at, self.last_key
         self.items, self.answered, self.started_at = len(items), bool(answer), exchange.started_at
+        self.last_key = _message_key(items[-1]) if items else None
         if before is None or exchange.started_at - before >= policy.gap_seconds:
             return None  # nothing to compare with, or a pause that may end a segment
         skip = 0
-        if exchange.request.raw.get("previous_response_id"):
+        if len(items) == known and last_key is not None and self.last_key == last_key:
+            new = []  # the same request again (a client's retry): only its answer is new
+        elif exchange.request.raw.get("previous_response_id"):
             new = logical_messages(items)  # server-side state: the request carries only new items
         elif len(items) < known:
             return None  # not the previous history extended: a resend, an edit, a branch
