@@ -36,8 +36,8 @@ or since its estimate was dropped (only the ``MAX_BACKLOGS`` most recent are kep
 request that does not extend the history the previous one left (a resend, a branch, an
 edit), a pause of a segment gap since the previous exchange, a failed run. Unsure means run,
 as every turn did before. The same request sent again (a client's retry: as long as the
-previous one, ending with the same message) adds only its answer. Idle and on-demand runs do not look at the estimate; every run
-resets it from what the store held.
+previous one, ending with the same message) adds only its answer. Idle and on-demand runs
+do not look at the estimate; every run resets it from what the store held.
 """
 
 from __future__ import annotations
