@@ -197,38 +197,39 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
         try:
             upstream = await gateway.upstream.send(request.method, url, out_headers, out_body)
         except UpstreamError as exc:
-            gateway.stats["upstream_errors"] += 1
-            exchange.status = 502
-            gateway.exchange_finished(exchange)
-            return _error(codec, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}")
+            return _upstream_failed(
+                gateway, codec, exchange, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}"
+            )
         except asyncio.CancelledError:
-            exchange.client_disconnected = True
-            gateway.exchange_finished(exchange)
+            _client_gone(gateway, exchange)
             raise
 
         exchange.status = upstream.status_code
         is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
-        if attempt == 1 and is_sse and upstream.status_code == 200 and _may_fail_started(codec, view):
+        # A refusal as too long seen before anything reached the client is composed again,
+        # once: an error answer, or a Responses stream failing right after it opened.
+        retry_above = None
+        if attempt == 1:
+            retry_above = composing.composition.layer if composing.composition is not None else 0
+        if (
+            retry_above is not None
+            and is_sse
+            and upstream.status_code == 200
+            and _may_fail_started(codec, view)
+        ):
             try:
                 upstream, overflow = await _peek_responses_stream(upstream)
             except asyncio.CancelledError:
                 await asyncio.shield(upstream.aclose())
-                exchange.client_disconnected = True
-                gateway.exchange_finished(exchange)
+                _client_gone(gateway, exchange)
                 raise
-            sent_at = composing.composition.layer if composing.composition is not None else 0
-            if overflow is not None and await gateway.context_overflow(session_id, overflow, view) > sent_at:
-                # Failed as too long before anything reached the client: compose again.
+            if overflow is not None and await _refused_as_too_long(gateway, exchange, overflow, retry_above):
                 await upstream.aclose()
-                gateway.exchange_finished(exchange)
-                gateway.stats["overflow_retries"] += 1
                 continue
-        if attempt == 1 and not is_sse and upstream.status_code in OVERFLOW_STATUSES:
-            sent_at = composing.composition.layer if composing.composition is not None else 0
-            refused = await _buffered_response(gateway, codec, upstream, exchange, retry_above=sent_at)
+        if retry_above is not None and not is_sse and upstream.status_code in OVERFLOW_STATUSES:
+            refused = await _buffered_response(gateway, codec, upstream, exchange, retry_above=retry_above)
             if refused is None:
-                gateway.stats["overflow_retries"] += 1
-                continue  # composed again at the raised layer
+                continue
             return refused
         break
 
@@ -423,6 +424,35 @@ def _stream_response(
     return response
 
 
+def _client_gone(gateway: Gateway, exchange: Exchange) -> None:
+    """The client disconnected before its answer was complete."""
+    exchange.client_disconnected = True
+    gateway.exchange_finished(exchange)
+
+
+def _upstream_failed(gateway: Gateway, codec: Codec, exchange: Exchange, message: str) -> Response:
+    """The upstream could not be reached or broke off: a 502 in the API's error shape."""
+    gateway.stats["upstream_errors"] += 1
+    exchange.status = 502
+    gateway.exchange_finished(exchange)
+    return _error(codec, 502, message)
+
+
+async def _refused_as_too_long(
+    gateway: Gateway, exchange: Exchange, overflow: Overflow, retry_above: int | None
+) -> bool:
+    """The upstream refused the request as too long: the session's next turns start at a
+    higher layer. True (and the refused exchange finished) when that layer is above
+    ``retry_above``, the layer the request was composed at: the caller composes it again
+    and sends it once more. ``None``: no retry (it was the retry)."""
+    layer = await gateway.context_overflow(exchange.session_id, overflow, exchange.request)
+    if retry_above is None or layer <= retry_above:
+        return False
+    gateway.exchange_finished(exchange)
+    gateway.stats["overflow_retries"] += 1
+    return True
+
+
 async def _buffered_response(
     gateway: Gateway,
     codec: Codec,
@@ -436,13 +466,11 @@ async def _buffered_response(
     try:
         raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
     except httpx.HTTPError as exc:
-        gateway.stats["upstream_errors"] += 1
-        exchange.status = 502
-        gateway.exchange_finished(exchange)
-        return _error(codec, 502, f"the upstream {exchange.upstream} broke off its response: {exc}")
+        return _upstream_failed(
+            gateway, codec, exchange, f"the upstream {exchange.upstream} broke off its response: {exc}"
+        )
     except asyncio.CancelledError:
-        exchange.client_disconnected = True
-        gateway.exchange_finished(exchange)
+        _client_gone(gateway, exchange)
         raise
     finally:
         await upstream.aclose()
@@ -459,12 +487,8 @@ async def _buffered_response(
             overflow = parse_overflow(upstream.status_code, error_body)
         except (ValueError, UnsupportedEncoding):
             overflow = None
-        if overflow is not None:
-            # "Prompt is too long": the session's next turns start at a higher layer.
-            layer = await gateway.context_overflow(exchange.session_id, overflow, exchange.request)
-            if retry_above is not None and layer > retry_above:
-                gateway.exchange_finished(exchange)
-                return None
+        if overflow is not None and await _refused_as_too_long(gateway, exchange, overflow, retry_above):
+            return None
     gateway.exchange_finished(exchange)
     return Response(raw, status=upstream.status_code, headers=response_headers(upstream.headers))
 
