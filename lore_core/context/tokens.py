@@ -293,9 +293,9 @@ class Calibration:
         """Learn from one response; ``estimate`` is the local count of the prompt that was
         sent. Returns whether the sample was used."""
         actual = prompt_tokens(usage)
-        if estimate < MIN_SAMPLE_TOKENS or actual <= 0:
+        ratio = _ratio(estimate, actual)
+        if ratio is None:
             return False
-        ratio = min(max(actual / estimate, FACTOR_MIN), FACTOR_MAX)
         if self.samples == 0:
             # The prior of 1.0 is a guess; the first real measurement is better.
             self.factor = ratio
@@ -309,9 +309,9 @@ class Calibration:
         """The upstream refused a prompt counted locally as ``estimate`` as too long: it had
         at least ``actual`` tokens. The factor rises to that at once (no smoothing: the
         next composition must fit)."""
-        if estimate < MIN_SAMPLE_TOKENS or actual <= 0:
+        ratio = _ratio(estimate, actual)
+        if ratio is None:
             return
-        ratio = min(max(actual / estimate, FACTOR_MIN), FACTOR_MAX)
         self.factor = max(self.factor, ratio)
         self.samples += 1
         self.last_estimate, self.last_actual = estimate, actual
@@ -319,3 +319,10 @@ class Calibration:
     def correct(self, estimate: int) -> int:
         """``estimate`` as the upstream is expected to count it."""
         return math.ceil(estimate * self.factor)
+
+
+def _ratio(estimate: int, actual: int) -> float | None:
+    """real / estimate, clamped; ``None`` for a sample too small to learn from."""
+    if estimate < MIN_SAMPLE_TOKENS or actual <= 0:
+        return None
+    return min(max(actual / estimate, FACTOR_MIN), FACTOR_MAX)
