@@ -72,19 +72,22 @@ class SpendBook:
             for day, usd in days.items():
                 try:
                     await self._load_day(day)
-                    stored = _usd(await self.store.get_state(GATEWAY_STATE_ID, day_key(day), 0))
-                    await self.store.set_state(GATEWAY_STATE_ID, day_key(day), stored + usd)
+                    await self._add(GATEWAY_STATE_ID, day_key(day), usd)
                 except Exception as exc:
                     log.warning("could not save the spend of %s: %s", day, exc)
                     self.costs.unsaved_day(day, usd)
             for session_id, usd in sessions.items():
                 try:
                     await self._load_session(session_id)
-                    stored = _usd(await self.store.get_state(session_id, SESSION_SPEND_KEY, 0))
-                    await self.store.set_state(session_id, SESSION_SPEND_KEY, stored + usd)
+                    await self._add(session_id, SESSION_SPEND_KEY, usd)
                 except Exception as exc:
                     log.warning("could not save the spend of session %s: %s", session_id, exc)
                     self.costs.unsaved_session(session_id, usd)
+
+    async def _add(self, state_id: str, key: str, usd: float) -> None:
+        """Read, add, write back: this gateway is the store's only writer."""
+        stored = _usd(await self.store.get_state(state_id, key, 0))
+        await self.store.set_state(state_id, key, stored + usd)
 
     async def _load_day(self, day: dt.date) -> bool:
         if day in self._loaded_days:
