@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Container, Mapping
@@ -130,6 +131,8 @@ class StoreWriter:
 
     async def _run(self) -> None:
         assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        last_flush = -math.inf
         while True:
             if not self._pending and not self._queue.qsize():
                 # Sleep until an exchange arrives, without taking it off the queue.
@@ -137,9 +140,16 @@ class StoreWriter:
                 await self._wakeup.wait()
                 # Give the exchanges that finish together a chance to share one write.
                 await asyncio.sleep(self.flush_interval)
+            elif self._queue.qsize() < MAX_BATCH_EXCHANGES:
+                # Under steady traffic the queue is never empty after a write: still at most
+                # one write per interval. A write has a fixed cost (DuckDB: a few ms per
+                # statement, whatever the row count), so writing back to back in batches of
+                # a few exchanges would spend a CPU core on it and slow the proxy.
+                await asyncio.sleep(max(0.0, last_flush + self.flush_interval - loop.time()))
             if not self._opened and not await self._try_open():
                 await asyncio.sleep(self._backoff())
                 continue
+            last_flush = loop.time()
             await self._flush_once()
             if self.error:
                 await asyncio.sleep(self._backoff())

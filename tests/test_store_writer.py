@@ -1,0 +1,61 @@
+"""The gateway's store writer batches exchanges: at most one write per flush interval, even
+when traffic never lets its queue run empty, and nothing submitted is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.config import StoreConfig
+from lore_core.storage import StoreWriter
+from lore_core.store import WriteBatch
+from lore_core.testing.store_conformance import answer, exchange, text
+
+INTERVAL_MS = 100
+
+
+class SlowStore(MemoryStore):
+    """A memory store whose writes take a while, as a database's do."""
+
+    def __init__(self, write_seconds: float) -> None:
+        super().__init__()
+        self.write_seconds = write_seconds
+        self.writes = 0
+
+    async def write(self, batch: WriteBatch) -> int:
+        self.writes += 1
+        await asyncio.sleep(self.write_seconds)
+        return await super().write(batch)
+
+
+def test_steady_traffic_gets_one_write_per_interval_and_loses_nothing() -> None:
+    flush_starts: list[float] = []
+
+    async def go() -> SlowStore:
+        # Each write takes a quarter of an interval and an exchange arrives every 5 ms: the
+        # queue is never empty when a write ends.
+        store = SlowStore(write_seconds=INTERVAL_MS / 4000)
+        writer = StoreWriter(store, StoreConfig(flush_interval_ms=INTERVAL_MS))
+        flush = writer._flush_once
+
+        async def timed_flush() -> None:
+            flush_starts.append(asyncio.get_running_loop().time())
+            await flush()
+
+        writer._flush_once = timed_flush  # type: ignore[method-assign]
+        await writer.start()
+        for i in range(120):
+            writer.submit(exchange([text("user", f"question {i}")], answer(f"answer {i}"), session=f"s-{i}"))
+            await asyncio.sleep(0.005)
+        await writer.wait_idle()
+        await writer.stop()
+        return store
+
+    store = asyncio.run(go())
+    assert store.writes >= 2
+    gaps = [b - a for a, b in itertools.pairwise(flush_starts)]
+    # asyncio may wake a timer up to its clock's resolution early: a millisecond of slack.
+    assert min(gaps) >= INTERVAL_MS / 1000 - 0.001, gaps
+    sessions = {s.id for s in asyncio.run(store.list_sessions(limit=1000))}
+    assert sessions == {f"s-{i}" for i in range(120)}
