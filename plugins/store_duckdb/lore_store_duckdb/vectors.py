@@ -16,8 +16,10 @@ fragment, so after :data:`OPTIMIZE_APPENDS` appends the table is compacted (``op
 which also adds new rows to the ANN index); once a table holds :data:`ANN_MIN_ROWS` rows an
 IVF-PQ index is built (a flat scan of 1M 384-dim vectors takes seconds), and rebuilt when the
 table has grown :data:`ANN_REBUILD_GROWTH` times since (its partitions were trained on a
-smaller sample). Both run in the thread that appended (the gateway's indexer, never a
-request); searches meanwhile read the previous version.
+smaller sample) or when compactions have left it more than :data:`ANN_MAX_SEGMENTS` delta
+segments (at most ~5% of the time: :data:`ANN_REBUILD_PAUSE_FACTOR`). Both run in the thread
+that appended (the gateway's indexer, never a request); searches meanwhile read the previous
+version.
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ ANN_REBUILD_GROWTH = 4.0
 #: that every query searches too (measured at 100K: ~1.2 ms more per delta, 13 -> 45 ms
 #: after 400 small appends), and LanceDB (without pylance) cannot merge them.
 ANN_MAX_SEGMENTS = 8
+#: A rebuild for segments starts no sooner than this many times the last build's duration
+#: after it ended, so rebuilding takes at most ~5% of the indexer's time. A build takes
+#: 90-150 s at 1M vectors; without the pause a session's small appends (or a backfill's
+#: batches) would start one every 8 compactions, and a 1M backfill would spend most of its
+#: time rebuilding. Meanwhile deltas pile up past the limit (queries a little slower); a
+#: rebuild for growth is never held back.
+ANN_REBUILD_PAUSE_FACTOR = 20.0
 #: Vectors per IVF partition (the partition count follows the table size).
 ANN_PARTITION_ROWS = 4096
 #: Partitions probed per query, and how many candidates per result are re-ranked exactly.
@@ -106,6 +115,9 @@ class _Model:
         self.scalar_ready = False
         self.optimizations = 0
         self.last_optimize_seconds: float | None = None
+        # monotonic time before which too many segments do not start a rebuild (see
+        # ANN_REBUILD_PAUSE_FACTOR); 0 after a start, so an index left with many rebuilds soon.
+        self.segment_rebuild_after = 0.0
 
 
 class VectorIndex:
@@ -264,7 +276,10 @@ class VectorIndex:
             if rows >= ANN_MIN_ROWS and (
                 not m.ann_rows
                 or rows >= ANN_REBUILD_GROWTH * m.ann_rows
-                or _index_segments(m.table) > ANN_MAX_SEGMENTS
+                or (
+                    time.monotonic() >= m.segment_rebuild_after
+                    and _index_segments(m.table) > ANN_MAX_SEGMENTS
+                )
             ):
                 self.build_ann(m, rows)
             if rows >= SCALAR_MIN_ROWS and not m.scalar_ready:
@@ -293,12 +308,9 @@ class VectorIndex:
         m.table.create_index("vector", config=config, replace=True)
         m.ann_rows = rows
         self._save(m)
-        log.info(
-            "vector index for %s: ANN index over %d vectors in %.1f s",
-            m.name,
-            rows,
-            time.monotonic() - started,
-        )
+        ended = time.monotonic()
+        m.segment_rebuild_after = ended + ANN_REBUILD_PAUSE_FACTOR * (ended - started)
+        log.info("vector index for %s: ANN index over %d vectors in %.1f s", m.name, rows, ended - started)
 
     def optimize(self, model: str) -> None:
         with self._lock:

@@ -234,6 +234,7 @@ def test_small_appends_after_the_ann_index_keep_its_segments_bounded(
     monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 300)
     monkeypatch.setattr(vectors, "OPTIMIZE_APPENDS", 2)
     monkeypatch.setattr(vectors, "ANN_MAX_SEGMENTS", 3)
+    monkeypatch.setattr(vectors, "ANN_REBUILD_PAUSE_FACTOR", 0.0)
     rng = random.Random(9)
 
     async def body(store: DuckDBStore) -> None:
@@ -249,6 +250,37 @@ def test_small_appends_after_the_ann_index_keep_its_segments_bounded(
         assert 1 < most <= 4  # deltas appeared, and never piled up
         for ident, vector in list(given.items())[-30::5]:
             assert (await store.vector_search(MODEL, vector, limit=1))[0].id == ident
+
+    run(tmp_path / "lore.duckdb", body)
+
+
+def test_a_rebuild_for_segments_waits_for_its_pause_after_the_last_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build costs minutes at 1M vectors: too many segments start a rebuild only once the
+    pause after the last build (a multiple of its duration) is over. Until then deltas pile
+    up, and every vector stays findable."""
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 300)
+    monkeypatch.setattr(vectors, "OPTIMIZE_APPENDS", 2)
+    monkeypatch.setattr(vectors, "ANN_MAX_SEGMENTS", 3)
+    monkeypatch.setattr(vectors, "ANN_REBUILD_PAUSE_FACTOR", 1e9)  # never over in this test
+    rng = random.Random(11)
+
+    async def body(store: DuckDBStore) -> None:
+        await add_messages(store, 320)
+        given = await embed_pending(store, rng, batch=1000)
+        m = store._vectors.model(MODEL)
+        assert m is not None and vectors._index_segments(m.table) == 1
+        for i in range(16):
+            await add_messages(store, 1, start=10_000 + i)
+            given.update(await embed_pending(store, rng))
+        assert vectors._index_segments(m.table) > 4  # past the limit: the rebuild waits
+        for ident, vector in list(given.items())[-16::3]:
+            assert (await store.vector_search(MODEL, vector, limit=1))[0].id == ident
+        m.segment_rebuild_after = 0.0  # the pause is over
+        await add_messages(store, 1, start=20_000)
+        await embed_pending(store, rng)
+        assert vectors._index_segments(m.table) == 1
 
     run(tmp_path / "lore.duckdb", body)
 
