@@ -200,10 +200,11 @@ class Gateway:
                 log.exception("saving spend failed (tried again)")
             await asyncio.sleep(SPEND_SAVE_SECONDS)
 
-    async def _settle_writes(self) -> None:
-        """Let exchanges already queued reach the store before distillation reads it."""
+    async def _settle_writes(self, timeout: float = 5.0) -> None:
+        """Let exchanges already queued reach the store before distillation (or a status
+        report) reads it."""
         try:
-            await self.writer.wait_idle(timeout=5.0)
+            await self.writer.wait_idle(timeout=timeout)
         except TimeoutError:
             pass
 
@@ -352,6 +353,9 @@ class Gateway:
                 status["context"] = context.session_status(session_id)
             except Exception:
                 log.exception("the context manager could not report on a session")
+        # The session's last exchanges may still wait in the writer's queue (a write starts
+        # at most every store.flushIntervalMs): count them too.
+        await self._settle_writes(timeout=1.0)
         try:
             session = await self.store.get_session(session_id)
             status["stored_messages"] = session.message_count if session else 0

@@ -97,6 +97,8 @@ def test_status_on_anthropic_without_an_upstream_call(
     assert "Lore - session" in text
     # The first turn's usage was priced: 1000 input + 50 output tokens at Sonnet prices.
     assert "cost:" in text and "$0.0037 this session" in text
+    # The first exchange is counted although the command came before its write was due.
+    assert "stored:    2 messages" in text
     assert len(fake_upstream.api_requests()) == 1
 
 
