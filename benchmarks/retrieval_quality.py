@@ -337,7 +337,10 @@ def build_engine(method: str, store: Any, embedder: Any) -> RecallEngine:
     if method == "bm25":
         return store_recall_engine(store, embedder=None)
     engine = RecallEngine(embedder=embedder)
-    engine.add_vector_source(Kind.MESSAGE, StoreVectorSource(store, embedder_model(embedder)))
+    source = StoreVectorSource(
+        store, embedder_model(embedder), min_similarity=getattr(embedder, "min_similarity", None)
+    )
+    engine.add_vector_source(Kind.MESSAGE, source)
     return engine
 
 

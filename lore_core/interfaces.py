@@ -292,7 +292,10 @@ class Embedder(Protocol):
     (another model, another size) must change it: the store then starts a new index and
     re-embeds, instead of comparing vectors of two spaces. ``chunk(text) -> list[str]``
     splits a long text into pieces that fit the model; without it the indexer cuts
-    character windows. ``load()`` and ``close()`` are called at gateway start and stop."""
+    character windows. ``load()`` and ``close()`` are called at gateway start and stop.
+    ``min_similarity`` (a float) is the cosine below which a text is unrelated to a query
+    for this model: recall drops vector hits under it (without it, none), so a query that
+    matches nothing is not answered with whatever the store holds."""
 
     name: str
     dimensions: int

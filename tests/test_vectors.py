@@ -120,6 +120,28 @@ def test_vector_list_finds_what_full_text_cannot() -> None:
     run(main())
 
 
+def test_vector_hits_below_the_embedders_min_similarity_are_dropped() -> None:
+    """Without a floor a query that matches little is answered with whatever the store holds
+    (every vector has some similarity); an embedder's ``min_similarity`` drops those."""
+
+    class WithFloor(TopicEmbedder):
+        min_similarity = 0.5
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        await corpus(store)
+        await embed_all(store, TopicEmbedder())
+        for embedder, unrelated_shown in ((TopicEmbedder(), True), (WithFloor(), False)):
+            engine = store_recall_engine(store, embedder=embedder)
+            response = await engine.search("feline", scope="project", project="/work/alpha")
+            texts = {r.text for r in response.results}
+            assert "my tabby kitten sleeps all day" in texts
+            assert ("the postgres migration hit a deadlock" in texts) is unrelated_shown
+
+    run(main())
+
+
 def test_archived_distillations_are_vector_searchable() -> None:
     async def main() -> None:
         store, embedder = MemoryStore(), TopicEmbedder()

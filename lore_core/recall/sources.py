@@ -150,15 +150,23 @@ class StoreVectorSource:
     distillation hits become ``d:`` results. A store without vectors answers nothing.
 
     With ``locate_chunk`` (the indexer's own chunking, :func:`lore_core.indexer.chunk_span`),
-    a hit on a long text's later chunk carries that chunk's span (meta :data:`MATCH_SPAN`)."""
+    a hit on a long text's later chunk carries that chunk's span (meta :data:`MATCH_SPAN`).
+    Hits less similar than ``min_similarity`` (the embedder's, see
+    :class:`lore_core.interfaces.Embedder`) are dropped."""
 
     def __init__(
-        self, store: Any, model: str, name: str = "store", locate_chunk: ChunkLocator | None = None
+        self,
+        store: Any,
+        model: str,
+        name: str = "store",
+        locate_chunk: ChunkLocator | None = None,
+        min_similarity: float | None = None,
     ) -> None:
         self.store = store
         self.model = model
         self.name = name
         self.locate_chunk = locate_chunk
+        self.min_similarity = min_similarity
         self.unsupported = False
 
     async def search_vector(
@@ -177,6 +185,8 @@ class StoreVectorSource:
         except NotImplementedError:
             self.unsupported = True
             return []
+        if self.min_similarity is not None:
+            hits = [h for h in hits if h.score >= self.min_similarity]
         found = [_source_hit(h) for h in hits]
         if self.locate_chunk is not None:
             # Cutting long texts again is CPU work: off the event loop.

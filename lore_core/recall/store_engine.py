@@ -42,6 +42,7 @@ def store_recall_engine(
             store,
             embedder_model(embedder),
             locate_chunk=lambda text, chunk: chunk_span(text, chunk, embedder, max_chunks),
+            min_similarity=getattr(embedder, "min_similarity", None),
         )
         engine.add_vector_source(Kind.MESSAGE, source)
     else:

