@@ -162,6 +162,42 @@ def test_observer_failure_is_raised_not_papered_over(fake_upstream):
         asyncio.run(go())
 
 
+def test_an_answer_that_is_not_a_log_never_becomes_one(fake_upstream):
+    # A refusal or a chat reply would stand in for the conversation in later prompts. The
+    # same segment would most likely get the same answer again: the extractive observer
+    # writes this segment's log instead (a caller without fallback gets the error).
+    fake_upstream.responder = lambda req: Reply(text="I'm sorry, I can't help with that.")
+
+    async def go(fallback: bool):
+        client = worker(fake_upstream)
+        try:
+            return await Observer(client, fallback=fallback).observe(segment())
+        finally:
+            await client.close()
+
+    result = asyncio.run(go(fallback=True))
+    assert result.provenance.method == "extractive"
+    assert "not an observation log" in (result.provenance.fallback_reason or "")
+    assert "I'm sorry" not in result.text and "2 failed" in result.text
+    with pytest.raises(WorkerError, match="not an observation log"):
+        asyncio.run(go(fallback=False))
+
+
+def test_a_reflector_answer_that_is_not_a_meta_distillation_is_an_error(fake_upstream):
+    # Stored, it would replace the logs it consolidates; they stay, and it is tried later.
+    fake_upstream.responder = lambda req: Reply(text="Sure! The session went well overall.")
+    client = worker(fake_upstream)
+
+    async def go():
+        try:
+            return await Reflector(client).reflect([ObservationInput("d1", "- 10:00 x", T0, T0)])
+        finally:
+            await client.close()
+
+    with pytest.raises(WorkerError, match="not a meta-distillation"):
+        asyncio.run(go())
+
+
 def test_reflector_flags_missing_sections(fake_upstream):
     fake_upstream.responder = lambda req: Reply(text="```\n## Current state\n- ok\n```")
     client = worker(fake_upstream)

@@ -8,6 +8,8 @@ setups without any worker and for benchmarks.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -16,7 +18,9 @@ from lore_core.distill.inputs import Distillation, DistillInput, Provenance
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.render import DEFAULT_TOOL_OUTPUT_MAX_CHARS, render_segment
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
-from lore_core.worker import WorkerClient, WorkerUnavailable
+from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
+
+log = logging.getLogger("lore.distill")
 
 # How much of the previous observations goes into the prompt (their tail: the newest part
 # is what the new segment continues). About 3K tokens.
@@ -45,6 +49,16 @@ def strip_fences(text: str) -> str:
     if len(lines) >= 2 and lines[0].startswith("```") and lines[-1].strip() == "```":
         return "\n".join(lines[1:-1]).strip()
     return text.strip()
+
+
+_BULLET = re.compile(r"^\s*[-*] +\S", re.M)
+
+
+def has_bullets(text: str) -> bool:
+    """Whether a worker's answer has the shape both curator prompts ask for: bullet lines.
+    One without any (a refusal, a chat reply, another model's idea of a summary) must not
+    stand in for the conversation in later prompts."""
+    return bool(_BULLET.search(text))
 
 
 def _source_tokens(messages: Sequence[DistillInput], estimate: TokenEstimate) -> int:
@@ -137,6 +151,15 @@ class Observer:
                 messages, previous, tool_names=tool_names, fallback_reason=exc.reason
             )
         text = strip_fences(result.text)
+        if not has_bullets(text):
+            # Nothing is logged of the answer itself: it may quote the conversation.
+            reason = "the worker's answer was not an observation log (no bullet lines)"
+            if not self.fallback:
+                raise WorkerError(reason, 200)
+            log.warning("observer: %s; the extractive observer wrote this segment's log", reason)
+            return await self.extractive.observe(
+                messages, previous, tool_names=tool_names, fallback_reason=reason
+            )
         prov = _provenance(messages, rendered, text, self.estimate, "llm")
         prov.worker_provider, prov.worker_model, prov.worker_api = result.provider, result.model, result.api
         prov.usage, prov.cost = result.usage, result.cost

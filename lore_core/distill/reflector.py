@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from lore_core.distill.inputs import Distillation, ObservationInput, Provenance
-from lore_core.distill.observer import strip_fences
+from lore_core.distill.observer import has_bullets, strip_fences
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
-from lore_core.worker import WorkerClient
+from lore_core.worker import WorkerClient, WorkerError
 
 SECTIONS = ("Current state", "Key decisions", "Technical changes", "Timeline")
 
@@ -70,9 +70,13 @@ class Reflector:
             load_prompt("reflector"), prompt, session_id=session_id, purpose="reflector"
         )
         text = strip_fences(result.text)
+        missing = missing_sections(text)
+        if len(missing) == len(SECTIONS) and not has_bullets(text):
+            # It would replace the logs it consolidates in later prompts: keep those instead
+            # (they stay as they are; consolidation is tried again later).
+            raise WorkerError("the answer is not a meta-distillation (none of its sections, no bullets)", 200)
         source = sum(self.estimate(o.text) for o in observations) + self.estimate(previous_meta)
         output = self.estimate(text)
-        missing = missing_sections(text)
         prov = Provenance(
             source_ids=[o.id for o in observations],
             generation=1,
