@@ -136,7 +136,8 @@ def test_unreadable_arguments():
 
 
 def result(i: int, text: str = "text") -> RecallResult:
-    return RecallResult(f"t:m{i}", "message", 1 / (60 + i), text, {"session": "s1", "role": "user"})
+    meta = {"session": "s1", "role": "user", "created_at": 1_790_000_000.0 + 60 * i}
+    return RecallResult(f"t:m{i}", "message", 1 / (60 + i), text, meta)
 
 
 def test_format_results_lists_ids_sources_and_snippets():
@@ -145,7 +146,8 @@ def test_format_results_lists_ids_sources_and_snippets():
     assert text.startswith(
         '2 memories for "reconnect" (scope project); open one in full with recall(id=...):'
     )
-    assert "[t:m1] (message, score 0.0164) session=s1 role=user\nfirst hit" in text
+    # When each was said (UTC), for questions about "last week" or "before the migration".
+    assert "[t:m1] (message, score 0.0164) 2026-09-21 14:14 UTC session=s1 role=user\nfirst hit" in text
     assert "[5000 chars, cut]" in text
     assert len(text) < 2 * SNIPPET_CHARS + 400
 
@@ -156,7 +158,8 @@ def test_format_is_bounded():
     assert len(format_response(many, max_chars=300)) <= 300
     opened = RecallResponse("t:m1", "", [result(1, "z" * 100_000)], opened=True)
     text = format_response(opened)
-    assert len(text) <= MAX_OPEN_CHARS and text.startswith("[t:m1] (message) session=s1 role=user\nzzz")
+    assert len(text) <= MAX_OPEN_CHARS
+    assert text.startswith("[t:m1] (message) 2026-09-21 14:14 UTC session=s1 role=user\nzzz")
 
 
 def test_format_errors_empty_results_and_notes():

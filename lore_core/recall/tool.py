@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -232,7 +233,12 @@ def _match_span(result: RecallResult, lead: int) -> tuple[int, int] | None:
 
 
 def _meta_line(meta: Mapping[str, Any]) -> str:
+    """When the item was stored (UTC, as the observation logs date their events: the model
+    needs it for "last week", "before the migration"), then its session, role and title."""
     parts = [f"{k}={meta[k]}" for k in ("session", "role", "title") if meta.get(k)]
+    at = meta.get("created_at")
+    if isinstance(at, int | float) and at > 0:
+        parts.insert(0, datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC"))
     return (" " + " ".join(_one_line(p, 80) for p in parts)) if parts else ""
 
 
