@@ -453,12 +453,13 @@ def cmd_recall(args: argparse.Namespace) -> int:
         answer = reader.recall(args.query, args.scope, args.session, args.project, args.limit)
         results = answer.get("results") or []
         if args.json:
-            _print_json([{k: r.get(k) for k in ("id", "source", "score", "text")} for r in results])
+            fields = ("id", "source", "score", "created_at", "session", "text")
+            _print_json([{k: r.get(k) for k in fields} for r in results])
         else:
             for r in results:
                 snippet = " ".join(str(r.get("text", "")).split())
                 snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
-                print(f"{r['score']:8.4f}  {r['id']}  [{r['source']}]")
+                print(f"{r['score']:8.4f}  {r['id']}  [{r['source']}]  {_when(r.get('created_at'))}")
                 print(f"          {snippet}")
             if not results and not answer.get("error"):
                 print("no matches")

@@ -29,9 +29,10 @@ def test_lore_recall_through_the_gateway(start_gateway, fake_upstream, monkeypat
         == 0
     )
     results = json.loads(capsys.readouterr().out)
-    assert results and set(results[0]) == {"id", "source", "score", "text"}
+    assert results and set(results[0]) == {"id", "source", "score", "created_at", "session", "text"}
     top = results[0]
     assert top["id"].startswith("t:") and "wallaby" in top["text"] and top["source"] == "message"
+    assert top["session"] == "recall-cli" and top["created_at"] > 0
 
     assert cli.main(["recall", top["id"]]) == 0
     assert "wallaby" in capsys.readouterr().out
