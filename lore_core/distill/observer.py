@@ -119,6 +119,7 @@ class Observer:
         self.estimate = estimate
         self.fallback = fallback
         self.extractive = ExtractiveObserver(tool_output_max_chars, estimate)
+        self._warned_not_a_log = False
 
     async def observe(
         self,
@@ -156,7 +157,10 @@ class Observer:
             reason = "the worker's answer was not an observation log (no bullet lines)"
             if not self.fallback:
                 raise WorkerError(reason, 200)
-            log.warning("observer: %s; the extractive observer wrote this segment's log", reason)
+            # Once: a worker that answers so tends to do it for every segment.
+            say = log.debug if self._warned_not_a_log else log.warning
+            self._warned_not_a_log = True
+            say("observer: %s; the extractive observer wrote the segment's log", reason)
             return await self.extractive.observe(
                 messages, previous, tool_names=tool_names, fallback_reason=reason
             )
