@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import hashlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import attrs
@@ -207,6 +208,13 @@ class _Sent:
     estimate: int
 
 
+def _detached_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A task started from a request that outlives it: run in a fresh context, so it (and the
+    session state that keeps it after it is done) does not keep the request alive: the task
+    would copy the request's context, which holds Quart's request with its whole body."""
+    return asyncio.create_task(coro, name=name, context=contextvars.Context())
+
+
 class ContextManager:
     """Held by the gateway as ``gateway.context``."""
 
@@ -342,7 +350,9 @@ class ContextManager:
             else:
                 await self._refresh_parts(state, version)
         elif state.refreshing is None or state.refreshing.done():
-            state.refreshing = asyncio.create_task(self._refresh_parts(state, version))
+            state.refreshing = _detached_task(
+                self._refresh_parts(state, version), f"lore-parts-{state.session_id[:16]}"
+            )
         return state.parts or []
 
     async def _refresh_parts(self, state: SessionContext, version: int) -> None:
@@ -376,7 +386,11 @@ class ContextManager:
             except Exception as exc:
                 log.warning("context: urgent distillation of %s failed: %s", session_id, exc)
 
-        self._urgent[session_id] = asyncio.create_task(run(), name=f"lore-urgent-distill-{session_id[:16]}")
+        task = _detached_task(run(), f"lore-urgent-distill-{session_id[:16]}")
+        self._urgent[session_id] = task
+        task.add_done_callback(
+            lambda done: self._urgent.pop(session_id, None) if self._urgent.get(session_id) is done else None
+        )
 
     async def stop(self) -> None:
         """Cancel urgent distillations still running (re-done on demand after a restart)."""
