@@ -183,9 +183,9 @@ def test_an_answer_that_is_not_a_log_never_becomes_one(fake_upstream):
         asyncio.run(go(fallback=False))
 
 
-def test_a_reflector_answer_that_is_not_a_meta_distillation_is_an_error(fake_upstream):
-    # Stored, it would replace the logs it consolidates; they stay, and it is tried later.
-    fake_upstream.responder = lambda req: Reply(text="Sure! The session went well overall.")
+def reflect_answered(fake_upstream, answer: str):
+    """The reflector's result when the worker answers ``answer``."""
+    fake_upstream.responder = lambda req: Reply(text=answer)
     client = worker(fake_upstream)
 
     async def go():
@@ -194,20 +194,16 @@ def test_a_reflector_answer_that_is_not_a_meta_distillation_is_an_error(fake_ups
         finally:
             await client.close()
 
+    return asyncio.run(go())
+
+
+def test_a_reflector_answer_that_is_not_a_meta_distillation_is_an_error(fake_upstream):
+    # Stored, it would replace the logs it consolidates; they stay, and it is tried later.
     with pytest.raises(WorkerError, match="not a meta-distillation"):
-        asyncio.run(go())
+        reflect_answered(fake_upstream, "Sure! The session went well overall.")
 
 
 def test_reflector_flags_missing_sections(fake_upstream):
-    fake_upstream.responder = lambda req: Reply(text="```\n## Current state\n- ok\n```")
-    client = worker(fake_upstream)
-
-    async def go():
-        try:
-            return await Reflector(client).reflect([ObservationInput("d1", "- 10:00 x", T0, T0)])
-        finally:
-            await client.close()
-
-    result = asyncio.run(go())
+    result = reflect_answered(fake_upstream, "```\n## Current state\n- ok\n```")
     assert result.text == "## Current state\n- ok"  # code fence stripped
     assert result.provenance.warnings == [f"missing section: {s}" for s in SECTIONS[1:]]
