@@ -520,6 +520,21 @@ def block_key(block: Block) -> tuple[Any, ...]:
     )
 
 
+def message_key(message: Message | LogicalMessage) -> tuple[Any, ...]:
+    """Everything a message's identity (and token count) depends on, compared by value: a
+    resent history is recognised without hashing it again."""
+    return (message.role, tuple(block_key(b) for b in message.blocks))
+
+
+def shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items ``a`` and ``b`` have in common."""
+    limit = min(len(a), len(b))
+    same = 0
+    while same < limit and a[same] == b[same]:
+        same += 1
+    return same
+
+
 class ChainMemo:
     """The message ids of each session's last exchanges, with the content they were derived
     from. Every turn resends the whole history, so :meth:`ids` hashes only the messages after
@@ -538,11 +553,11 @@ class ChainMemo:
 
     def ids(self, session_id: str, messages: Sequence[LogicalMessage]) -> list[str]:
         """The same as :func:`chain_ids` (``session_id``, ``messages``)."""
-        keys = [(m.role, tuple(block_key(b) for b in m.blocks)) for m in messages]
+        keys = [message_key(m) for m in messages]
         chains = self._sessions.pop(session_id, [])
         best, same = -1, 0
         for index, (old_keys, _) in enumerate(chains):
-            shared = _shared_prefix(keys, old_keys)
+            shared = shared_prefix(keys, old_keys)
             if shared > same:
                 best, same = index, shared
         old_ids = chains.pop(best)[1] if best >= 0 else []
@@ -554,14 +569,6 @@ class ChainMemo:
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)
         return ids
-
-
-def _shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    limit = min(len(a), len(b))
-    same = 0
-    while same < limit and a[same] == b[same]:
-        same += 1
-    return same
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import attrs
 from lore_core.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCounter
 from lore_core.distill.render import annotate_output, clean, strip_housekeeping
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
-from lore_core.store import StoredDistillation, block_key, canonical_message, message_id
+from lore_core.store import StoredDistillation, canonical_message, message_id, message_key, shared_prefix
 
 #: Layer 2 keeps the tool outputs of this many newest turns.
 PROTECTED_TURNS = 2
@@ -134,12 +134,6 @@ class Analysis:
         return None
 
 
-def message_key(m: Message) -> tuple[Any, ...]:
-    """Everything a message's identity and token count depend on, compared by value (string
-    equality is a memcmp: far cheaper than hashing the message again)."""
-    return (m.role, tuple(block_key(b) for b in m.blocks))
-
-
 @attrs.define
 class Memo:
     """The previous request of a session, measured: a request that resends it unchanged (the
@@ -176,10 +170,7 @@ def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Mem
         tokens = [counter.message(m) for m in messages]
     else:
         keys = [message_key(m) for m in messages]
-        same = 0
-        limit = min(len(keys), len(memo.keys))
-        while same < limit and keys[same] == memo.keys[same]:
-            same += 1
+        same = shared_prefix(keys, memo.keys)
         # A changed message may extend an assistant group that began earlier (consecutive
         # assistant items are one stored message): re-derive from that group's start.
         if same < len(keys):

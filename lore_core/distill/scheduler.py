@@ -63,10 +63,10 @@ from lore_core.model import TOOL_CALL, Exchange
 from lore_core.store import (
     StoredDistillation,
     StoredMessage,
-    block_key,
     distillation_id,
     logical_messages,
     main_branch,
+    message_key,
 )
 from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
 
@@ -177,10 +177,6 @@ def awaits_tool_result(exchange: Exchange) -> bool:
     return bool(response.blocks) and response.blocks[-1].type == TOOL_CALL
 
 
-def _message_key(message: Any) -> tuple[Any, ...]:
-    return (message.role, tuple(block_key(b) for b in message.blocks))
-
-
 @attrs.define
 class Backlog:
     """A tracked session's estimate of its undistilled tokens, for the turn rule (see the
@@ -208,7 +204,7 @@ class Backlog:
         answer = list(response.blocks) if response is not None else []
         known, answered, before, last_key = self.items, self.answered, self.started_at, self.last_key
         self.items, self.answered, self.started_at = len(items), bool(answer), exchange.started_at
-        self.last_key = _message_key(items[-1]) if items else None
+        self.last_key = message_key(items[-1]) if items else None
         if before is None or exchange.started_at - before >= policy.gap_seconds:
             return None  # nothing to compare with, or a pause that may end a segment
         skip = 0
