@@ -200,6 +200,12 @@ class _Breaker:
     trial_in_flight: bool = False
     last_error: str | None = None
 
+    def cooldown_left(self, now: float) -> float:
+        """Seconds until an open circuit lets a trial call through (0: closed, or cooled)."""
+        if self.opened_at is None:
+            return 0.0
+        return max(0.0, self.open_for - (now - self.opened_at))
+
 
 @attrs.define
 class _Spend:
@@ -565,12 +571,10 @@ class WorkerClient:
         trial call passes (half-open); the others keep failing fast until it succeeds."""
         if breaker.opened_at is None:
             return
-        waited = self._clock() - breaker.opened_at
-        if waited < breaker.open_for:
-            raise CircuitOpen(
-                f"worker circuit open after repeated failures (last: {breaker.last_error})",
-                breaker.open_for - waited,
-            )
+        left = breaker.cooldown_left(self._clock())
+        if left > 0:
+            reason = f"worker circuit open after repeated failures (last: {breaker.last_error})"
+            raise CircuitOpen(reason, left)
         if breaker.trial_in_flight:
             raise CircuitOpen("worker circuit half-open: a trial call is in flight", 0.0)
         breaker.trial_in_flight = True
@@ -634,7 +638,7 @@ class WorkerClient:
         breaker = self._breakers.get(target.breaker_key)
         if breaker is None or breaker.opened_at is None:
             return True
-        return self._clock() - breaker.opened_at >= breaker.open_for and not breaker.trial_in_flight
+        return breaker.cooldown_left(self._clock()) == 0 and not breaker.trial_in_flight
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -651,8 +655,9 @@ class WorkerClient:
         # The breaker of the default target (the configured worker, else the latest session's).
         breaker = self._breakers.get(target.breaker_key) if target is not None else None
         breaker = breaker or _Breaker()
+        now = self._clock()
         if target is not None and breaker.opened_at is not None:
-            remaining = breaker.open_for - (self._clock() - breaker.opened_at)
+            remaining = breaker.cooldown_left(now)
             if remaining > 0:
                 state = "circuit_open"
                 reason = (
@@ -664,18 +669,13 @@ class WorkerClient:
                     "half_open",
                     f"cooldown over; next call is a trial (last: {breaker.last_error})",
                 )
-        now = self._clock()
         out: dict[str, Any] = {
             "state": state,
             "available": state in ("available", "half_open"),
             "reason": reason,
             "consecutive_failures": breaker.failures,
             # Targets (other sessions' credentials, say) whose circuit is open now.
-            "open_circuits": sum(
-                1
-                for b in self._breakers.values()
-                if b.opened_at is not None and now - b.opened_at < b.open_for
-            ),
+            "open_circuits": sum(1 for b in self._breakers.values() if b.cooldown_left(now) > 0),
             "sessions_with_credentials": len(self._sessions),
             "in_flight": self.in_flight,
             "counts": dict(self.counts),
