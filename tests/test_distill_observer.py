@@ -139,7 +139,7 @@ def test_observer_falls_back_to_extractive_without_a_worker(fake_upstream):
     result = asyncio.run(Observer(client).observe(segment()))
     assert result.provenance.method == "extractive"
     assert "no session credentials" in (result.provenance.fallback_reason or "")
-    assert "-> Bash: pytest" in result.text and "2 failed" in result.text
+    assert "-> $ pytest" in result.text and "2 failed" in result.text
     assert client.status()["skipped_by_purpose"] == {"observer": 1}
     assert fake_upstream.api_requests() == []
     with pytest.raises(NoWorker):

@@ -88,7 +88,7 @@ class ExtractiveObserver:
         tool_names: Mapping[str, str] | None = None,
         fallback_reason: str | None = None,
     ) -> Distillation:
-        text = extractive_observe(messages, previous)
+        text = extractive_observe(messages, previous, tool_names)
         rendered = render_segment(messages, self.tool_output_max_chars, tool_names)
         return Distillation(
             text,
