@@ -242,13 +242,19 @@ def test_layer4_keeps_two_newest_distillations_and_a_tail_within_budget():
     assert C.is_turn_start(plan.conversation[0])
 
 
-def test_layer4_keeps_a_current_turn_larger_than_the_tail_whole():
+def test_layer4_keeps_the_request_and_newest_call_of_a_current_turn_larger_than_the_tail():
+    # Real agents' turns run to 100K tokens: a current turn larger than the tail keeps its
+    # opening message and its newest model call (whatever its size), not the whole turn.
     turns = [long_turn("small", ["ok"]), long_turn("huge", [LONG * 8, LONG * 8])]
     an = analysis(anthropic_messages(turns, answered=False))
     plan = C.plan_layer(4, an, [], COUNTER, usable=4_000)
-    assert plan.cut_index == an.current_turn
+    assert plan.cut_index == an.current_call > an.current_turn
+    assert plan.anchor_index == an.current_turn
+    assert [m.raw for m in plan.conversation] == [
+        m.raw for m in [an.messages[an.current_turn], *an.messages[an.current_call :]]
+    ]
     assert sum(an.tokens[plan.cut_index :]) > C.tail_budget(4_000)
-    assert len(plan.conversation) == len(an.messages) - an.current_turn
+    assert tool_pairs_intact(plan.conversation)
 
 
 # -- choosing the least layer that fits ---------------------------------------------------

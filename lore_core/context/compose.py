@@ -9,8 +9,12 @@ Rules every layer keeps:
 
 - the *head* (the harness's own preamble: system/developer messages, housekeeping-only
   user messages at the start) is never touched;
-- the raw window starts at a *turn start* (a user message that carries no tool result), so a
-  tool call is never separated from its result, and the current turn is always whole;
+- the raw window starts at a *cut point*: a turn start (a user message that carries no tool
+  result) or, inside a turn, the start of a model call (an assistant message after the results
+  of the calls before it), never between a tool call and its result. A turn within the tail
+  budget stays whole; a longer one (a real agent's turn runs to 100K tokens and more) may be
+  cut at a model call, and then keeps its opening message (the user's request) before the
+  window;
 - what a layer changes is pinned when it is chosen (the raw-window cut-off, the point before
   which tool outputs are stripped, the rendered distilled prefix), so the following turns
   only append: the prompt's prefix stays byte-identical and the provider's cache keeps
@@ -113,6 +117,9 @@ class Analysis:
     fixed: int
     head: int
     turn_starts: list[int]
+    #: Where a raw window may start: the turn starts and the model calls inside turns
+    #: (:func:`cut_points`), ascending.
+    cuts: list[int] = attrs.field(factory=list)
 
     @property
     def raw_total(self) -> int:
@@ -122,6 +129,21 @@ class Analysis:
     def current_turn(self) -> int:
         """Index of the current turn's first message (the head's end when there is none)."""
         return self.turn_starts[-1] if self.turn_starts else self.head
+
+    @property
+    def current_call(self) -> int:
+        """Index of the latest cut point: the model call the newest messages answer (or the
+        current turn's start); a raw window always keeps what follows it."""
+        return max(self.cuts[-1] if self.cuts else self.head, self.current_turn)
+
+    def turn_of(self, index: int) -> int | None:
+        """The turn start at or before ``index`` (``None``: before the first turn)."""
+        found = None
+        for start in self.turn_starts:
+            if start > index:
+                break
+            found = start
+        return found
 
     def index_of(self, message_id: str | None, hint: int = -1) -> int | None:
         if message_id is None:
@@ -187,7 +209,42 @@ def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Mem
         fixed=fixed,
         head=head,
         turn_starts=[i for i in range(head, len(messages)) if is_turn_start(messages[i])],
+        cuts=cut_points(messages, head),
     )
+
+
+def cut_points(messages: Sequence[Message], head: int) -> list[int]:
+    """Indices where a raw window may start: every turn start, and every model call inside a
+    turn (an assistant message whose nearest predecessor with a role is not one), provided no
+    tool result at or after it answers a call before it (a call is never separated from its
+    result, whatever order a client sends parallel results in)."""
+    n = len(messages)
+    calls: dict[str, int] = {}
+    # +1 from just after a call to its result: candidates there would split the pair.
+    delta = [0] * (n + 1)
+    candidate = [False] * n
+    previous_role = ""
+    for i in range(head, n):
+        msg = messages[i]
+        if msg.role:
+            if is_turn_start(msg) or (msg.role == "assistant" and previous_role != "assistant"):
+                candidate[i] = True
+            previous_role = msg.role
+        for block in msg.blocks:
+            if block.type == TOOL_CALL and block.tool_call_id:
+                calls[block.tool_call_id] = i
+            elif block.type == TOOL_RESULT and block.tool_call_id:
+                call = calls.get(block.tool_call_id)
+                if call is not None and call < i:
+                    delta[call + 1] += 1
+                    delta[i + 1] -= 1
+    out = []
+    open_pairs = 0
+    for i in range(n):
+        open_pairs += delta[i]
+        if candidate[i] and open_pairs == 0:
+            out.append(i)
+    return out
 
 
 def _chain(session_id: str, messages: Sequence[Message], start: int, parent: str | None) -> list[str | None]:
@@ -292,6 +349,10 @@ class Composition:
     cut_index: int = 0
     strip_before_id: str | None = None
     strip_before_index: int = 0
+    #: A window cut inside a turn keeps that turn's opening message (the user's request)
+    #: before it: its id and index (``None``: the window starts at a turn start).
+    anchor_id: str | None = None
+    anchor_index: int | None = None
     #: Raw messages dropped (layer 4) or covered by the prefix.
     dropped: int = 0
     stripped: int = 0
@@ -415,12 +476,18 @@ def _turns_back(an: Analysis, count: int) -> int:
 
 
 def conversation(
-    an: Analysis, cut: int, strip_before: int, counter: TokenCounter, names: dict[str, str] | None = None
+    an: Analysis,
+    cut: int,
+    strip_before: int,
+    counter: TokenCounter,
+    names: dict[str, str] | None = None,
+    anchor: int | None = None,
 ) -> tuple[list[Message], int, int]:
-    """The raw window ``messages[cut:]`` with tool outputs before ``strip_before`` stripped;
+    """The raw window ``messages[cut:]`` (after the turn's opening message ``anchor`` when
+    the window starts inside a turn) with tool outputs before ``strip_before`` stripped;
     returns (messages, tokens, how many were stripped)."""
-    out: list[Message] = []
-    total = 0
+    out: list[Message] = [an.messages[anchor]] if anchor is not None else []
+    total = an.tokens[anchor] if anchor is not None else 0
     stripped = 0
     if strip_before > cut and names is None:
         names = tool_names(an.messages)
@@ -438,20 +505,35 @@ def conversation(
     return out, total, stripped
 
 
-def covered_cut(an: Analysis, covered: frozenset[str] | set[str]) -> int:
-    """The latest turn start up to which every message is covered by ``covered`` ids (and
-    never past the current turn): the raw window may start there without losing anything."""
+def covered_cut(an: Analysis, covered: frozenset[str] | set[str], whole_turn_tokens: int = 0) -> int:
+    """The latest cut point up to which every message is covered by ``covered`` ids (never
+    past the current call): the raw window may start there without losing anything. A cut
+    inside a turn moves back to the turn's start when the window from there holds at most
+    ``whole_turn_tokens``: a short turn is kept whole, only a long one is cut."""
     k = an.head
     n = len(an.messages)
     while k < n and (an.ids[k] is None or an.ids[k] in covered):
         k += 1
     best = an.head
-    for start in an.turn_starts:
-        if start <= k and start <= an.current_turn:
+    last = an.current_call
+    for start in an.cuts:
+        if start <= k and start <= last:
             best = start
         else:
             break
+    turn = an.turn_of(best)
+    if turn is not None and turn >= an.head and turn != best and sum(an.tokens[turn:]) <= whole_turn_tokens:
+        best = turn
     return best
+
+
+def anchor_of(an: Analysis, cut: int) -> int | None:
+    """The opening message kept before a window that starts inside a turn (``None`` when it
+    starts at a turn start, or before any turn)."""
+    if cut >= len(an.messages) or is_turn_start(an.messages[cut]):
+        return None
+    turn = an.turn_of(cut)
+    return turn if turn is not None and an.head <= turn < cut else None
 
 
 def choose_parts(
@@ -518,8 +600,10 @@ def plan_layer(
     else:
         prefix = choose_parts(live, an, layer)
     names = tool_names(an.messages)
+    whole = tail_budget(usable)
     if layer <= 3:
-        cut = covered_cut(an, covered_ids(prefix) if layer <= 2 else covered_ids(choose_parts(live, an, 2)))
+        covered = covered_ids(prefix) if layer <= 2 else covered_ids(choose_parts(live, an, 2))
+        cut = covered_cut(an, covered, whole)
         if layer == 1:
             strip_before = cut
         elif layer == 2:
@@ -527,19 +611,31 @@ def plan_layer(
         else:
             strip_before = max(cut, an.current_turn)
     else:
-        # Emergency: whole turns from the newest back while they fit the tail budget; the
-        # current turn always, whatever its size.
-        budget = tail_budget(usable)
+        # Emergency: whole turns from the newest back while they fit the tail budget. A
+        # current turn larger than the budget keeps its opening message and, from its newest
+        # model call back, the calls that fit (the newest always, whatever its size).
+        budget = whole
         cut = an.current_turn
         size = sum(an.tokens[cut:])
-        for start in reversed(an.turn_starts[:-1]):
-            add = sum(an.tokens[start:cut])
-            if size + add > budget:
-                break
-            size += add
-            cut = start
+        if size > budget:
+            cut = an.current_call
+            size = sum(an.tokens[cut:]) + (an.tokens[an.current_turn] if cut > an.current_turn else 0)
+            for start in reversed([c for c in an.cuts if an.current_turn < c < an.current_call]):
+                add = sum(an.tokens[start:cut])
+                if size + add > budget:
+                    break
+                size += add
+                cut = start
+        else:
+            for start in reversed(an.turn_starts[:-1]):
+                add = sum(an.tokens[start:cut])
+                if size + add > budget:
+                    break
+                size += add
+                cut = start
         strip_before = cut
-    convo, convo_tokens, stripped = conversation(an, cut, strip_before, counter, names)
+    anchor = anchor_of(an, cut)
+    convo, convo_tokens, stripped = conversation(an, cut, strip_before, counter, names, anchor)
     head = an.messages[: an.head]
     total = (
         an.fixed + sum(an.tokens[: an.head]) + prefix_tokens(prefix, counter) + convo_tokens + extra_tokens
@@ -554,7 +650,9 @@ def plan_layer(
         cut_index=cut,
         strip_before_id=an.ids[strip_before] if strip_before < len(an.ids) else None,
         strip_before_index=strip_before,
-        dropped=cut - an.head,
+        anchor_id=an.ids[anchor] if anchor is not None else None,
+        anchor_index=anchor,
+        dropped=cut - an.head - (1 if anchor is not None else 0),
         stripped=stripped,
     )
 
@@ -575,7 +673,13 @@ def replay_pinned(
         if found is None:
             return None
         strip_before = found
-    convo, convo_tokens, stripped = conversation(an, cut, strip_before, counter)
+    anchor = None
+    if pinned.anchor_id is not None:
+        hint = (pinned.anchor_index or 0) + (cut - pinned.cut_index)
+        anchor = an.index_of(pinned.anchor_id, hint)
+        if anchor is None or anchor >= cut:
+            return None
+    convo, convo_tokens, stripped = conversation(an, cut, strip_before, counter, anchor=anchor)
     total = (
         an.fixed
         + sum(an.tokens[: an.head])
@@ -591,7 +695,8 @@ def replay_pinned(
         tokens=total,
         cut_index=cut,
         strip_before_index=strip_before,
-        dropped=cut - an.head,
+        anchor_index=anchor,
+        dropped=cut - an.head - (1 if anchor is not None else 0),
         stripped=stripped,
     )
 

@@ -1,0 +1,175 @@
+"""Rules for real agent sessions: turns of dozens of tool calls (a cut inside a turn). All
+data is generated here."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from lore_core.builtin.context_layers import LAYERS
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.codecs.anthropic import AnthropicMessagesCodec
+from lore_core.codecs.openai_chat import OpenAIChatCodec
+from lore_core.codecs.openai_responses import OpenAIResponsesCodec
+from lore_core.config import LoreConfig
+from lore_core.context import compose as C
+from lore_core.context.manager import ContextManager
+from lore_core.context.pricing import PriceTable
+from lore_core.context.simulate import (
+    ToolStep,
+    Turn,
+    anthropic_messages,
+    chat_messages,
+    responses_items,
+)
+from lore_core.context.tokens import TokenCounter
+from lore_core.interfaces import CompositionContext
+from lore_core.model import TOOL_CALL, TOOL_RESULT
+from lore_core.store import StoredDistillation
+
+SID = "session-long-turns"
+COUNTER = TokenCounter()
+SONNET = PriceTable().lookup("claude-sonnet-4-5")
+CODECS = {
+    "anthropic-messages": AnthropicMessagesCodec(),
+    "openai-chat": OpenAIChatCodec(),
+    "openai-responses": OpenAIResponsesCodec(),
+}
+#: The long turn's request (what the window must keep when it starts inside that turn).
+REQUEST = "Move the retry loop of the worker into its own module"
+#: A file read of ~2.5K tokens.
+LONG = "\n".join(f"src/app/module_{i}.py:{i}: value = compute({i})" for i in range(120))
+
+
+def turn(prompt: str, outputs: list[str]) -> Turn:
+    steps = [
+        ToolStep("Bash", {"command": f"cat f{i}"}, out, call_id=f"call_{prompt.split()[0]}_{i}")
+        for i, out in enumerate(outputs)
+    ]
+    return Turn(prompt, steps, f"answer to {prompt}")
+
+
+def agentic_session(calls: int = 12) -> list[Turn]:
+    """Two short turns, then the current one: a single request worked through ``calls`` tool
+    calls (what real agents do; ~30K tokens here)."""
+    return [turn("t0", [LONG, "ok"]), turn("t1", ["ok"]), turn(REQUEST, [LONG] * calls)]
+
+
+def request(api: str, turns: list[Turn], model: str = "claude-sonnet-4-5"):
+    if api == "anthropic-messages":
+        raw = {
+            "model": model,
+            "max_tokens": 2048,
+            "system": "agent",
+            "messages": anthropic_messages(turns, answered=False),
+        }
+    elif api == "openai-chat":
+        raw = {"model": model, "messages": chat_messages(turns, answered=False, system="agent")}
+    else:
+        raw = {"model": model, "instructions": "agent", "input": responses_items(turns, answered=False)}
+    return CODECS[api].parse(raw, json.dumps(raw).encode())
+
+
+def log_over(view, start: int, end: int, name: str) -> StoredDistillation:
+    ids = list(dict.fromkeys(i for i in C.view_message_ids(SID, view.messages)[start:end] if i is not None))
+    return StoredDistillation(
+        id=name, session_id=SID, generation=0, text=f"- {name}: ran cat", source_ids=ids, end=end
+    )
+
+
+def tool_pairs_intact(messages) -> bool:
+    calls = [b.tool_call_id for m in messages for b in m.blocks if b.type == TOOL_CALL]
+    results = [b.tool_call_id for m in messages for b in m.blocks if b.type == TOOL_RESULT]
+    return sorted(calls) == sorted(results)
+
+
+# -- where a window may start --------------------------------------------------------------
+
+
+def test_cut_points_are_turn_starts_and_model_calls_never_between_a_call_and_its_result():
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "function_call", "call_id": "a", "name": "exec", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "exec", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "b", "output": "B"},
+        # A model call while call a's result is still to come: cutting here would orphan it.
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "waiting"}]},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "function_call", "call_id": "c", "name": "exec", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "C"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    view = CODECS["openai-responses"].parse({"model": "gpt-5", "input": items}, b"")
+    an = C.analyse(view, SID, COUNTER)
+    assert an.cuts == [0, 1, 6, 8]
+    assert an.current_call == 8
+
+
+def test_a_long_turn_is_cut_at_a_model_call_and_keeps_its_opening_request():
+    view = request("anthropic-messages", agentic_session())
+    an = C.analyse(view, SID, COUNTER)
+    big = an.current_turn
+    # Distilled up to the 7th call of the long turn (its prompt and 6 call/result pairs).
+    upto = big + 1 + 2 * 6
+    plan = C.plan_layer(1, an, C.prefix_parts([log_over(view, 0, upto, "log")]), COUNTER, usable=200_000)
+    # The old rule cut at the turn start: the whole ~30K-token turn stayed raw.
+    assert plan.cut_index == upto and an.messages[upto].role == "assistant"
+    assert plan.anchor_index == big and plan.dropped == upto - 1
+    assert [m.raw for m in plan.conversation] == [m.raw for m in [an.messages[big], *an.messages[upto:]]]
+    assert tool_pairs_intact(plan.conversation)
+    assert plan.tokens < an.fixed + sum(an.tokens[big:]) - 10_000
+
+
+def test_a_turn_within_the_tail_budget_stays_whole():
+    turns = [turn("t0", [LONG, LONG, "ok"]), turn("small", ["ok", "ok", "ok"])]
+    view = request("anthropic-messages", turns)
+    an = C.analyse(view, SID, COUNTER)
+    small = an.current_turn
+    plan = C.plan_layer(1, an, C.prefix_parts([log_over(view, 0, small + 3, "log")]), COUNTER, usable=200_000)
+    assert plan.cut_index == small and plan.anchor_index is None
+
+
+@pytest.mark.parametrize("api", sorted(CODECS))
+def test_a_window_inside_a_turn_is_well_formed_and_byte_stable_on_every_api(api):
+    """The long turn goes on (one more tool call per request): the composition cut inside it
+    is pinned, the anchor and everything sent before stay byte-identical, only new calls are
+    appended."""
+    session = agentic_session(calls=10)
+    prompt, steps = session[-1].prompt, session[-1].steps
+
+    def at(calls: int):
+        return request(api, [*session[:-1], Turn(prompt, steps[:calls], "")])
+
+    async def run():
+        store = MemoryStore()
+        await store.open()
+        first = at(8)
+        an = C.analyse(first, SID, COUNTER)
+        # Logs over everything up to the long turn's 6th call.
+        await store.write_distillation(log_over(first, 0, an.cuts[-3], "log"))
+        manager = ContextManager(LoreConfig(), PriceTable(), store, LAYERS)
+        manager.session(SID).force_min_layer = 1
+        manager.session(SID).force_loaded = True
+        bodies, plans = [], []
+        for calls in (8, 9, 10):
+            ctx = CompositionContext(SID, "/project", "generic", CODECS[api])
+            out = await manager.compose(at(calls), ctx)
+            plans.append(ctx.composition)
+            bodies.append(CODECS[api].render(out))
+        return bodies, plans
+
+    bodies, plans = asyncio.run(run())
+    assert [p.reason for p in plans] == ["forced", "pinned", "pinned"]
+    assert all(p.anchor_index is not None for p in plans)
+    key = "input" if api == "openai-responses" else "messages"
+    for before, after in itertools.pairwise(bodies):
+        old, new = before[key], after[key]
+        assert len(new) > len(old)
+        assert [json.dumps(i) for i in old[:-1]] == [json.dumps(i) for i in new[: len(old) - 1]]
+    text = json.dumps(bodies[-1][key])
+    assert "[Lore memory]" in text and text.count(prompt) == 1  # the turn's request, once
+    view = CODECS[api].parse(bodies[-1], b"")
+    assert tool_pairs_intact([m for m in view.messages if not m.synthetic])
