@@ -1,5 +1,5 @@
-"""Rules for real agent sessions: turns of dozens of tool calls (a cut inside a turn). All
-data is generated here."""
+"""Rules for real agent sessions: turns of dozens of tool calls (a cut inside a turn) and
+urgent distillation only when it pays for a worker call. All data is generated here."""
 
 from __future__ import annotations
 
@@ -173,3 +173,40 @@ def test_a_window_inside_a_turn_is_well_formed_and_byte_stable_on_every_api(api)
     assert "[Lore memory]" in text and text.count(prompt) == 1  # the turn's request, once
     view = CODECS[api].parse(bodies[-1], b"")
     assert tool_pairs_intact([m for m in view.messages if not m.synthetic])
+
+
+# -- urgent distillation -------------------------------------------------------------------
+
+
+def test_an_urgent_distillation_for_cost_needs_a_tail_worth_a_worker_call():
+    """Past the cap, every turn considers compressing; when what is undistilled past the
+    cut is no more than the layer-4 tail, a worker call would buy nothing (the old rule asked
+    for one every 30 seconds, a few messages each)."""
+    calls: list[str] = []
+    now = [1000.0]
+
+    async def distil(session_id: str) -> None:
+        calls.append(session_id)
+
+    session = agentic_session(calls=10)
+
+    async def run(covered_share: float) -> list[str]:
+        calls.clear()
+        store = MemoryStore()
+        await store.open()
+        view = request("anthropic-messages", session)
+        an = C.analyse(view, SID, COUNTER)
+        # Covered up to a model call of the long turn: the tail after it is what is left.
+        await store.write_distillation(
+            log_over(view, 0, an.cuts[int((len(an.cuts) - 1) * covered_share)], "log")
+        )
+        cfg = LoreConfig()
+        cfg.budget.max_layer0_tokens = 5_000
+        manager = ContextManager(cfg, PriceTable(), store, LAYERS, distill_now=distil, clock=lambda: now[0])
+        await manager.compose(view, CompositionContext(SID, "/p", "generic", CODECS["anthropic-messages"]))
+        await asyncio.sleep(0)
+        await manager.stop()
+        return list(calls)
+
+    assert asyncio.run(run(0.95)) == []  # ~2 calls (5K tokens) undistilled
+    assert asyncio.run(run(0.3)) == [SID]  # ~20K undistilled

@@ -46,6 +46,7 @@ from lore_core.context.compose import (
     prefix_parts,
     raw_composition,
     replay_pinned,
+    tail_budget,
     unchanged_start_tokens,
 )
 from lore_core.context.economics import CacheState, CostTracker, Layer0Cap, decide_compression, layer0_cap
@@ -503,7 +504,6 @@ class ContextManager:
                 current.reason = "holding"  # after repeated busts: keep growing
         composition = current
         if need:
-            self._distil_urgently(ctx.session_id)
             parts = await self._parts(state, wait=True)
             previous = thread.pinned.prefix if thread.pinned is not None else ()
             candidate = least_layer(
@@ -516,6 +516,13 @@ class ContextManager:
                 previous_prefix=previous,
                 extra_tokens=extra,
             )
+            # Distil the undistilled tail at once so a later re-composition can drop it, but
+            # for cost only when it is worth a worker call: a raw window past the cut of at
+            # most the layer-4 tail is what any layer keeps anyway (a session past the cap
+            # would otherwise distil a few messages every interval, each call paying for the
+            # observer's prompt and the previous observations again).
+            if need != "cost" or sum(an.tokens[candidate.cut_index :]) > tail_budget(usable):
+                self._distil_urgently(ctx.session_id)
             if need == "cost":
                 kept = correct(unchanged_start_tokens(an, current, candidate, self.counter))
                 compressed = correct(candidate.tokens)
