@@ -67,7 +67,7 @@ MAX_ERRORS_PER_OUTPUT = 4
 MAX_SUMMARY_LINES = 2
 MAX_COMMIT_LINES = 8
 MAX_IDS_PER_OUTPUT = 60
-MAX_PATHS_PER_OUTPUT = 60
+MAX_PATHS_PER_OUTPUT = 120
 
 # Kinds of tools, by name (harnesses name the same thing differently).
 SHELL_TOOLS = frozenset(
