@@ -1,5 +1,6 @@
-"""Rules for real agent sessions: turns of dozens of tool calls (a cut inside a turn) and
-urgent distillation only when it pays for a worker call. All data is generated here."""
+"""Rules for real agent sessions: turns of dozens of tool calls (a cut inside a turn), urgent
+distillation only when it pays for a worker call, and cache entries that expire while the
+developer is away (an expiry is not a bust). All data is generated here."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from lore_core.codecs.openai_chat import OpenAIChatCodec
 from lore_core.codecs.openai_responses import OpenAIResponsesCodec
 from lore_core.config import LoreConfig
 from lore_core.context import compose as C
+from lore_core.context import economics as ec
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
 from lore_core.context.simulate import (
@@ -27,7 +29,7 @@ from lore_core.context.simulate import (
 )
 from lore_core.context.tokens import TokenCounter
 from lore_core.interfaces import CompositionContext
-from lore_core.model import TOOL_CALL, TOOL_RESULT
+from lore_core.model import TOOL_CALL, TOOL_RESULT, AssistantMessage, Exchange, Usage
 from lore_core.store import StoredDistillation
 
 SID = "session-long-turns"
@@ -210,3 +212,93 @@ def test_an_urgent_distillation_for_cost_needs_a_tail_worth_a_worker_call():
 
     assert asyncio.run(run(0.95)) == []  # ~2 calls (5K tokens) undistilled
     assert asyncio.run(run(0.3)) == [SID]  # ~20K undistilled
+
+
+# -- cache expiry --------------------------------------------------------------------------
+
+
+def usage(read: int, write: int) -> Usage:
+    return Usage(input_tokens=10, cache_read_tokens=read, cache_write_tokens=write, output_tokens=50)
+
+
+def test_a_cache_expiry_is_not_a_bust_and_never_starts_a_hold():
+    state = ec.CacheState()
+    state.observe(usage(0, 60_000))
+    # Two pauses past the TTL in a row: the provider dropped the entry each time.
+    assert not state.observe(usage(0, 61_000), expired=True)
+    assert not state.observe(usage(0, 62_000), expired=True)
+    assert state.consecutive_busts == 0 and not state.holding
+    # The same misses without the pauses are busts, and two of them hold.
+    state.observe(usage(0, 61_000))
+    state.observe(usage(0, 62_000))
+    assert state.holding
+
+
+def test_an_expired_cache_makes_any_smaller_prompt_pay_even_while_holding():
+    cap = ec.Layer0Cap(40_000, "floor")
+    held = ec.CacheState(holding=True)
+    # 45K read from the cache: a 38K prompt written anew does not pay (nor while holding) ...
+    assert not ec.decide_compression(45_000, 38_000, SONNET, cap, ec.CacheState()).compress
+    assert ec.decide_compression(45_000, 38_000, SONNET, cap, held).reason == "holding"
+    # ... but once the entry has expired the 45K are written anyway.
+    assert ec.decide_compression(45_000, 38_000, SONNET, cap, held, expired=True) == ec.CompressionDecision(
+        True, "expired", 3.0
+    )
+    assert not ec.decide_compression(45_000, 46_000, SONNET, cap, held, expired=True).compress
+    assert ec.decide_compression(30_000, 10_000, SONNET, cap, held, expired=True).reason == "under-cap"
+
+
+def test_a_session_with_pauses_keeps_compressing():
+    """Requests more than the cache TTL apart read nothing back: the old rule took two such
+    misses for busts, held, and let the session grow uncompressed to the window."""
+    now = [10_000.0]
+    session = agentic_session(calls=12)
+    prompt, steps = session[-1].prompt, session[-1].steps
+    api = "anthropic-messages"
+
+    async def run():
+        store = MemoryStore()
+        await store.open()
+        full = request(api, session)
+        await store.write_distillation(log_over(full, 0, C.analyse(full, SID, COUNTER).cuts[-4], "log"))
+        cfg = LoreConfig()
+        cfg.budget.max_layer0_tokens = 20_000
+        manager = ContextManager(cfg, PriceTable(), store, LAYERS, clock=lambda: now[0])
+        plans = []
+        for calls in (4, 5, 6, 12):
+            now[0] += ec.CACHE_TTL_SECONDS + 60
+            view = request(api, [*session[:-1], Turn(prompt, steps[:calls], "")])
+            ctx = CompositionContext(SID, "/p", "generic", CODECS[api])
+            out = await manager.compose(view, ctx)
+            plans.append(ctx.composition)
+            tokens = COUNTER.request(out)
+            manager.exchange_finished(
+                Exchange(
+                    api=api,
+                    path="/v1/messages",
+                    request=out,
+                    harness="generic",
+                    session_id=SID,
+                    project="/p",
+                    upstream="test",
+                    status=200,
+                    response=AssistantMessage(
+                        usage=usage(0, tokens), model="claude-sonnet-4-5", complete=True
+                    ),
+                )
+            )
+        return plans, manager.session(SID).main_thread.cache
+
+    plans, cache = asyncio.run(run())
+    assert not cache.holding and cache.consecutive_busts == 0
+    assert plans[-1].layer == 1 and plans[-1].tokens < 20_000
+
+
+def test_a_client_marking_the_one_hour_cache_keeps_its_entry_for_an_hour():
+    marked = {"type": "text", "text": "agent", "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+    assert ec.cache_ttl({"system": [marked], "messages": []}) == ec.CACHE_TTL_HOUR_SECONDS
+    last = {"role": "user", "content": [{**marked, "text": "go on"}]}
+    assert ec.cache_ttl({"messages": [{"role": "user", "content": "hi"}, last]}) == ec.CACHE_TTL_HOUR_SECONDS
+    five = {"type": "text", "text": "agent", "cache_control": {"type": "ephemeral"}}
+    assert ec.cache_ttl({"system": [five], "tools": [], "messages": []}) == ec.CACHE_TTL_SECONDS
+    assert ec.cache_ttl({"input": "hi"}) == ec.CACHE_TTL_SECONDS

@@ -21,6 +21,7 @@ import datetime as dt
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -131,6 +132,36 @@ MAX_CONSECUTIVE_BUSTS = 2
 BUST_READ_SHARE = 0.5
 #: ... provided that was at least this much (providers do not cache shorter prefixes).
 MIN_CACHEABLE_TOKENS = 1_024
+#: A conversation idle this long has lost its prompt cache entry (Anthropic's default TTL is
+#: 5 minutes; OpenAI keeps prefixes 5-10 minutes, at most an hour). Its next request is
+#: written in full whatever is sent, so it is no bust of Lore's making, and compressing then
+#: costs no cache rewrite (:func:`decide_compression`).
+CACHE_TTL_SECONDS = 300.0
+#: ... or this long when the client marks its prompt for Anthropic's 1-hour cache.
+CACHE_TTL_HOUR_SECONDS = 3600.0
+
+
+def cache_ttl(raw: Any) -> float:
+    """How long a request's cached prompt lives: an hour when the client marked a block
+    ``"ttl": "1h"`` (looked for where clients put their markers: the system prompt, the
+    tools and the last messages), else :data:`CACHE_TTL_SECONDS`."""
+    if not isinstance(raw, dict):
+        return CACHE_TTL_SECONDS
+    places: list[Any] = []
+    for key in ("system", "tools"):
+        if isinstance(raw.get(key), list):
+            places += raw[key]
+    messages = raw.get("messages")
+    if isinstance(messages, list):
+        for msg in messages[-4:]:
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, list):
+                places += content
+    for block in places:
+        marker = block.get("cache_control") if isinstance(block, dict) else None
+        if isinstance(marker, dict) and marker.get("ttl") == "1h":
+            return CACHE_TTL_HOUR_SECONDS
+    return CACHE_TTL_SECONDS
 
 
 def bust_threshold(current_tokens: int) -> float:
@@ -188,13 +219,17 @@ class CacheState:
     # Tokens the previous response read from or wrote to the cache.
     last_cached_tokens: int = 0
 
-    def observe(self, usage: Usage) -> bool:
+    def observe(self, usage: Usage, expired: bool = False) -> bool:
         """Record one response's usage; returns whether it was a cache bust. Responses that
-        report no usage at all (errors, cut streams) are ignored."""
+        report no usage at all (errors, cut streams) are ignored. ``expired``: the request
+        came after the cache's TTL (:data:`CACHE_TTL_SECONDS`), so reading nothing back is
+        the entry's expiry, not a bust: it neither counts towards holding nor continues a
+        run of busts (a session with a few pauses would otherwise hold after two of them
+        and grow uncompressed to the window)."""
         if prompt_tokens(usage) <= 0:
             return False
         self.zero_write_turns = self.zero_write_turns + 1 if usage.cache_write_tokens == 0 else 0
-        busted = is_cache_bust(self.last_cached_tokens, usage)
+        busted = not expired and is_cache_bust(self.last_cached_tokens, usage)
         self.consecutive_busts = self.consecutive_busts + 1 if busted else 0
         if self.consecutive_busts >= MAX_CONSECUTIVE_BUSTS:
             self.holding = True
@@ -210,7 +245,8 @@ class CacheState:
 @attrs.frozen
 class CompressionDecision:
     compress: bool
-    #: "no-cap", "under-cap", "holding", "pays" or "does-not-pay".
+    #: "no-cap", "under-cap", "holding", "pays", "does-not-pay", "expired" or
+    #: "expired-no-smaller".
     reason: str
     threshold: float = 0.0
 
@@ -222,16 +258,25 @@ def decide_compression(
     cap: Layer0Cap,
     cache: CacheState,
     kept_cached_tokens: int = 0,
+    expired: bool = False,
 ) -> CompressionDecision:
     """Whether to leave layer 0 for cost reasons while the raw prompt still fits (MISSION 6):
     only past the cap, never while holding after repeated busts, and only when
     :func:`compression_pays`. Compressing because the prompt does not fit is not decided
-    here: it is not optional."""
+    here: it is not optional.
+
+    ``expired``: the cache entry has expired (the conversation was idle past
+    :data:`CACHE_TTL_SECONDS`), so this turn writes its whole prompt whatever it is: bust vs
+    continue compares a write with a write, and any smaller prompt pays, holding or not."""
     if cap.tokens is None:
         return CompressionDecision(False, "no-cap")
     if current_tokens <= cap.tokens:
         return CompressionDecision(False, "under-cap")
     threshold = bust_threshold(current_tokens)
+    if expired:
+        if compressed_tokens < current_tokens:
+            return CompressionDecision(True, "expired", threshold)
+        return CompressionDecision(False, "expired-no-smaller", threshold)
     if cache.holding:
         return CompressionDecision(False, "holding", threshold)
     if compression_pays(current_tokens, compressed_tokens, model, kept_cached_tokens):

@@ -49,7 +49,14 @@ from lore_core.context.compose import (
     tail_budget,
     unchanged_start_tokens,
 )
-from lore_core.context.economics import CacheState, CostTracker, Layer0Cap, decide_compression, layer0_cap
+from lore_core.context.economics import (
+    CacheState,
+    CostTracker,
+    Layer0Cap,
+    cache_ttl,
+    decide_compression,
+    layer0_cap,
+)
 from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
 from lore_core.interfaces import CompositionContext, PromptLayer, Store
@@ -207,6 +214,8 @@ class _Sent:
     session_id: str
     thread: str
     estimate: int
+    #: Sent after the conversation's cache entry expired (idle past the TTL).
+    expired: bool = False
 
 
 def _detached_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -457,6 +466,11 @@ class ContextManager:
         model = self.prices.lookup(view.model)
         usable = usable_tokens(model, view)
         key = thread_key(view)
+        known = state.threads.get(key)
+        # Idle past the TTL: the provider dropped the cached prompt (this turn writes it all).
+        expired = (
+            known is not None and known.turns > 0 and state.last_seen - known.last_seen > cache_ttl(view.raw)
+        )
         thread = state.thread(key, state.last_seen)
         an = analyse(view, ctx.session_id, self.counter, thread.memo)
         thread.messages = len(an.messages)
@@ -498,7 +512,7 @@ class ContextManager:
         elif not fits(current.tokens):
             need = "overflow"
         elif cap.tokens is not None and size > cap.tokens:
-            if not thread.cache.holding:
+            if not thread.cache.holding or expired:
                 need = "cost"
             elif current.layer == 0:
                 current.reason = "holding"  # after repeated busts: keep growing
@@ -526,11 +540,13 @@ class ContextManager:
             if need == "cost":
                 kept = correct(unchanged_start_tokens(an, current, candidate, self.counter))
                 compressed = correct(candidate.tokens)
-                decision = decide_compression(size, compressed, model, cap, thread.cache, kept)
+                decision = decide_compression(size, compressed, model, cap, thread.cache, kept, expired)
                 if not decision.compress:
                     need = ""
                     if composition.layer == 0:
                         composition.reason = decision.reason
+                elif expired:
+                    thread.cache.release()  # the cache starts afresh with this prompt
             elif need == "overflow":
                 # Compressing to fit is not optional: a hold after repeated busts ends here.
                 thread.cache.release()
@@ -554,7 +570,7 @@ class ContextManager:
         thread.estimated_tokens = correct(composition.tokens)
         thread.turns += 1
         state.turns += 1
-        self._sent[id(view)] = _Sent(ctx.session_id, key, composition.tokens)
+        self._sent[id(view)] = _Sent(ctx.session_id, key, composition.tokens, expired)
         for pending in (self._sent, self._client_views):
             if len(pending) > 10_000:  # responses that never came back (a crashed relay)
                 for stale in list(pending)[:5_000]:
@@ -637,7 +653,7 @@ class ContextManager:
         if thread is None:
             return
         thread.real_tokens = prompt_tokens(usage)
-        if thread.cache.observe(usage):
+        if thread.cache.observe(usage, expired=sent is not None and sent.expired):
             thread.busts += 1
 
     # -- reporting -------------------------------------------------------------------------
