@@ -64,6 +64,9 @@ class Reply:
     # Responses API, streamed: fail the started stream with this error object
     # (``{"code": ..., "message": ...}``) in a ``response.failed`` event.
     stream_failure: dict[str, Any] | None = None
+    # A non-streamed answer sent exactly as given (JSON), instead of one built from the
+    # fields above: e.g. a recorded turn of a real model, replayed.
+    body: dict[str, Any] | None = None
 
 
 @attrs.define
@@ -215,7 +218,8 @@ class FakeUpstream:
         model = payload.get("model", "fake-model") if isinstance(payload, dict) else "fake-model"
         if isinstance(payload, dict) and payload.get("stream") is True:
             return await self._stream(request, api, reply, model, payload)
-        data = json.dumps(_json_answer(api, reply, model)).encode()
+        answer = reply.body if reply.body is not None else _json_answer(api, reply, model)
+        data = json.dumps(answer).encode()
         headers = {"content-type": "application/json", **reply.headers}
         if reply.compress:
             data = _compress_all(reply.compress, data)
