@@ -13,12 +13,14 @@ product's recall engine answers the question text with scope ``project``, three 
 * ``hybrid``: ``store_recall_engine`` with the embedder, both lists fused by weighted
   reciprocal rank fusion: what recall does.
 
-A hit is a stored message, i.e. one turn; it counts at its rank in the engine's answer.
+A hit is a passage of a stored message, i.e. of one turn; the turn counts at the rank of its
+first passage in the engine's answer.
 Metrics, per question, then averaged over the questions (abstention questions have no evidence
 and are never picked):
 
 * turn level: gold = the turns labelled ``has_answer``; ranked = the turns of the answer of a
-  search with the default recall limit (10 results, what the model gets);
+  search with the default recall limit (10 results; a result is a passage of a turn's
+  message, adjacent passages of one message merged, so 10 results name at most 10 turns);
 * session level: gold = the evidence sessions; ranked = the distinct sessions of the answer of
   a search with the largest limit (50), in order of first appearance, so k counts sessions
   as LongMemEval's own evaluation does;
@@ -55,7 +57,8 @@ from lore_core.indexer import VectorIndexer
 from lore_core.model import TEXT, Block, Exchange, Message, RequestView
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
 from lore_core.recall.ids import Kind, parse_id
-from lore_core.recall.sources import StoreVectorSource, embedder_model
+from lore_core.passages import split_key
+from lore_core.recall.sources import StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.store import WriteBatch, logical_messages, records_from_exchange
 
@@ -181,8 +184,8 @@ def session_batch(question_id: str, session: dict[str, Any]) -> tuple[WriteBatch
 
 async def ingest(store: Any, haystack: dict[str, Any], embedder: Any = None) -> dict[str, list[Turn]]:
     """Write every session of the haystack and, with an embedder, embed what was stored the
-    way the gateway's background indexer does (its own code: chunked with overlap, at most
-    ``embedding.maxChunksPerItem`` chunks per message). Returns message id -> turns."""
+    way the gateway's background indexer does (its own code: the message's passages, at most
+    ``embedding.maxChunksPerItem`` of them). Returns message id -> turns."""
     batch = WriteBatch()
     turns_of: dict[str, list[Turn]] = {}
     for session in haystack["sessions"]:
@@ -293,12 +296,13 @@ def recall_at_k(ranked: Sequence[Any], gold: Iterable[Any], k: int) -> dict[str,
 
 
 def ranked_turns(result_ids: Sequence[str], turns_of: dict[str, list[Turn]]) -> list[Turn]:
-    """The turns of the results, in rank order (a result id ``t:<message id>``)."""
+    """The turns of the results, in rank order (a result id ``t:<message id>:<passage>``:
+    a passage of the turn's message)."""
     turns: list[Turn] = []
     for rid in result_ids:
         parsed = parse_id(rid)
         if parsed.kind is Kind.MESSAGE:
-            turns.extend(turns_of.get(parsed.key, []))
+            turns.extend(turns_of.get(split_key(parsed.key)[0], []))
     return dedupe(turns)
 
 
@@ -338,7 +342,7 @@ def build_engine(method: str, store: Any, embedder: Any) -> RecallEngine:
         return store_recall_engine(store, embedder=None)
     engine = RecallEngine(embedder=embedder)
     source = StoreVectorSource(
-        store, embedder_model(embedder), min_similarity=getattr(embedder, "min_similarity", None)
+        store, vector_index_name(embedder), min_similarity=getattr(embedder, "min_similarity", None)
     )
     engine.add_vector_source(Kind.MESSAGE, source)
     return engine
@@ -475,8 +479,8 @@ async def run(args: argparse.Namespace) -> int:
         settings = EmbeddingConfig()
         print(
             f"vector leg: the store's vector index ({embedder.model_id}), filled by the product's "
-            f"indexer: chunks of <= {embedder.inner.settings.max_tokens} tokens with overlap, "
-            f"<= {settings.max_chunks_per_item} per message, a message scored by its best chunk "
+            f"indexer: a message's passages (read to {embedder.inner.settings.max_tokens} tokens), "
+            f"<= {settings.max_chunks_per_item} per message, each passage a result "
             f"({embedder.texts} texts embedded in {embedder.seconds:.0f} s"
             + (f", {embedder.cached} taken from the cache" if embedder.cached else "")
             + ")"

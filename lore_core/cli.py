@@ -193,12 +193,9 @@ class _DirectReader:
     def recall(
         self, query: str, scope: str | None, session: str | None, project: str | None, limit: int
     ) -> dict[str, Any]:
-        from lore_core.config import LoreConfig
         from lore_core.recall.store_engine import recall, response_json, store_recall_engine
 
-        # The indexer's chunk limit, so a vector hit's chunk number names the same piece.
-        max_chunks = (self.config or LoreConfig()).embedding.max_chunks_per_item
-        engine = store_recall_engine(self.store, embedder=self._embedder(), max_chunks=max_chunks)
+        engine = store_recall_engine(self.store, embedder=self._embedder())
         return response_json(self._run(recall(engine, query, scope, session, project, limit)))
 
     def _embedder(self) -> Any:
@@ -448,19 +445,32 @@ def cmd_search(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
+#: Lines of a passage ``lore recall`` prints (the rest: open it by its id).
+RECALL_LINES = 12
+
+
+def _clip(line: str, limit: int) -> str:
+    line = line.rstrip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def cmd_recall(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         answer = reader.recall(args.query, args.scope, args.session, args.project, args.limit)
         results = answer.get("results") or []
         if args.json:
-            fields = ("id", "source", "score", "created_at", "session", "text")
+            fields = (
+                "id", "source", "score", "created_at", "session", "role", "tool", "tool_source", "span", "text",
+            )  # fmt: skip
             _print_json([{k: r.get(k) for k in fields} for r in results])
         else:
             for r in results:
-                snippet = " ".join(str(r.get("text", "")).split())
-                snippet = snippet[:200] + ("..." if len(snippet) > 200 else "")
                 print(f"{r['score']:8.4f}  {r['id']}  [{r['source']}]  {_when(r.get('created_at'))}")
-                print(f"          {snippet}")
+                lines = str(r.get("text", "")).splitlines()
+                for line in lines[:RECALL_LINES]:
+                    print(f"    {_clip(line, 150)}")
+                if len(lines) > RECALL_LINES:
+                    print(f"    ... ({len(lines) - RECALL_LINES} more lines: lore recall {r['id']})")
             if not results and not answer.get("error"):
                 print("no matches")
         for note in answer.get("notes") or []:
@@ -620,7 +630,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from lore_core.indexer import VectorIndexer
     from lore_core.interfaces import EmbedderUnavailable
     from lore_core.plugins import Registry, make_plugin_manager
-    from lore_core.recall.sources import embedder_model
+    from lore_core.recall.sources import vector_index_name
     from lore_core.storage import choose_store
 
     pm = make_plugin_manager()
@@ -647,7 +657,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
         print("lore: no embedding provider is installed (pip install lore-embed-local)", file=sys.stderr)
         return 3
     store = choose_store(config, registry.stores)
-    model = embedder_model(embedder)
+    model = vector_index_name(embedder)
     bar = _ProgressBar(f"embedding for {model}")
     last_drawn = [0.0]
 
@@ -674,6 +684,20 @@ def cmd_reindex(args: argparse.Namespace) -> int:
             load = getattr(embedder, "load", None)
             if load is not None:
                 await load()
+            # The full-text index first: after an upgrade of the passage rules it is rebuilt.
+            search_bar = _ProgressBar("search index")
+            drawn = [0.0]
+
+            def search_progress(done: int, total: int) -> None:
+                now = time.monotonic()
+                if done == 0 or done >= total or now - drawn[0] >= (0.2 if search_bar.tty else 2.0):
+                    drawn[0] = now
+                    search_bar(done, total)
+
+            indexed = await store.sync_search_index(search_progress)
+            search_bar.finish()
+            if indexed:
+                print(f"lore: {indexed} items cut into passages for full-text search", file=sys.stderr)
             if args.full:
                 await store.reset_vectors(model)
             print(f"lore: embedding the {store.name} store's items for {model}", file=sys.stderr)

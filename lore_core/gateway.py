@@ -106,9 +106,7 @@ class Gateway:
         )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
-        self.recall = store_recall_engine(
-            self.store, self.worker, self.embedder, max_chunks=config.embedding.max_chunks_per_item
-        )
+        self.recall = store_recall_engine(self.store, self.worker, self.embedder)
         # Embeds what the store holds in the background, woken by each write.
         self.indexer: VectorIndexer | None = None
         if self.embedder is not None and config.embedding.index:

@@ -2,12 +2,17 @@
 
 Whatever the store reports as pending for the embedder's model (messages as the writer
 lands them, distillations as the distiller writes them, and after a model change everything:
-the backfill) is embedded in batches of ``embedding.batchSize`` items: each text is cut into
-overlapping chunks that fit the model (the embedder's own ``chunk`` when it has one, else
-character windows), the chunks are embedded, and the vectors written to the store, which
-marks the items embedded. Nothing is kept beside the store: after a crash or a failed batch
-the next pass asks the store again, so no work is lost and none is done twice. At most one
-batch is held in memory.
+the backfill) is embedded in batches of ``embedding.batchSize`` items: each item is cut into
+its passages (:mod:`lore_core.passages`, the units the full-text index holds too), at most
+``embedding.maxChunksPerItem`` of them are embedded (a passage is sized to fit the model),
+and the vectors written to the store under the passages' indexes, which marks the items
+embedded. The index is keyed by the model and the passage rules
+(:func:`~lore_core.recall.sources.vector_index_name`): new rules start a new index, backfilled
+like a model change, and the indexes of older rules for the same model are dropped.
+
+Nothing is kept beside the store: after a crash or a failed batch the next pass asks the
+store again, so no work is lost and none is done twice. At most one batch is held in
+memory.
 
 The embedder serves recall queries too; :class:`~lore_core.interfaces.Embedder`
 implementations run one batch at a time, so a query waits for at most one batch of ours.
@@ -26,18 +31,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable
-from lore_core.recall.sources import embedder_model
-from lore_core.store import EmbeddingItem, ItemVectors
+from lore_core.passages import CallMemo, Passage, cut_text, message_passages
+from lore_core.recall.sources import PASSAGE_SEPARATOR, vector_index_name
+from lore_core.store import VECTOR_MESSAGE, EmbeddingItem, ItemVectors
 
 log = logging.getLogger("lore.indexer")
 
-#: Texts shorter than this are one chunk whatever the tokenizer says (a token is at least
-#: one character, and models read at least this many tokens).
-_SHORT_TEXT = 250
-#: Character windows for embedders that cannot split by tokens themselves.
-FALLBACK_CHUNK_CHARS = 1000
-FALLBACK_OVERLAP_CHARS = 150
-#: Pieces embedded per item at most (``embedding.maxChunksPerItem``'s default).
+#: Passages embedded per item at most (``embedding.maxChunksPerItem``'s default).
 DEFAULT_MAX_CHUNKS = 16
 #: Compact the store's vector index after this long without new items (if it was written).
 IDLE_OPTIMIZE_SECONDS = 30.0
@@ -46,76 +46,26 @@ _BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 _UNAVAILABLE_RETRY_SECONDS = 300.0
 
 
-def char_windows(
-    text: str, size: int = FALLBACK_CHUNK_CHARS, overlap: int = FALLBACK_OVERLAP_CHARS
-) -> list[str]:
-    """Overlapping windows of about ``size`` characters, cut at whitespace when possible."""
-    if len(text) <= size:
-        return [text]
-    out: list[str] = []
-    start = 0
-    while start < len(text):
-        end = min(start + size, len(text))
-        if end < len(text):
-            space = text.rfind(" ", start + size // 2, end)
-            end = space if space > 0 else end
-        out.append(text[start:end].strip())
-        if end >= len(text):
-            break
-        # The next window starts ``overlap`` characters back, at the start of a word.
-        back = max(end - overlap, start + 1)
-        space = text.find(" ", back, end)
-        start = space + 1 if space >= 0 else back
-    return [p for p in out if p]
+def item_passages(item: EmbeddingItem, calls: CallMemo | None = None) -> list[Passage]:
+    """The passages of a pending item, by the kernel's rules (:mod:`lore_core.passages`):
+    the same ones the store's full-text index holds, so both legs of recall rank the same
+    units."""
+    if item.kind == VECTOR_MESSAGE:
+        if calls is not None:
+            return calls.cut(item.session_id, item.role, item.blocks, item.text)
+        return message_passages(item.role, item.blocks, item.text)
+    return cut_text(item.text)
 
 
-def cap_chunks(chunks: list[str], max_chunks: int) -> list[str]:
-    """At most ``max_chunks``: the head of a long text and its last piece (a pasted log's
-    error line is usually at one end)."""
-    if len(chunks) <= max_chunks:
-        return chunks
-    return [*chunks[: max_chunks - 1], chunks[-1]] if max_chunks > 1 else chunks[:1]
-
-
-def text_chunks(text: str, embedder: Any, max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[str]:
-    """The pieces of ``text`` the indexer embeds, in order ([] for a blank text): the
-    embedder's own ``chunk`` when it has one, else character windows, at most
-    ``max_chunks`` of them (:func:`cap_chunks`). A store's vector hit names its best piece
-    by position in this list, and recall finds that piece again with :func:`chunk_span`:
-    the one rule for both."""
-    if not text.strip():
-        return []
-    if len(text) <= _SHORT_TEXT:
-        return [text]
-    splitter = getattr(embedder, "chunk", None)
-    pieces: list[str] | None = None
-    if splitter is not None:
-        try:
-            pieces = [p for p in splitter(text) if p.strip()]
-        except Exception:  # no tokenizer: character windows still cover the text
-            pieces = None
-    if not pieces:
-        pieces = char_windows(text)
-    return cap_chunks(pieces, max(1, max_chunks))
-
-
-def chunk_span(
-    text: str, chunk: int, embedder: Any, max_chunks: int = DEFAULT_MAX_CHUNKS
-) -> tuple[int, int] | None:
-    """Where piece number ``chunk`` of :func:`text_chunks` lies in ``text``: its
-    ``(start, end)`` character offsets. ``None`` when there is no such piece, or when the
-    pieces are not substrings of the text (a chunker that rewrites what it cuts)."""
-    pieces = text_chunks(text, embedder, max_chunks)
-    if not 0 <= chunk < len(pieces):
-        return None
-    # Each piece starts after the one before it, so searching on from the previous piece
-    # finds a repeated passage at the place the chunker cut it.
-    start = 0
-    for piece in pieces[: chunk + 1]:
-        start = text.find(piece, start)
-        if start < 0:
-            return None
-    return start, start + len(pieces[chunk])
+def embedded_passages(passages: Sequence[Passage], max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[Passage]:
+    """The passages of one item that get a vector: all of them, or at most ``max_chunks``:
+    the first ones and the last (a long output's head says what it is, its end how it
+    ended). Full-text search covers every passage either way."""
+    if len(passages) <= max_chunks:
+        return list(passages)
+    if max_chunks <= 1:
+        return list(passages[:1])
+    return [*passages[: max_chunks - 1], passages[-1]]
 
 
 class VectorIndexer:
@@ -132,7 +82,7 @@ class VectorIndexer:
     ) -> None:
         self.store = store
         self.embedder = embedder
-        self.model = embedder_model(embedder)
+        self.model = vector_index_name(embedder)
         self.batch_size = max(1, batch_size)
         self.max_chunks = max(1, max_chunks)
         self.interval = interval
@@ -150,6 +100,8 @@ class VectorIndexer:
         self.vectors_written = 0
         self.batches = 0
         self.last_batch_seconds: float | None = None
+        # Resolves the tools of results stored before results named them (a backfill).
+        self._calls = CallMemo()
 
     # -- lifecycle (gateway) -----------------------------------------------------------------
 
@@ -190,6 +142,7 @@ class VectorIndexer:
             except Exception:
                 log.exception("vector indexer: the embedder failed to load")
         announced = busy = False
+        await self._drop_stale_indexes()
         while not self._stopping:
             if not self._store_ready():
                 self.state = "waiting for the store"
@@ -228,6 +181,24 @@ class VectorIndexer:
             self.state = "idle"
             await self._idle_upkeep()
             await self._sleep(self.interval)
+
+    async def _drop_stale_indexes(self) -> None:
+        """Drop this model's indexes cut by other passage rules: their vectors number
+        passages that no longer exist (the new index is backfilled from the store)."""
+        base = self.model.split(PASSAGE_SEPARATOR, 1)[0]
+        try:
+            names = list(await self.store.vector_stats())
+        except Exception:  # a store without vectors says so in the loop below
+            return
+        for name in names:
+            if name != self.model and name.split(PASSAGE_SEPARATOR, 1)[0] == base:
+                log.info(
+                    "vector indexer: dropping %s (other passage rules); re-embedding as %s", name, self.model
+                )
+                try:
+                    await self.store.reset_vectors(name)
+                except Exception as exc:
+                    log.warning("vector indexer: could not drop %s: %s", name, exc)
 
     async def _refresh_pending(self, announce: bool) -> None:
         try:
@@ -279,16 +250,17 @@ class VectorIndexer:
             return 0
         self.state = "indexing"
         started = time.monotonic()
-        pieces = await asyncio.to_thread(self._chunk_all, items)
-        texts = [t for chunks in pieces for t in chunks]
+        pieces = await asyncio.to_thread(self._passages_of, items)
+        texts = [p.text for passages in pieces for p in passages]
         vectors = await self.embedder.embed(texts) if texts else []
         if len(vectors) != len(texts):
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
         done: list[ItemVectors] = []
         at = 0
-        for item, chunks in zip(items, pieces, strict=True):
-            done.append(ItemVectors(item, list(vectors[at : at + len(chunks)])))
-            at += len(chunks)
+        for item, passages in zip(items, pieces, strict=True):
+            chunk = list(vectors[at : at + len(passages)])
+            done.append(ItemVectors(item, chunk, [p.index for p in passages]))
+            at += len(passages)
         dimensions = len(vectors[0]) if vectors else int(self.embedder.dimensions)
         written = await self.store.write_vectors(self.model, dimensions, done)
         self.items_indexed += len(items)
@@ -301,17 +273,14 @@ class VectorIndexer:
             self.pending = max(0, self.pending - len(items))
         return len(items)
 
-    def _chunk_all(self, items: Sequence[EmbeddingItem]) -> list[list[str]]:
-        return [self.chunks(item.text) for item in items]
-
-    def chunks(self, text: str) -> list[str]:
-        """The pieces of ``text`` to embed ([] for a blank text): :func:`text_chunks`."""
-        return text_chunks(text, self.embedder, self.max_chunks)
+    def _passages_of(self, items: Sequence[EmbeddingItem]) -> list[list[Passage]]:
+        return [embedded_passages(item_passages(item, self._calls), self.max_chunks) for item in items]
 
     async def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Embed everything pending (``lore reindex``); ``progress(done, total)`` after each
         batch. Stops early only on an error, which propagates; what was written stays."""
         total = 0
+        await self._drop_stale_indexes()
         try:
             stats = (await self.store.vector_stats(self.model)).get(self.model, {})
             total = int(stats.get("pending") or 0)

@@ -204,8 +204,17 @@ class Store(Protocol):
         project: str | None = None,
         limit: int = 10,
     ) -> list[SearchHit]:
-        """BM25 full-text search over message and distillation text, best first. A message
-        is searchable as soon as :meth:`write` returned. An empty or stop-word-only query returns ``[]``."""
+        """BM25 full-text search over the passages of messages and distillations
+        (:mod:`lore_core.passages`: cut by the kernel's rules, so every backend indexes the
+        same units), best first, one hit per passage: ``id`` the item, ``passage`` its index,
+        ``text`` the passage's text, ``start``/``end`` and ``tool`` as the passage has them.
+        A message is searchable as soon as :meth:`write` returned. An empty or
+        stop-word-only query returns ``[]``."""
+
+    async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Bring the full-text index fully up to date now and return the items it indexed;
+        ``progress(done, total)`` as it goes. After the passage rules changed
+        (:data:`lore_core.passages.PASSAGE_RULES`) this is the rebuild (``lore reindex``)."""
 
     # -- distillations (tier 2) ------------------------------------------------------------
 
@@ -242,7 +251,7 @@ class Store(Protocol):
         first). Resumable by construction: what is pending is derived from what is stored."""
 
     async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
-        """Store the chunk vectors of ``items`` (a prefix of what :meth:`pending_embeddings`
+        """Store the passage vectors of ``items`` (a prefix of what :meth:`pending_embeddings`
         returned, in order) and mark them embedded for ``model``; return vectors stored.
         Raise :class:`~lore_core.store.VectorDimensionError` if ``dimensions`` differs from
         what the model's index holds. Searchable once it returned."""
@@ -256,13 +265,11 @@ class Store(Protocol):
         project: str | None = None,
         limit: int = 10,
     ) -> list[SearchHit]:
-        """Nearest items to a unit-length vector by cosine similarity (``score``), best
-        first, one hit per item (its best chunk), filtered by kind, session and project.
-        Hits look like :meth:`search` hits: distillations as ``d:<id>`` with role
-        ``distillation``, ``text`` the item's whole text. An unknown model gives ``[]``.
-        Each hit's ``chunk`` is the position of that best chunk among the item's vectors
-        as :meth:`write_vectors` received them (recall shows that part of a long text);
-        a store that leaves it ``None`` still works, its snippets fall back to the start."""
+        """Nearest passages to a unit-length vector by cosine similarity (``score``), best
+        first, one hit per embedded passage, filtered by kind, session and project. Hits
+        look like :meth:`search` hits (``passage`` the index the vector was written under,
+        ``text`` that passage's text): distillations as ``d:<id>`` with role
+        ``distillation``. An unknown model gives ``[]``."""
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
         """``{model: {"dimensions", "vectors", "pending", ...}}`` for every indexed model (or
@@ -291,8 +298,9 @@ class Embedder(Protocol):
     vectors are indexed under it (else under ``name``), so a provider whose vectors change
     (another model, another size) must change it: the store then starts a new index and
     re-embeds, instead of comparing vectors of two spaces. ``chunk(text) -> list[str]``
-    splits a long text into pieces that fit the model; without it the indexer cuts
-    character windows. ``load()`` and ``close()`` are called at gateway start and stop.
+    may split a long text into pieces that fit the model (the indexer embeds passages,
+    which are sized to fit, and does not use it). ``load()`` and ``close()`` are called at
+    gateway start and stop.
     ``min_similarity`` (a float) is the cosine below which a text is unrelated to a query
     for this model: recall drops vector hits under it (without it, none), so a query that
     matches nothing is not answered with whatever the store holds."""

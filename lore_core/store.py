@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from lore_core.model import IMAGE, OTHER, TEXT, THINKING, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message
+from lore_core.passages import call_source, strip_housekeeping
 
 #: Bumped when the identity rule changes (it never should: ids are stored forever).
 IDENTITY_VERSION = 1
@@ -123,10 +124,15 @@ class SearchHit:
     text: str
     position: int = 0
     created_at: float = 0.0
-    #: For a vector hit: which chunk of the item matched best, by its position among the
-    #: pieces the indexer embedded (``lore_core.indexer.text_chunks``). ``None`` for a
-    #: full-text hit, or from a store that does not say.
-    chunk: int | None = None
+    #: Which passage of the item matched (:mod:`lore_core.passages`): ``text`` is then that
+    #: passage, ``start``/``end`` its characters in the item's text and ``tool`` the tool
+    #: it came from. ``None`` from a store that searches whole items.
+    passage: int | None = None
+    start: int | None = None
+    end: int | None = None
+    tool: str | None = None
+    #: The command, path or pattern of the tool call the passage belongs to.
+    source: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -139,8 +145,13 @@ class SearchHit:
             "position": self.position,
             "created_at": self.created_at,
         }
-        if self.chunk is not None:
-            out["chunk"] = self.chunk
+        if self.passage is not None:
+            out["passage"] = self.passage
+            out["span"] = [self.start, self.end]
+        if self.tool:
+            out["tool"] = self.tool
+        if self.source:
+            out["source"] = self.source
         return out
 
 
@@ -219,7 +230,9 @@ class EmbeddingItem:
     ``cursor`` is the store's own order (DuckDB: the row's ``seq``): ``pending_embeddings``
     returns items in ascending cursor order, and a store may treat "embedded" as "cursor at
     or below the highest one written", so callers write vectors for a *prefix* of what it
-    returned, in order."""
+    returned, in order. A message comes with its ``role`` and stored ``blocks``, which its
+    passages are cut from (:func:`lore_core.passages.item_passages`); a distillation with
+    its ``text``."""
 
     kind: str
     id: str
@@ -228,15 +241,22 @@ class EmbeddingItem:
     project: str = ""
     created_at: float = 0.0
     cursor: int = 0
+    role: str = ""
+    blocks: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 @attrs.define
 class ItemVectors:
-    """The vectors of one item: one per chunk (a long text is embedded in overlapping
-    pieces), none for an item without text (it is still marked embedded)."""
+    """The vectors of one item: one per embedded passage, ``passages[i]`` the index of the
+    passage ``vectors[i]`` embeds (empty: ``0, 1, 2, ...``); none for an item without text
+    (it is still marked embedded)."""
 
     item: EmbeddingItem
     vectors: list[Sequence[float]] = attrs.field(factory=list)
+    passages: list[int] = attrs.field(factory=list)
+
+    def passage_indexes(self) -> list[int]:
+        return list(self.passages) if self.passages else list(range(len(self.vectors)))
 
 
 class VectorDimensionError(ValueError):
@@ -662,11 +682,17 @@ def _masked_message(
     return records, text
 
 
+# A user item that is one tagged block (Codex's <environment_context>, <turn_aborted>,
+# <subagent_notification>) or injected instructions is the harness talking, not the user.
+_HARNESS_ITEM = re.compile(r"\A\s*(?:<([\w-]+)\b[^>]*>.*</\1>\s*\Z|# AGENTS\.md instructions\b)", re.S)
+
+
 def _title(messages: Sequence[LogicalMessage]) -> str:
+    """The session's first prompt: its first user text that is not harness housekeeping."""
     for msg in messages:
         if msg.role == "user":
-            text = " ".join(b.text for b in msg.blocks if b.type == TEXT and b.text).strip()
-            if text:
+            text = strip_housekeeping(" ".join(b.text for b in msg.blocks if b.type == TEXT and b.text))
+            if text.strip() and not _HARNESS_ITEM.match(text):
                 return mask_secrets(" ".join(text.split()))[:120]
     return ""
 
@@ -693,6 +719,14 @@ def records_from_exchange(
         for b in msg.blocks
         if b.type == TOOL_CALL and b.tool_name == RECALL_TOOL_NAME and b.tool_call_id
     }
+    # Each tool result's record names the tool and the command or path of its call (the
+    # call is earlier in the same history), so its passages can say where they came from.
+    calls = {
+        b.tool_call_id: (b.tool_name, call_source(mask_deep(b.tool_input)))
+        for msg in logical
+        for b in msg.blocks
+        if b.type == TOOL_CALL and b.tool_call_id and b.tool_name
+    }
 
     batch = WriteBatch()
     project_name = exchange.project.rstrip("/").rsplit("/", 1)[-1] if exchange.project else ""
@@ -713,6 +747,12 @@ def records_from_exchange(
         position: int, parent: str | None, ident: str, msg: LogicalMessage, **extra: Any
     ) -> StoredMessage:
         blocks, text = _masked_message(msg.blocks, recall_calls)
+        for out in blocks:
+            call = calls.get(out.get("tool_call_id")) if out["type"] == TOOL_RESULT else None
+            if call is not None:
+                out.setdefault("tool_name", call[0])
+                if call[1]:
+                    out["tool_source"] = call[1]
         return StoredMessage(
             id=ident,
             session_id=exchange.session_id,

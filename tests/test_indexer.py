@@ -1,10 +1,10 @@
-"""The background vector indexer: chunking, batches, resuming after failures, model changes,
-and the gateway embedding what it stores so that recall finds it by meaning."""
+"""The background vector indexer: passages, batches, resuming after failures, model and
+passage-rule changes, and the gateway embedding what it stores so that recall finds it by
+meaning."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,13 +15,14 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.indexer import VectorIndexer, cap_chunks, char_windows, chunk_span, text_chunks
+from lore_core.indexer import VectorIndexer, embedded_passages
 from lore_core.interfaces import EmbedderUnavailable
-from lore_core.recall.sources import MATCH_SPAN
+from lore_core.passages import cut
+from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
 from lore_core.server import ThreadedServer
-from lore_core.store import StoredDistillation, distillation_id
+from lore_core.store import ItemVectors, StoredDistillation, distillation_id
 from lore_core.testing.store_conformance import answer, batch_of, exchange, text
 from tests.test_vectors import BrokenEmbedder, TopicEmbedder
 
@@ -30,12 +31,8 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-class ChunkingEmbedder(TopicEmbedder):
-    """Splits by words, as a tokenizer-backed embedder would by tokens."""
-
-    def chunk(self, text: str) -> list[str]:
-        words = text.split()
-        return [" ".join(words[i : i + 50]) for i in range(0, len(words), 40)]
+MODEL = vector_index_name(TopicEmbedder())
+MODEL2 = MODEL.replace("topics-v1", "topics-v2")
 
 
 class FlakyEmbedder(TopicEmbedder):
@@ -64,70 +61,40 @@ async def filled_store(sessions: int = 3) -> MemoryStore:
     return store
 
 
-def test_char_windows_cover_the_text_with_overlap() -> None:
-    words = [f"w{i:04d}" for i in range(1000)]
-    text_ = " ".join(words)
-    pieces = char_windows(text_, size=500, overlap=100)
-    assert len(pieces) > 1 and all(len(p) <= 500 for p in pieces)
-    assert pieces[0].startswith("w0000") and pieces[-1].endswith("w0999")
-    for a, b in itertools.pairwise(pieces):
-        assert b[:20] in a  # consecutive windows overlap
-    assert set(" ".join(pieces).split()) == set(words)
-    assert char_windows("short") == ["short"]
+def _lines(word: str, count: int) -> str:
+    return "\n".join(f"{word} {i} " + "and some more words on this line" * 2 for i in range(count))
 
 
-def test_cap_chunks_keeps_head_and_tail() -> None:
-    chunks = [str(i) for i in range(10)]
-    assert cap_chunks(chunks, 4) == ["0", "1", "2", "9"]
-    assert cap_chunks(chunks, 1) == ["0"]
-    assert cap_chunks(chunks, 20) == chunks
+def test_embedded_passages_keep_head_and_tail() -> None:
+    passages = cut("user", [{"type": "text", "text": _lines("w", 200)}])
+    assert len(passages) > 10
+    capped = embedded_passages(passages, 4)
+    assert [p.index for p in capped] == [0, 1, 2, len(passages) - 1]
+    assert [p.index for p in embedded_passages(passages, 1)] == [0]
+    assert embedded_passages(passages, 1000) == passages
 
 
-def test_chunk_span_finds_each_piece_where_the_indexer_cut_it() -> None:
-    long_text = " ".join(f"w{i:04d}" for i in range(2000))
-    for embedder in (TopicEmbedder(), ChunkingEmbedder()):  # character windows; the embedder's own
-        pieces = text_chunks(long_text, embedder, max_chunks=4)
-        assert len(pieces) == 4 and pieces == VectorIndexer(MemoryStore(), embedder, max_chunks=4).chunks(
-            long_text
-        )
-        for number, piece in enumerate(pieces):
-            span = chunk_span(long_text, number, embedder, max_chunks=4)
-            assert span is not None and long_text[span[0] : span[1]] == piece
-        # The capped list's last piece is the text's end, not the fourth piece cut.
-        assert chunk_span(long_text, 3, embedder, max_chunks=4)[1] == len(long_text)  # type: ignore[index]
-        assert chunk_span(long_text, 4, embedder, max_chunks=4) is None
-    assert chunk_span("   ", 0, TopicEmbedder()) is None
-    assert chunk_span("tiny", 0, TopicEmbedder()) == (0, 4)
-
-
-def test_chunk_span_is_none_when_pieces_are_not_in_the_text() -> None:
-    class Rewriting(TopicEmbedder):
-        def chunk(self, text: str) -> list[str]:
-            return [piece.upper() for piece in ChunkingEmbedder().chunk(text)]
-
-    long_text = " ".join(f"w{i:04d}" for i in range(2000))
-    assert chunk_span(long_text, 1, Rewriting()) is None
-
-
-def test_recall_snippet_shows_the_capped_tail_chunk_that_matched() -> None:
-    """The embedder's own chunking, capped: the matching piece is the text's last, kept as
-    the fourth chunk; recall finds it again and shows it instead of the text's start."""
+def test_recall_shows_the_capped_tail_passage_that_matched() -> None:
+    """Capped at four passages, the text's last one is kept; recall finds it by meaning and
+    shows that passage, not the text's start."""
 
     async def main() -> None:
         store = MemoryStore()
         await store.open()
-        long_text = " ".join(
-            [f"kitten {i}" for i in range(30)] + ["filler"] * 400 + [f"database {i}" for i in range(30)]
-        )
+        long_text = "\n".join([_lines("kitten", 20), _lines("filler", 200), _lines("database", 20)])
         await store.write(batch_of(exchange([text("user", long_text)], answer("ok"), session="s-long")))
-        embedder = ChunkingEmbedder()
+        embedder = TopicEmbedder()
         await VectorIndexer(store, embedder, max_chunks=4).run_until_idle()
-        engine = store_recall_engine(store, embedder=embedder, max_chunks=4)
+        engine = store_recall_engine(store, embedder=embedder)
         response = await engine.search("postgres")  # no word of the text: found by meaning only
-        assert response.results[0].text == long_text
-        assert response.results[0].meta[MATCH_SPAN][1] == len(long_text)
+        top = response.results[0]
+        assert "database 19" in top.text and "kitten 0" not in top.text
+        assert (
+            top.id.startswith("t:")
+            and top.meta["passage"] == len(cut("user", [{"type": "text", "text": long_text}])) - 1
+        )
         shown = format_response(response)
-        assert "database 29" in shown and "kitten 0" not in shown
+        assert "database 19" in shown and "kitten 0" not in shown
 
     run(main())
 
@@ -147,8 +114,8 @@ def test_run_until_idle_embeds_everything_with_progress() -> None:
         assert seen[0] == (0, 11) and seen[-1] == (11, 11)
         assert [done for done, _ in seen] == [0, 4, 8, 11]
         assert all(len(call) <= 4 for call in embedder.calls)  # one batch at a time
-        assert await store.pending_embeddings("topics-v1") == []
-        stats = (await store.vector_stats("topics-v1"))["topics-v1"]
+        assert await store.pending_embeddings(MODEL) == []
+        stats = (await store.vector_stats(MODEL))[MODEL]
         assert stats["vectors"] == 11 and stats["pending"] == 0
         assert indexer.health()["items_indexed"] == 11
         # Nothing pending: a second run does nothing.
@@ -157,38 +124,48 @@ def test_run_until_idle_embeds_everything_with_progress() -> None:
     run(main())
 
 
-def test_long_texts_are_chunked_and_capped() -> None:
+def test_long_texts_are_embedded_as_capped_passages() -> None:
     async def main() -> None:
         store = MemoryStore()
         await store.open()
-        long_text = " ".join(["kitten"] * 30 + ["filler"] * 400 + ["database"] * 30)
+        long_text = "\n".join([_lines("kitten", 20), _lines("filler", 200), _lines("database", 20)])
         await store.write(batch_of(exchange([text("user", long_text)], answer("   "), session="s-long")))
-        embedder = ChunkingEmbedder()
+        embedder = TopicEmbedder()
         indexer = VectorIndexer(store, embedder, max_chunks=4)
-        assert indexer.chunks("   ") == [] and indexer.chunks("tiny") == ["tiny"]
-        assert len(indexer.chunks(long_text)) == 4
         await indexer.run_until_idle()
-        stats = (await store.vector_stats("topics-v1"))["topics-v1"]
-        # Four chunks of the long message; the blank answer has none but is done.
+        stats = (await store.vector_stats(MODEL))[MODEL]
+        # Four passages of the long message; the blank answer has none but is done.
         assert stats["vectors"] == 4 and stats["pending"] == 0
-        # The tail chunk (where "database" is) was kept: a database query finds the message.
-        hits = await store.vector_search("topics-v1", embedder.vector("database"), limit=1)
-        assert hits and hits[0].text == long_text
+        # The tail passage (where "database" is) was kept: a database query finds it.
+        hits = await store.vector_search(MODEL, embedder.vector("database"), limit=1)
+        assert hits and "database 19" in hits[0].text and hits[0].text.startswith("[user]")
         assert hits[0].score > 0.9
+        # Without a cap, every passage is embedded.
+        everything = VectorIndexer(store, embedder, max_chunks=1000)
+        await store.reset_vectors(MODEL)
+        await everything.run_until_idle()
+        count = len(cut("user", [{"type": "text", "text": long_text}]))
+        assert (await store.vector_stats(MODEL))[MODEL]["vectors"] == count
 
     run(main())
 
 
-def test_embedder_without_chunk_uses_character_windows() -> None:
+def test_new_passage_rules_drop_the_old_index_and_backfill() -> None:
     async def main() -> None:
-        store = MemoryStore()
-        await store.open()
-        await store.write(batch_of(exchange([text("user", "kitten " * 600)], session="s-long")))
-        indexer = VectorIndexer(store, TopicEmbedder(), max_chunks=100)
-        await indexer.run_until_idle()
-        assert (await store.vector_stats("topics-v1"))["topics-v1"]["vectors"] == len(
-            char_windows("kitten " * 600)
-        )
+        store = await filled_store(2)
+        embedder = TopicEmbedder()
+        # An index of the same model cut by other (older) rules.
+        await VectorIndexer(store, embedder).run_until_idle()
+        old = {n: v for n, v in (await store.vector_stats()).items()}
+        assert list(old) == [MODEL]
+        stale = "topics-v1"  # how indexes were named before passages
+        for item in await store.pending_embeddings(stale):
+            await store.write_vectors(
+                stale, embedder.dimensions, [ItemVectors(item, [embedder.vector(item.text)])]
+            )
+        assert set(await store.vector_stats()) == {MODEL, stale}
+        await VectorIndexer(store, embedder).run_until_idle()
+        assert set(await store.vector_stats()) == {MODEL}
 
     run(main())
 
@@ -199,9 +176,9 @@ def test_a_failed_batch_loses_nothing() -> None:
         indexer = VectorIndexer(store, FlakyEmbedder(failures=1), batch_size=10)
         with pytest.raises(RuntimeError):
             await indexer.index_batch()
-        assert len(await store.pending_embeddings("topics-v1")) == 6  # still pending
+        assert len(await store.pending_embeddings(MODEL)) == 6  # still pending
         assert await indexer.index_batch() == 6
-        assert await store.pending_embeddings("topics-v1") == []
+        assert await store.pending_embeddings(MODEL) == []
 
     run(main())
 
@@ -238,9 +215,7 @@ def test_background_loop_retries_and_reports() -> None:
                     break
                 await asyncio.sleep(0.01)
             assert indexer.items_indexed == 6
-            hits = await store.vector_search(
-                "topics-v1", TopicEmbedder().vector("kitten"), kinds=["distillation"]
-            )
+            hits = await store.vector_search(MODEL, TopicEmbedder().vector("kitten"), kinds=["distillation"])
             assert [h.id for h in hits] == [d.ref]
         finally:
             await indexer.stop()
@@ -266,7 +241,7 @@ def test_unavailable_embedder_is_reported_and_nothing_is_marked() -> None:
             health = indexer.health()
             assert health["state"] == "unavailable" and health["ok"] is False
             assert "model file missing" in health["error"]
-            assert len(await store.pending_embeddings("topics-v1")) == 2
+            assert len(await store.pending_embeddings(MODEL)) == 2
         finally:
             await indexer.stop()
 
@@ -280,11 +255,11 @@ def test_model_change_backfills_a_new_index() -> None:
     async def main() -> None:
         store = await filled_store(2)
         await VectorIndexer(store, TopicEmbedder()).run_until_idle()
-        assert await store.pending_embeddings("topics-v1") == []
-        assert len(await store.pending_embeddings("topics-v2")) == 4
+        assert await store.pending_embeddings(MODEL) == []
+        assert len(await store.pending_embeddings(MODEL2)) == 4
         assert await VectorIndexer(store, OtherModel()).run_until_idle() == 4
         stats = await store.vector_stats()
-        assert stats["topics-v1"]["vectors"] == 4 and stats["topics-v2"]["vectors"] == 4
+        assert stats[MODEL]["vectors"] == 4 and stats[MODEL2]["vectors"] == 4
 
     run(main())
 
@@ -336,11 +311,11 @@ def test_gateway_embeds_what_it_stores_and_recall_finds_it_by_meaning(
 
         _wait(indexed)
         health = client.get("/health").json()["indexer"]
-        assert health["model"] == "topics-v1" and health["ok"] is True
+        assert health["model"] == MODEL and health["ok"] is True
         # No stored word matches "feline": only the vector list can find the message.
         answer_ = client.get("/lore/api/recall", params={"q": "feline", "scope": "all"}).json()
         assert answer_["error"] is None, answer_
-        assert any(res["text"] == "my tabby kitten sleeps all day" for res in answer_["results"])
+        assert any(res["text"] == "[user]\nmy tabby kitten sleeps all day" for res in answer_["results"])
         assert not any("full-text" in n for n in answer_["notes"])
 
 
@@ -373,5 +348,5 @@ def test_gateway_with_an_embedder_that_cannot_load_serves_full_text(
             )
         )
         answer_ = client.get("/lore/api/recall", params={"q": "kitten", "scope": "all"}).json()
-        assert answer_["results"][0]["text"] == "kitten naps"
+        assert answer_["results"][0]["text"] == "[user]\nkitten naps"
         assert any("full-text search only" in n for n in answer_["notes"])

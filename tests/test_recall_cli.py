@@ -29,9 +29,13 @@ def test_lore_recall_through_the_gateway(start_gateway, fake_upstream, monkeypat
         == 0
     )
     results = json.loads(capsys.readouterr().out)
-    assert results and set(results[0]) == {"id", "source", "score", "created_at", "session", "text"}
+    assert results and set(results[0]) == {
+        "id", "source", "score", "created_at", "session", "role", "tool", "tool_source", "span", "text",
+    }  # fmt: skip
     top = results[0]
+    # A result is a passage (not its whole message): its span in the message's text.
     assert top["id"].startswith("t:") and "wallaby" in top["text"] and top["source"] == "message"
+    assert len(top["span"]) == 2 and top["span"][0] <= top["span"][1]
     assert top["session"] == "recall-cli" and top["created_at"] > 0
 
     assert cli.main(["recall", top["id"]]) == 0

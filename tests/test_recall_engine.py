@@ -23,7 +23,6 @@ from lore_core.recall import (
 )
 from lore_core.recall.cascade import tokenize
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS
-from lore_core.recall.sources import MATCH_SPAN
 from lore_core.store import StoredMessage, WriteBatch
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
 from lore_core.worker import WorkerClient
@@ -182,23 +181,6 @@ def test_vector_list_adds_what_full_text_misses():
     assert "t:m4" in ids
     engine, *_ = engine_with()  # no embedder: full text only
     assert "t:m4" not in [r.id for r in search(engine, "websocket reconnect").results]
-
-
-def test_a_result_found_by_both_lists_keeps_the_chunk_the_vector_list_located():
-    class Located(Vectors):
-        async def search_vector(self, vector, where, limit):
-            hits = await super().search_vector(vector, where, limit)
-            for hit in hits:
-                hit.meta[MATCH_SPAN] = (3, 9)
-            return hits
-
-    engine = RecallEngine(embedder=Embedder())
-    engine.add_text_source(Kind.MESSAGE, Docs("messages", MESSAGES))
-    engine.add_vector_source(Kind.MESSAGE, Located("message-vectors", MESSAGES))
-    results = {r.id: r for r in search(engine, "websocket reconnect").results}
-    # m1 is found by full text first (its payload wins) and by vectors; m4 by vectors only.
-    assert results["t:m1"].meta[MATCH_SPAN] == (3, 9) and results["t:m1"].meta["role"] == "user"
-    assert results["t:m4"].meta[MATCH_SPAN] == (3, 9)
 
 
 class Fixed:
@@ -600,10 +582,10 @@ def test_store_source_over_the_memory_store_messages_and_distillations():
 
     found, message, distillation, missing = run(go())
     by_id = {r.id: r for r in found.results}
-    assert by_id["t:a1"].source == "message" and by_id["t:a1"].meta["session"] == S
-    assert by_id["d:dd1"].source == "distillation"
-    assert message.results[0].text == "use the multiarch image"
-    assert distillation.results[0].text.startswith("- deploy on arm64")
+    assert by_id["t:a1:0"].source == "message" and by_id["t:a1:0"].meta["session"] == S
+    assert by_id["d:dd1:0"].source == "distillation"
+    assert message.results[0].text == "[assistant]\nuse the multiarch image"
+    assert distillation.results[0].text.startswith("[distillation]\n- deploy on arm64")
     assert distillation.results[0].meta["generation"] == 0
     assert missing.error.startswith("no memory with id d:none")
 
@@ -613,7 +595,7 @@ def test_a_mixed_source_keeps_each_hits_kind_within_the_scope():
         name = "mixed"
 
         async def search(self, query, where, limit):
-            return [SourceHit("m", 2.0, "alpha"), SourceHit("k1", 1.0, "alpha", kind=Kind.KNOWLEDGE)]
+            return [SourceHit("m", 2.0, "alpha one"), SourceHit("k1", 1.0, "alpha two", kind=Kind.KNOWLEDGE)]
 
     engine = RecallEngine()
     engine.add_text_source(Kind.MESSAGE, Mixed())

@@ -16,7 +16,7 @@ from lore_core.recall.tool import (
     MAX_RESULT_CHARS,
     OPENAI_CHAT,
     OPENAI_RESPONSES,
-    SNIPPET_CHARS,
+    RESULT_CHARS,
     TOOL_NAME,
     add_recall_tool,
     format_response,
@@ -144,12 +144,13 @@ def test_format_results_lists_ids_sources_and_snippets():
     response = RecallResponse("reconnect", "project", [result(1, "first hit"), result(2, "x" * 5000)])
     text = format_response(response)
     assert text.startswith(
-        '2 memories for "reconnect" (scope project); open one in full with recall(id=...):'
+        '2 memories for "reconnect" (scope project); open one with recall(id=...) to read on around it:'
     )
     # When each was said (UTC), for questions about "last week" or "before the migration".
     assert "[t:m1] (message, score 0.0164) 2026-09-21 14:14 UTC session=s1 role=user\nfirst hit" in text
+    # A long result is cut around the query's terms, so others still fit beside it.
     assert "[5000 chars, cut]" in text
-    assert len(text) < 2 * SNIPPET_CHARS + 400
+    assert len(text) < RESULT_CHARS + 600
 
 
 def test_format_is_bounded():
@@ -231,13 +232,3 @@ def test_without_query_terms_the_snippet_shows_the_matched_chunk():
     # Terms that occur win over the chunk: they say why the text matched more precisely.
     with_term = f"{text} and a websocket warning"
     assert snippet(with_term, "websocket failure", match=chunk).endswith("and a websocket warning")
-
-
-def test_a_result_list_uses_the_matched_span_of_a_vector_hit():
-    before = " ".join(f"line {i} of a build log with nothing special" for i in range(100))
-    after = " ".join(f"cleanup pass {i} removed stale files" for i in range(100))
-    text = f"\n  {before} the rollout crashed on node seven {after}"  # leading blanks are stripped
-    start = text.index("the rollout")
-    result = RecallResult("t:1", "message", 0.5, text, {"match_span": [start - 200, start + 300]})
-    shown = format_response(RecallResponse(query="deployment failure", scope="project", results=[result]))
-    assert "the rollout crashed on node seven" in shown and "line 0 of" not in shown

@@ -12,7 +12,8 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import EmbedderUnavailable
-from lore_core.recall.sources import embedder_model
+from lore_core.recall.ids import Scope
+from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import recall, store_recall_engine
 from lore_core.store import ItemVectors, StoredDistillation, distillation_id
 from lore_core.testing.store_conformance import answer, batch_of, exchange, text
@@ -57,7 +58,7 @@ class BrokenEmbedder(TopicEmbedder):
 
 
 async def embed_all(store: Any, embedder: TopicEmbedder) -> None:
-    model = embedder_model(embedder)
+    model = vector_index_name(embedder)
     while items := await store.pending_embeddings(model, limit=100):
         vectors = await embedder.embed([i.text for i in items])
         await store.write_vectors(
@@ -110,12 +111,12 @@ def test_vector_list_finds_what_full_text_cannot() -> None:
         # No stored text contains "feline": only the vector list can answer.
         response = await engine.search("feline", scope="project", project="/work/alpha")
         assert response.error is None and response.notes == []
-        assert response.results and response.results[0].text == "my tabby kitten sleeps all day"
+        assert response.results and response.results[0].text == "[user]\nmy tabby kitten sleeps all day"
         assert response.results[0].id.startswith("t:")
         assert "full_text_only" not in response.metadata
         # The hit opens in full by its id.
         opened = await recall(engine, response.results[0].id)
-        assert opened.results[0].text == "my tabby kitten sleeps all day"
+        assert opened.results[0].text == "[user]\nmy tabby kitten sleeps all day"
 
     run(main())
 
@@ -132,12 +133,19 @@ def test_vector_hits_below_the_embedders_min_similarity_are_dropped() -> None:
         await store.open()
         await corpus(store)
         await embed_all(store, TopicEmbedder())
-        for embedder, unrelated_shown in ((TopicEmbedder(), True), (WithFloor(), False)):
+        where = SearchFilter(Scope.PROJECT, project="/work/alpha")
+        for embedder, unrelated_found in ((TopicEmbedder(), True), (WithFloor(), False)):
+            source = StoreVectorSource(
+                store, vector_index_name(embedder), min_similarity=getattr(embedder, "min_similarity", None)
+            )
+            hits = await source.search_vector(embedder.vector("feline"), where, 10)
+            texts = {h.text for h in hits}
+            assert "[user]\nmy tabby kitten sleeps all day" in texts
+            assert ("[user]\nthe postgres migration hit a deadlock" in texts) is unrelated_found
+            # The engine shows the match either way.
             engine = store_recall_engine(store, embedder=embedder)
             response = await engine.search("feline", scope="project", project="/work/alpha")
-            texts = {r.text for r in response.results}
-            assert "my tabby kitten sleeps all day" in texts
-            assert ("the postgres migration hit a deadlock" in texts) is unrelated_shown
+            assert response.results[0].text == "[user]\nmy tabby kitten sleeps all day"
 
     run(main())
 
@@ -150,7 +158,7 @@ def test_archived_distillations_are_vector_searchable() -> None:
         await embed_all(store, embedder)
         engine = store_recall_engine(store, embedder=embedder)
         response = await engine.search("wombat", scope="session", session="s-cat")
-        assert [r.id for r in response.results][:1] == [f"d:{d.id}"]
+        assert [r.id for r in response.results][:1] == [f"d:{d.id}:0"]
         assert response.results[0].source == "distillation"
         assert response.results[0].meta["session"] == "s-cat"
 
@@ -168,10 +176,11 @@ def test_hybrid_fuses_both_lists() -> None:
         # "deadlock database": BM25 matches one message; vectors rank both database messages.
         both = await hybrid.search("deadlock database", scope="project", project="/work/alpha")
         plain = await text_only.search("deadlock database", scope="project", project="/work/alpha")
-        assert {r.text for r in plain.results} == {"the postgres migration hit a deadlock"}
+        assert {r.text for r in plain.results} == {"[user]\nthe postgres migration hit a deadlock"}
         texts = [r.text for r in both.results]
-        assert texts[0] == "the postgres migration hit a deadlock"  # first in both lists
-        assert "the postgres migration hit a deadlock" in texts and len(texts) > len(plain.results)
+        assert texts[0] == "[user]\nthe postgres migration hit a deadlock"  # first in both lists
+        # Found by both lists, it scores by both (0.7 of full text, 0.3 of vectors).
+        assert both.results[0].score == pytest.approx(1.0) and plain.results[0].score == pytest.approx(0.7)
 
     run(main())
 
@@ -233,7 +242,7 @@ def test_store_without_vectors_still_answers_full_text() -> None:
         await corpus(store)
         engine = store_recall_engine(store, embedder=TopicEmbedder())
         response = await engine.search("kitten", project="/work/alpha")
-        assert response.error is None and response.results[0].text == "my tabby kitten sleeps all day"
+        assert response.error is None and response.results[0].text == "[user]\nmy tabby kitten sleeps all day"
 
     run(main())
 
@@ -254,7 +263,7 @@ def test_hybrid_over_each_backend(backend: str, tmp_path: Path) -> None:
             await embed_all(store, embedder)
             engine = store_recall_engine(store, embedder=embedder)
             response = await engine.search("feline", scope="project", project="/work/alpha")
-            assert response.results[0].text == "my tabby kitten sleeps all day"
+            assert response.results[0].text == "[user]\nmy tabby kitten sleeps all day"
             marsupial = await engine.search("marsupial", scope="session", session="s-cat")
             assert marsupial.results[0].source == "distillation"
         finally:
@@ -289,6 +298,6 @@ def test_full_text_lists_do_not_wait_for_the_query_embedding() -> None:
         engine = store_recall_engine(store, embedder=Waiting())
         response = await engine.search("kitten feline", scope="project", project="/work/alpha")
         assert "full_text_only" not in response.metadata, response.notes
-        assert response.results[0].text == "my tabby kitten sleeps all day"
+        assert response.results[0].text == "[user]\nmy tabby kitten sleeps all day"
 
     run(main())

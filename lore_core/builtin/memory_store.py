@@ -2,8 +2,9 @@
 
 It is the executable reading of the :class:`~lore_core.interfaces.Store` contract (it passes
 the same conformance suite as real backends) and the fallback when no persistent backend is
-installed. Search is a plain BM25 over lower-cased word tokens, and vector search a brute-force
-cosine over every chunk vector; fine for thousands of messages, not for millions.
+installed. Search is a plain BM25 over the passages (:mod:`lore_core.passages`) of lower-cased
+word tokens, and vector search a brute-force cosine over every passage vector; fine for
+thousands of messages, not for millions.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import attrs
 from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import StoreFactory
+from lore_core.passages import Passage, cut_text, message_passages, passage_key
 from lore_core.store import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
@@ -62,9 +64,12 @@ class MemoryStore:
         self._by_session: dict[str, list[str]] = {}
         self._state: dict[tuple[str, str], Any] = {}
         self._distillations: dict[str, StoredDistillation] = {}
+        # BM25 over passages: passage key -> term counts, length; document frequencies.
         self._terms: dict[str, Counter[str]] = {}
         self._lengths: dict[str, int] = {}
         self._df: Counter[str] = Counter()
+        # Passage key -> (item id as search shows it, the passage).
+        self._passages: dict[str, tuple[str, Passage]] = {}
         # Every message and distillation in arrival order: (kind, id); the index is the
         # item's embedding cursor (1-based).
         self._arrivals: list[tuple[str, str]] = []
@@ -98,24 +103,27 @@ class MemoryStore:
                 continue
             self._messages[m.id] = copy.deepcopy(m)
             self._by_session.setdefault(m.session_id, []).append(m.id)
-            self._index(m.id, m.text)
+            self._index(m.id, message_passages(m.role, m.blocks, m.text))
             self._arrivals.append((VECTOR_MESSAGE, m.id))
             added += 1
         await asyncio.sleep(0)
         return added
 
-    def _index(self, key: str, text: str) -> None:
-        terms = Counter(tokens(text))
-        self._terms[key] = terms
-        self._lengths[key] = sum(terms.values())
-        self._df.update(terms.keys())
+    def _index(self, item_id: str, passages: Sequence[Passage]) -> None:
+        for p in passages:
+            key = passage_key(item_id, p.index)
+            terms = Counter(tokens(p.text))
+            self._passages[key] = (item_id, p)
+            self._terms[key] = terms
+            self._lengths[key] = sum(terms.values())
+            self._df.update(terms.keys())
 
     async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
         new = distillation.id not in self._distillations
         if new:
             self._distillations[distillation.id] = copy.deepcopy(distillation)
             # Messages and distillations share one BM25 corpus, as in the real backends.
-            self._index(distillation.ref, distillation.text)
+            self._index(distillation.ref, cut_text(distillation.text))
             self._arrivals.append((VECTOR_DISTILLATION, distillation.id))
         await self.archive_distillations(archive)
         return new
@@ -198,13 +206,11 @@ class MemoryStore:
         n = len(self._terms)
         avg = (sum(self._lengths.values()) / n) if n else 1.0
         hits: list[SearchHit] = []
-        for mid, tf in self._terms.items():
+        for key, tf in self._terms.items():
             if not terms & tf.keys():
                 continue
-            is_distillation = mid.startswith(DISTILLATION_PREFIX)
-            d = self._distillations.get(mid[len(DISTILLATION_PREFIX) :]) if is_distillation else None
-            m = self._messages.get(mid)
-            owner = d or m
+            item_id, passage = self._passages[key]
+            owner = self._item(item_id)
             assert owner is not None
             if session_id is not None and owner.session_id != session_id:
                 continue
@@ -216,17 +222,34 @@ class MemoryStore:
                 if not f:
                     continue
                 idf = math.log(1 + (n - self._df[t] + 0.5) / (self._df[t] + 0.5))
-                score += idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self._lengths[mid] / avg))
-            if d is not None:
-                hits.append(
-                    SearchHit(mid, d.session_id, d.project, DISTILLATION_ROLE, score, d.text, 0, d.created_at)
-                )
-            elif m is not None:
-                hits.append(
-                    SearchHit(mid, m.session_id, m.project, m.role, score, m.text, m.position, m.created_at)
-                )
-        hits.sort(key=lambda h: (-h.score, h.id))
+                score += idf * f * (_K1 + 1) / (f + _K1 * (1 - _B + _B * self._lengths[key] / avg))
+            hits.append(self._hit(item_id, passage, score))
+        hits.sort(key=lambda h: (-h.score, h.id, h.passage or 0))
         return hits[:limit]
+
+    async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        # Passages are indexed as items are written: nothing is ever behind.
+        if progress is not None:
+            progress(0, 0)
+        return 0
+
+    def _item(self, item_id: str) -> StoredMessage | StoredDistillation | None:
+        if item_id.startswith(DISTILLATION_PREFIX):
+            return self._distillations.get(item_id[len(DISTILLATION_PREFIX) :])
+        return self._messages.get(item_id)
+
+    def _hit(self, item_id: str, passage: Passage, score: float) -> SearchHit:
+        owner = self._item(item_id)
+        assert owner is not None
+        if isinstance(owner, StoredDistillation):
+            role, position = DISTILLATION_ROLE, 0
+        else:
+            role, position = owner.role, owner.position
+        return SearchHit(
+            item_id, owner.session_id, owner.project, role, score, passage.text, position, owner.created_at,
+            passage=passage.index, start=passage.start, end=passage.end, tool=passage.tool,
+            source=passage.source,
+        )  # fmt: skip
 
     # -- vectors ---------------------------------------------------------------------------
 
@@ -240,11 +263,12 @@ class MemoryStore:
             kind, ident = self._arrivals[cursor - 1]
             owner = self._owner(kind, ident)
             assert owner is not None
-            out.append(
-                EmbeddingItem(
-                    kind, ident, owner.text, owner.session_id, owner.project, owner.created_at, cursor
-                )
+            item = EmbeddingItem(
+                kind, ident, owner.text, owner.session_id, owner.project, owner.created_at, cursor
             )
+            if isinstance(owner, StoredMessage):
+                item.role, item.blocks = owner.role, copy.deepcopy(owner.blocks)
+            out.append(item)
         return out
 
     async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
@@ -255,7 +279,7 @@ class MemoryStore:
             )
         rows: list[tuple[str, str, int, list[float]]] = []
         for iv in items:
-            for chunk, vector in enumerate(iv.vectors):
+            for chunk, vector in zip(iv.passage_indexes(), iv.vectors, strict=True):
                 if len(vector) != dimensions:
                     raise VectorDimensionError(f"a vector of {len(vector)} dimensions, expected {dimensions}")
                 rows.append((iv.item.kind, iv.item.id, chunk, [float(x) for x in vector]))
@@ -283,8 +307,7 @@ class MemoryStore:
                 f"a query vector of {len(vector)} dimensions for a {index['dimensions']}-dimensional index"
             )
         query = [float(x) for x in vector]
-        # (kind, item id) -> (score, chunk) of the item's best chunk.
-        best: dict[tuple[str, str], tuple[float, int]] = {}
+        scored: list[tuple[float, str, int]] = []
         for kind, ident, chunk, row in index["rows"]:
             if kinds is not None and kind not in kinds:
                 continue
@@ -295,42 +318,14 @@ class MemoryStore:
                 continue
             if project is not None and owner.project != project:
                 continue
-            score = sum(map(operator.mul, row, query))
-            if score > best.get((kind, ident), (-math.inf, 0))[0]:
-                best[(kind, ident)] = (score, chunk)
-        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0][1]))[:limit]
+            item_id = DISTILLATION_PREFIX + ident if kind == VECTOR_DISTILLATION else ident
+            scored.append((sum(map(operator.mul, row, query)), item_id, chunk))
+        scored.sort(key=lambda x: (-x[0], x[1], x[2]))
         hits: list[SearchHit] = []
-        for (kind, ident), (score, chunk) in ranked:
-            if kind == VECTOR_DISTILLATION:
-                d = self._distillations[ident]
-                hits.append(
-                    SearchHit(
-                        d.ref,
-                        d.session_id,
-                        d.project,
-                        DISTILLATION_ROLE,
-                        score,
-                        d.text,
-                        0,
-                        d.created_at,
-                        chunk=chunk,
-                    )
-                )
-            else:
-                m = self._messages[ident]
-                hits.append(
-                    SearchHit(
-                        m.id,
-                        m.session_id,
-                        m.project,
-                        m.role,
-                        score,
-                        m.text,
-                        m.position,
-                        m.created_at,
-                        chunk=chunk,
-                    )
-                )
+        for score, item_id, index_in_item in scored[:limit]:
+            found = self._passages.get(passage_key(item_id, index_in_item))
+            if found is not None:
+                hits.append(self._hit(item_id, found[1], score))
         return hits
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:

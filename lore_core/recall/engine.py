@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+import re
+from collections import Counter
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable
+from lore_core.passages import tags_of
 from lore_core.recall.cascade import DEFAULT_MIN_HITS, cascade_search, query_terms
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS, Completer, Expansion, expand_query
 from lore_core.recall.fusion import (
@@ -40,11 +43,19 @@ from lore_core.recall.fusion import (
     rerank,
 )
 from lore_core.recall.ids import Kind, RecallIdError, Scope, ScopeError, format_id, parse_id, parse_scope
+from lore_core.recall.intent import BEFORE, LAST, MOST, Intent, title_match
+from lore_core.recall.intent import parse as parse_intent
 from lore_core.recall.sources import (
-    MATCH_SPAN,
+    ITEM,
+    NEXT,
+    PASSAGE,
+    PREVIOUS,
+    SOURCE,
+    SPAN,
     DocFreqSource,
     Opener,
     SearchFilter,
+    SessionDirectory,
     SourceHit,
     TextSource,
     VectorSource,
@@ -59,6 +70,23 @@ MAX_LIMIT = 50
 MAX_QUERY_CHARS = 2000
 # Each list fetches more than the final limit, so fusion has overlap to reward.
 FETCH_FACTOR = 3
+#: Passages fetched for the events a query asks about (a session rarely has more of one kind).
+EVENT_FETCH = 200
+#: Weight of the event lists in fusion, beside the query's own lists.
+EVENT_WEIGHT = 1.0
+#: Full-text hits read to place an "after 'X'" anchor in time.
+ANCHOR_FETCH = 20
+#: Without asked events, a "first"/"last" query orders the results scoring at least this
+#: share of the best by time.
+ORDER_SHARE = 0.5
+#: A quoted phrase names a session when it matches that session's title this well (the
+#: share of its words, in order) ...
+SESSION_MATCH = 0.75
+#: ... and better than any other title by this much.
+SESSION_MARGIN = 0.15
+#: A result is kept when, in some list, its score is at least this share of that list's
+#: best: what scores a small fraction of the best match is noise the model would pay to read.
+RELEVANCE_FLOOR = 0.1
 DEFAULT_SOURCE_TIMEOUT_SECONDS = 10.0
 # What a vector list answers when the query has no embedding (the embedder failed).
 _NO_VECTOR = object()
@@ -122,6 +150,124 @@ def _reason(exc: BaseException) -> str:
     return " ".join(str(reason).split())[:200]
 
 
+def when(meta: Mapping[str, Any]) -> tuple[float, int, int]:
+    """A result's place in time: when its item was stored, its position in the session,
+    the passage's index in the item."""
+    passages = meta.get("passages")
+    index = min(passages) if isinstance(passages, list) and passages else meta.get(PASSAGE)
+    return (
+        float(meta.get("created_at") or 0.0),
+        int(meta.get("position") or 0),
+        int(index) if isinstance(index, int) else 0,
+    )
+
+
+def arrange(
+    results: Sequence[RecallResult], intent: Intent, anchor: tuple[float, int, int] | None = None
+) -> list[RecallResult]:
+    """Results in the order the query asks for. Results recording the asked events come
+    first (those matching the most of them); when the query asks for the ``first`` or
+    ``last`` one, or for what came ``after``/``before`` an anchor, those are ordered by time
+    (the earliest first, or the latest first), the others follow by score."""
+    if not results or (not intent.events and not intent.order and anchor is None):
+        return list(results)
+    wanted = set(intent.events)
+    matched = [len(set(tags_of(r.text)) & wanted) for r in results]
+    best = max(matched)
+    if wanted and best:
+        lead = [r for r, m in zip(results, matched, strict=True) if m == best]
+    else:
+        top = results[0].score
+        lead = [r for r in results if r.score >= ORDER_SHARE * top]
+    if anchor is not None:
+        after = intent.anchor_side != BEFORE
+        lead = [r for r in lead if (when(r.meta) > anchor) == after and when(r.meta) != anchor]
+        lead.sort(key=lambda r: when(r.meta), reverse=not after)
+    elif intent.order == MOST:
+        # What the events acted on most often first (a file edited twelve times), each
+        # group in time order.
+        counts = Counter(r.meta.get(SOURCE) for r in lead)
+        lead.sort(key=lambda r: (-counts[r.meta.get(SOURCE)], when(r.meta)))
+    elif intent.order is not None:
+        lead.sort(key=lambda r: when(r.meta), reverse=intent.order == LAST)
+    chosen = {id(r) for r in lead}
+    return [*lead, *(r for r in results if id(r) not in chosen)]
+
+
+def relevant_ids(lists: Sequence[RankedList], floor: float = RELEVANCE_FLOOR) -> set[str]:
+    """Ids scoring at least ``floor`` times their list's best score in some list."""
+    keep: set[str] = set()
+    for ranked in lists:
+        top = max((item.score for item in ranked.items), default=0.0)
+        for item in ranked.items:
+            if top <= 0 or item.score >= floor * top:
+                keep.add(item.id)
+    return keep
+
+
+def merge_adjacent(results: Sequence[RecallResult]) -> list[RecallResult]:
+    """Results in the same order, with a passage that follows or precedes a better-ranked
+    passage of the same item merged into it (a fact and its continuation read as one), so
+    one result is one stretch of one item. Results without a passage pass as they are."""
+    out: list[RecallResult] = []
+    # (kind, item) -> kept results of that item, each with its passage range.
+    runs: dict[tuple[str, str], list[tuple[RecallResult, list[int]]]] = {}
+    for r in results:
+        index = r.meta.get(PASSAGE)
+        item = r.meta.get(ITEM)
+        if not isinstance(index, int) or not item:
+            out.append(r)
+            continue
+        kept = runs.setdefault((r.source, str(item)), [])
+        for held, indexes in kept:
+            if index in indexes:
+                break  # the same passage again (another list's copy)
+            if index == indexes[-1] + 1 or index == indexes[0] - 1:
+                _merge_into(held, r, before=index < indexes[0])
+                if index < indexes[0]:
+                    indexes.insert(0, index)
+                else:
+                    indexes.append(index)
+                break
+        else:
+            copy = attrs.evolve(r, meta=dict(r.meta))
+            kept.append((copy, [index]))
+            out.append(copy)
+    return out
+
+
+def _merge_into(held: RecallResult, other: RecallResult, before: bool) -> None:
+    held.text = f"{other.text}\n{held.text}" if before else f"{held.text}\n{other.text}"
+    a, b = held.meta.get(SPAN), other.meta.get(SPAN)
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list) and None not in (*a, *b):
+        held.meta[SPAN] = (min(a[0], b[0]), max(a[1], b[1]))
+    held.meta.setdefault("passages", [held.meta.get(PASSAGE)])
+    held.meta["passages"] = sorted({*held.meta["passages"], other.meta.get(PASSAGE)})
+
+
+_PART = re.compile(r" part \d+/\d+")
+
+
+def _text_key(text: str) -> str:
+    # Which piece of its item a passage is does not make its text another.
+    head, _, body = text.partition("\n")
+    return " ".join(f"{_PART.sub('', head)}\n{body}".split()).lower()
+
+
+def distinct(results: Sequence[RecallResult]) -> list[RecallResult]:
+    """Results without repeats: a passage whose text a better result already holds is
+    dropped (the same ``git status`` output stored twice, a file read twice)."""
+    seen: set[str] = set()
+    out: list[RecallResult] = []
+    for r in results:
+        key = _text_key(r.text)
+        if key and key in seen:
+            continue
+        seen.add(key)
+        out.append(r)
+    return out
+
+
 class RecallEngine:
     """Hybrid recall over registered sources. One per gateway; safe to share between
     concurrent searches (it keeps no per-search state)."""
@@ -136,8 +282,11 @@ class RecallEngine:
         source_timeout: float = DEFAULT_SOURCE_TIMEOUT_SECONDS,
         cascade_min_hits: int = DEFAULT_MIN_HITS,
         max_query_chars: int = MAX_QUERY_CHARS,
+        sessions: SessionDirectory | None = None,
     ) -> None:
         self.embedder = embedder
+        #: Where a session named in a query is looked up by its title.
+        self.sessions = sessions
         self.worker = worker
         self.expand = expand
         self.expansion_timeout = expansion_timeout
@@ -218,6 +367,17 @@ class RecallEngine:
         if not kinds:
             response.error = f"nothing to search: no memory source is available for scope '{scope.value}'"
             return response
+        intent = parse_intent(text)
+        named = await self._named_session(intent, scope, project, response)
+        if named is not None:
+            session = named
+        # The session's name is not what to look for in it.
+        text = intent.text if named is not None and intent.text.strip() else text
+        if not intent.plain:
+            response.metadata["intent"] = {
+                "events": list(intent.events), "order": intent.order,
+                "anchor": intent.anchor, "anchor_side": intent.anchor_side,
+            }  # fmt: skip
         terms = query_terms(text)
         response.metadata["terms"] = terms
         vector_sources = any(self._vector.get(k) for k in kinds) and self.embedder is not None
@@ -231,7 +391,7 @@ class RecallEngine:
             response.note(f"vector search unavailable ({reason}); results are from full-text search only")
         bm25_weight, vector_weight = list_weights(len(terms))
         fetch = limit * FETCH_FACTOR
-        filters = {k: self._filter(scope, k, session, project) for k in kinds}
+        filters = {k: self._filter(scope, k, session, project, named is not None) for k in kinds}
 
         expansion_task: asyncio.Task[Expansion] | None = None
         if self.expand and self.worker is not None:
@@ -266,29 +426,23 @@ class RecallEngine:
                         bm25_weight * EXPANSION_WEIGHT, vector_weight * EXPANSION_WEIGHT,
                         fetch, f"q{i}", False, response, failures,
                     )  # fmt: skip
+            if intent.events:
+                lists += await self._event_lists(kinds, filters, intent, response, failures)
+            anchor = await self._anchor(kinds, filters, intent) if intent.anchor else None
         finally:
             if expansion_task is not None:
                 expansion_task.cancel()
 
-        fused = rerank(fuse(lists), lists)[:limit]
-        # A result keeps the payload of the first list that found it (full text before
-        # vectors); where a vector list located the matching chunk, the snippet wants that too.
-        spans = {
-            item.id: item.payload[1].meta[MATCH_SPAN]
-            for ranked in lists
-            for item in ranked.items
-            if MATCH_SPAN in item.payload[1].meta
-        }
-        response.results = [
-            RecallResult(
-                id=f.id,
-                source=f.payload[0].label,
-                score=f.score,
-                text=f.payload[1].text,
-                meta={**f.payload[1].meta, MATCH_SPAN: spans[f.id]} if f.id in spans else f.payload[1].meta,
-            )
+        fused = rerank(fuse(lists), lists)
+        relevant = relevant_ids(lists)
+        fused = [f for f in fused if f.id in relevant]
+        results = [
+            RecallResult(id=f.id, source=f.payload[0].label, score=f.score, text=f.payload[1].text,
+                         meta=dict(f.payload[1].meta))
             for f in fused
-        ]
+        ]  # fmt: skip
+        results = distinct(merge_adjacent(results))
+        response.results = arrange(results, intent, anchor)[:limit]
         if failures and not lists:
             # Every list failed: an empty result would read as "nothing remembered".
             response.error = "recall failed: " + "; ".join(dict.fromkeys(failures))
@@ -302,12 +456,37 @@ class RecallEngine:
         return max(1, min(MAX_LIMIT, limit))
 
     @staticmethod
-    def _filter(scope: Scope, kind: Kind, session: str | None, project: str | None) -> SearchFilter:
+    def _filter(
+        scope: Scope, kind: Kind, session: str | None, project: str | None, named: bool = False
+    ) -> SearchFilter:
+        in_session = scope is Scope.SESSION or (named and kind in (Kind.MESSAGE, Kind.DISTILLATION))
         return SearchFilter(
             scope=scope,
-            session=session if scope is Scope.SESSION else None,
+            session=session if in_session else None,
             project=None if scope.crosses_projects(kind) else project,
         )
+
+    async def _named_session(
+        self, intent: Intent, scope: Scope, project: str | None, response: RecallResponse
+    ) -> str | None:
+        """The session a quoted phrase of the query names by its title (its first prompt),
+        when one title matches clearly better than the others; ``None`` otherwise."""
+        if intent.session_quote is None or self.sessions is None or scope is Scope.KNOWLEDGE:
+            return None
+        try:
+            titles = await self._bounded(self.sessions.titles(None if scope is Scope.ALL else project))
+        except Exception as exc:  # a missing directory costs precision, never the answer
+            self._log_once(f"session titles unavailable: {_reason(exc)}")
+            return None
+        ranked = sorted(((title_match(intent.session_quote, t), sid, t) for sid, t in titles), reverse=True)
+        if not ranked or ranked[0][0] < SESSION_MATCH:
+            return None
+        if len(ranked) > 1 and ranked[0][0] - ranked[1][0] < SESSION_MARGIN:
+            return None
+        _, sid, title = ranked[0]
+        response.metadata["session"] = sid
+        response.note(f'searched the session that started with "{" ".join(title.split())[:80]}" ({sid})')
+        return sid
 
     async def _embed(self, texts: Sequence[str], response: RecallResponse) -> list[list[float]] | None:
         if self.embedder is None or "full_text_only" in response.metadata:
@@ -405,6 +584,67 @@ class RecallEngine:
             lists.append(RankedList(name, items, weight, method))
         return lists
 
+    async def _event_lists(
+        self,
+        kinds: Sequence[Kind],
+        filters: dict[Kind, SearchFilter],
+        intent: Intent,
+        response: RecallResponse,
+        failures: list[str],
+    ) -> list[RankedList]:
+        """One full-text list per text source of the passages tagged with the events the
+        query asks about (the tags are single tokens in each passage's header), so those
+        passages are candidates whatever words the question used."""
+        query = " ".join(intent.events)
+        lists: list[RankedList] = []
+        for kind in kinds:
+            for source in self._text.get(kind, []):
+                try:
+                    hits = await self._bounded(source.search(query, filters[kind], EVENT_FETCH))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures.append(f"{kind.label} event search ({source.name}): {_reason(exc)}")
+                    response.note(
+                        f"recall failed for {kind.label} event search ({source.name}): {_reason(exc)}"
+                    )
+                    continue
+                items = [
+                    Ranked(
+                        format_id(hit.kind or kind, str(hit.key)), float(hit.score), (hit.kind or kind, hit)
+                    )
+                    for hit in hits
+                    if set(tags_of(hit.text)) & set(intent.events)
+                ]
+                lists.append(RankedList(f"{kind.value}:{source.name}:events", items, EVENT_WEIGHT, BM25))
+        return lists
+
+    async def _anchor(
+        self, kinds: Sequence[Kind], filters: dict[Kind, SearchFilter], intent: Intent
+    ) -> tuple[float, int, int] | None:
+        """When the anchor phrase of the query ("after 'X'") happened: the time of the best
+        full-text match for it, preferring passages that record one of the asked events (a
+        commit message matched in the commit itself, not in a later summary)."""
+        assert intent.anchor is not None
+        best: tuple[int, float, tuple[float, int, int]] | None = None
+        for kind in kinds:
+            for source in self._text.get(kind, []):
+                try:
+                    hits = await self._bounded(source.search(intent.anchor, filters[kind], ANCHOR_FETCH))
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    continue
+                phrase = " ".join(intent.anchor.lower().split())
+                for hit in hits:
+                    literal = phrase in " ".join(hit.text.lower().split())
+                    tagged = bool(set(tags_of(hit.text)) & set(intent.events))
+                    rank = 2 * literal + tagged
+                    candidate = (rank, float(hit.score), when(hit.meta))
+                    if best is None or candidate[:2] > best[:2]:
+                        best = candidate
+        return best[2] if best is not None else None
+
     async def _text_search(
         self,
         source: TextSource,
@@ -454,7 +694,11 @@ class RecallEngine:
                 self._log_once(f"opening {rid.kind.label} failed: {_reason(exc)}")
                 continue
             if hit is not None:
-                response.results = [RecallResult(str(rid), rid.kind.label, 0.0, hit.text, dict(hit.meta))]
+                meta = dict(hit.meta)
+                for key in (PREVIOUS, NEXT):  # paging keys as ids the model can pass back
+                    if meta.get(key):
+                        meta[key] = format_id(rid.kind, str(meta[key]))
+                response.results = [RecallResult(str(rid), rid.kind.label, 0.0, hit.text, meta)]
                 return response
         if failures:
             response.error = f"recall failed: cannot open {rid}: " + "; ".join(failures)

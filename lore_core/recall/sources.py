@@ -13,20 +13,36 @@ Sources return :class:`SourceHit` keys *without* the id prefix; the engine adds 
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from lore_core.passages import PASSAGE_RULES, Passage, cut_text, message_passages, passage_key, split_key
 from lore_core.recall.ids import Kind, Scope
 
-#: Meta key of a hit found by vector search in a long text: the ``(start, end)`` characters
-#: of the chunk that matched, which the snippet shows when no query term occurs.
-MATCH_SPAN = "match_span"
+#: Meta keys of a passage hit (:mod:`lore_core.passages`): the item it belongs to (its key
+#: without the passage index), the passage's index, its ``(start, end)`` characters in the
+#: item's text and the tool it came from.
+ITEM = "item"
+PASSAGE = "passage"
+SPAN = "span"
+TOOL = "tool"
+SOURCE = "tool_source"
+#: Meta keys of an opened region: the passages shown (first, last, of how many) and the keys
+#: of the regions before and after it (``None`` at either end).
+REGION = "region"
+PREVIOUS = "previous"
+NEXT = "next"
 
-#: ``(text, chunk number) -> (start, end)`` of that chunk in the text, or ``None``.
-ChunkLocator = Callable[[str, int], "tuple[int, int] | None"]
+#: Sessions whose titles a query's session reference is matched against (the most recent).
+MAX_SESSION_TITLES = 5000
+SESSION_TITLES_TTL = 30.0
+
+#: Characters of passages an opened item shows at once (the model pages with the ids in
+#: ``previous``/``next``).
+OPEN_REGION_CHARS = 8000
 
 
 @attrs.define
@@ -75,6 +91,33 @@ class VectorSource(Protocol):
         """Nearest items to a unit-length query vector, best first."""
 
 
+class SessionDirectory(Protocol):
+    """Where recall looks up a session a query names by its title (its first prompt)."""
+
+    async def titles(self, project: str | None) -> Sequence[tuple[str, str]]:
+        """``(session id, title)`` of the project's sessions (every project's with ``None``)."""
+
+
+class StoreSessionDirectory:
+    """The store's sessions as a :class:`SessionDirectory`; titles are read at most every
+    :data:`SESSION_TITLES_TTL` seconds per project (a title never changes once set)."""
+
+    def __init__(self, store: Any, max_sessions: int = MAX_SESSION_TITLES) -> None:
+        self.store = store
+        self.max_sessions = max_sessions
+        self._cache: dict[str | None, tuple[float, list[tuple[str, str]]]] = {}
+
+    async def titles(self, project: str | None) -> list[tuple[str, str]]:
+        now = time.monotonic()
+        cached = self._cache.get(project)
+        if cached is not None and now - cached[0] < SESSION_TITLES_TTL:
+            return cached[1]
+        sessions = await self.store.list_sessions(project=project, limit=self.max_sessions)
+        found = [(s.id, s.title) for s in sessions if s.title]
+        self._cache[project] = (now, found)
+        return found
+
+
 class Opener(Protocol):
     async def open(self, key: str) -> SourceHit | None:
         """The item in full, or ``None`` when no item has this key."""
@@ -106,11 +149,45 @@ def _hit_meta(h: Any) -> dict[str, Any]:
 
 def _source_hit(h: Any) -> SourceHit:
     """A store hit (BM25 or vector) as a source hit: the store's one corpus holds messages
-    and distillations, whose ids are ``d:<id>`` with role ``distillation``."""
+    and distillations, whose ids are ``d:<id>`` with role ``distillation``. A passage hit's
+    key is ``<item>:<passage>``, so both legs name the same unit."""
     key, kind = h.id, Kind.MESSAGE
     if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
         key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
-    return SourceHit(key=key, score=float(h.score), text=h.text, meta=_hit_meta(h), kind=kind)
+    meta = _hit_meta(h)
+    passage = getattr(h, "passage", None)
+    if passage is not None:
+        meta |= {ITEM: key, PASSAGE: passage, SPAN: (h.start, h.end), TOOL: h.tool, SOURCE: h.source}
+        key = passage_key(key, passage)
+    return SourceHit(key=key, score=float(h.score), text=h.text, meta=meta, kind=kind)
+
+
+def region(passages: Sequence[Passage], index: int, budget: int = OPEN_REGION_CHARS) -> tuple[int, int]:
+    """Which passages (``first``, ``last``, inclusive) an opened item shows for passage
+    ``index``: one before it for context, then on until ``budget`` characters."""
+    if not passages:
+        return 0, -1
+    index = max(0, min(index, len(passages) - 1))
+    first = max(0, index - 1) if index else 0
+    last, size = first, len(passages[first].text)
+    while last + 1 < len(passages) and size + len(passages[last + 1].text) <= budget:
+        last += 1
+        size += len(passages[last].text)
+    # Never stop before the passage asked for (a huge one shows alone).
+    last = max(last, index)
+    return first, last
+
+
+def opened(item_key: str, passages: Sequence[Passage], index: int | None, meta: dict[str, Any]) -> str | None:
+    """The text of the region of an item opened at ``index`` (its start when ``None``),
+    and its paging keys in ``meta``."""
+    if not passages:
+        return None
+    first, last = region(passages, index or 0)
+    meta[REGION] = (first, last, len(passages))
+    meta[PREVIOUS] = passage_key(item_key, max(0, first - 1)) if first > 0 else None
+    meta[NEXT] = passage_key(item_key, last + 1) if last + 1 < len(passages) else None
+    return "\n".join(p.text for p in passages[first : last + 1])
 
 
 class StoreMessageSource:
@@ -129,43 +206,50 @@ class StoreMessageSource:
         return [_source_hit(h) for h in hits]
 
     async def open(self, key: str) -> SourceHit | None:
-        found = await self.store.get_messages([key])
+        item, index = split_key(key)
+        found = await self.store.get_messages([item])
         if not found:
             return None
         m = found[0]
-        return SourceHit(key=m.id, score=0.0, text=m.text, meta=_hit_meta(m), kind=Kind.MESSAGE)
+        meta = _hit_meta(m)
+        text = opened(m.id, message_passages(m.role, m.blocks, m.text), index, meta)
+        if text is None:
+            text = m.text  # nothing searchable in it (an image, say): the stored text
+        return SourceHit(key=m.id, score=0.0, text=text, meta=meta, kind=Kind.MESSAGE)
 
 
 def embedder_model(embedder: Any) -> str:
-    """The name a vector index is keyed by: the provider's model (``model_id``) when it says,
-    else its provider name. A different model is a different vector space."""
+    """The embedder's vector space: the provider's model (``model_id``) when it says, else
+    its provider name. A different model is a different vector space."""
     return str(getattr(embedder, "model_id", None) or embedder.name)
 
 
+#: Between the model and the passage rules in a vector index's name.
+PASSAGE_SEPARATOR = "@"
+
+
+def vector_index_name(embedder: Any) -> str:
+    """The name a vector index is keyed by: the model and the passage rules, so vectors of
+    another model, or of passages cut by other rules, are never compared with these."""
+    return f"{embedder_model(embedder)}{PASSAGE_SEPARATOR}{PASSAGE_RULES}"
+
+
 class StoreVectorSource:
-    """The store's vector index for the embedder's model, as a vector source.
+    """The store's vector index (``model``: :func:`vector_index_name`), as a vector source.
 
     Like :class:`StoreMessageSource`, one source for both kinds the store embeds (messages
     and distillations, archived ones too): register it under :attr:`Kind.MESSAGE`; its
-    distillation hits become ``d:`` results. A store without vectors answers nothing.
-
-    With ``locate_chunk`` (the indexer's own chunking, :func:`lore_core.indexer.chunk_span`),
-    a hit on a long text's later chunk carries that chunk's span (meta :data:`MATCH_SPAN`).
-    Hits less similar than ``min_similarity`` (the embedder's, see
-    :class:`lore_core.interfaces.Embedder`) are dropped."""
+    distillation hits become ``d:`` results. Hits are passages, keyed like the full-text
+    source's. A store without vectors answers nothing. Hits less similar than
+    ``min_similarity`` (the embedder's, see :class:`lore_core.interfaces.Embedder`) are
+    dropped."""
 
     def __init__(
-        self,
-        store: Any,
-        model: str,
-        name: str = "store",
-        locate_chunk: ChunkLocator | None = None,
-        min_similarity: float | None = None,
+        self, store: Any, model: str, name: str = "store", min_similarity: float | None = None
     ) -> None:
         self.store = store
         self.model = model
         self.name = name
-        self.locate_chunk = locate_chunk
         self.min_similarity = min_similarity
         self.unsupported = False
 
@@ -187,19 +271,7 @@ class StoreVectorSource:
             return []
         if self.min_similarity is not None:
             hits = [h for h in hits if h.score >= self.min_similarity]
-        found = [_source_hit(h) for h in hits]
-        if self.locate_chunk is not None:
-            # Cutting long texts again is CPU work: off the event loop.
-            spans = await asyncio.to_thread(self._spans, hits)
-            for hit, span in zip(found, spans, strict=True):
-                if span is not None:
-                    hit.meta[MATCH_SPAN] = span
-        return found
-
-    def _spans(self, hits: Sequence[Any]) -> list[tuple[int, int] | None]:
-        assert self.locate_chunk is not None
-        # Chunk 0 is the text's beginning, which a snippet shows anyway: not worth the cut.
-        return [self.locate_chunk(h.text, h.chunk) if getattr(h, "chunk", None) else None for h in hits]
+        return [_source_hit(h) for h in hits]
 
 
 class StoreDistillationOpener:
@@ -213,8 +285,9 @@ class StoreDistillationOpener:
         get = getattr(self.store, "get_distillation", None)
         if get is None:
             return None
+        item, index = split_key(key)
         try:
-            d = await get(key)
+            d = await get(item)
         except NotImplementedError:
             return None
         if d is None:
@@ -226,4 +299,7 @@ class StoreDistillationOpener:
             "created_at": d.created_at,
             "archived": d.archived,
         }
-        return SourceHit(key=d.id, score=0.0, text=d.text, meta=meta, kind=Kind.DISTILLATION)
+        text = opened(d.id, cut_text(d.text), index, meta)
+        return SourceHit(
+            key=d.id, score=0.0, text=text if text is not None else d.text, meta=meta, kind=Kind.DISTILLATION
+        )

@@ -18,9 +18,9 @@ from typing import Any
 import attrs
 
 from lore_core.recall.cascade import query_terms
-from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse, RecallResult
+from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse
 from lore_core.recall.ids import Scope
-from lore_core.recall.sources import MATCH_SPAN
+from lore_core.recall.sources import NEXT, PREVIOUS, REGION
 from lore_core.store import RECALL_TOOL_NAME
 
 # One name in one place: the store leaves this tool's results out of search.
@@ -66,9 +66,15 @@ OPENAI_CHAT = "openai-chat"
 OPENAI_RESPONSES = "openai-responses"
 
 # Bounds of the tool result: it enters the conversation and is paid for on every later
-# turn (cached or not), so a search answers with snippets and opening one item with more.
+# turn (cached or not), so a search answers with passages and opening one item with the
+# region around one passage (the model pages on from there).
 MAX_RESULT_CHARS = 8000
-MAX_OPEN_CHARS = 20000
+MAX_OPEN_CHARS = 10000
+#: Longest text one search result shows: a merged run of passages is cut around the
+#: query's terms, so one long run cannot take the room of several distinct facts.
+RESULT_CHARS = 1600
+#: A result shorter than this is not worth cutting down to fit the space left.
+MIN_RESULT_CHARS = 240
 SNIPPET_CHARS = 500
 MARKER_QUERY_CHARS = 80
 
@@ -223,15 +229,6 @@ def _densest_terms(text: str, query: str, window: int) -> int | None:
     return best
 
 
-def _match_span(result: RecallResult, lead: int) -> tuple[int, int] | None:
-    """The result's matched span (:data:`MATCH_SPAN`) in its text with ``lead`` characters
-    stripped off the front; ``None`` when it has none."""
-    span = result.meta.get(MATCH_SPAN)
-    if not (isinstance(span, tuple | list) and len(span) == 2):
-        return None
-    return int(span[0]) - lead, int(span[1]) - lead
-
-
 def _meta_line(meta: Mapping[str, Any]) -> str:
     """When the item was stored (UTC, as the observation logs date their events: the model
     needs it for "last week", "before the migration"), then its session, role and title."""
@@ -242,29 +239,63 @@ def _meta_line(meta: Mapping[str, Any]) -> str:
     return (" " + " ".join(_one_line(p, 80) for p in parts)) if parts else ""
 
 
+def _opened(response: RecallResponse) -> str:
+    r = response.results[0]
+    lines = [f"[{r.id}] ({r.source}){_meta_line(r.meta)}", r.text]
+    region = r.meta.get(REGION)
+    if isinstance(region, tuple | list) and len(region) == 3 and region[2] > 1:
+        first, last, total = region
+        paging = [f"passages {first}-{last} of {total}"]
+        if r.meta.get(PREVIOUS):
+            paging.append(f'before: recall(id="{r.meta[PREVIOUS]}")')
+        if r.meta.get(NEXT):
+            paging.append(f'after: recall(id="{r.meta[NEXT]}")')
+        lines.append("(" + "; ".join(paging) + ")")
+    return "\n".join(lines)
+
+
+def _packed(response: RecallResponse, room: int) -> list[str]:
+    """As many results as fit in ``room`` characters, best first: each headed by its id,
+    source, score and when it was stored, then its passage(s). A result that does not fit
+    whole is shown cut around the query's terms when enough room is left, else skipped
+    for a shorter one further down."""
+    blocks: list[str] = []
+    for r in response.results:
+        head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
+        text = r.text.strip()
+        body = snippet(text, response.query, RESULT_CHARS) if len(text) > RESULT_CHARS else text
+        need = len(head) + 1 + len(body) + 2
+        if need > room:
+            space = room - len(head) - 3
+            if space < MIN_RESULT_CHARS:
+                continue
+            body = snippet(text, response.query, space)
+            need = len(head) + 1 + len(body) + 2
+        blocks.append(f"{head}\n{body}")
+        room -= need
+    return blocks
+
+
 def format_response(response: RecallResponse, max_chars: int | None = None) -> str:
     """The tool-result text for a response, at most ``max_chars`` characters."""
     limit = max_chars or (MAX_OPEN_CHARS if response.opened else MAX_RESULT_CHARS)
-    lines: list[str] = []
+    notes = [f"Note: {n}" for n in response.notes]
     if response.error:
-        lines.append(response.error)
+        lines = [response.error]
     elif response.opened and response.results:
-        r = response.results[0]
-        lines.append(f"[{r.id}] ({r.source}){_meta_line(r.meta)}\n{r.text}")
+        lines = [_opened(response)]
     elif not response.results:
-        lines.append(f'No memories found for "{_one_line(response.query, 200)}" (scope {response.scope}).')
+        lines = [f'No memories found for "{_one_line(response.query, 200)}" (scope {response.scope}).']
     else:
-        lines.append(
-            f'{len(response.results)} memories for "{_one_line(response.query, 200)}" '
-            f"(scope {response.scope}); open one in full with recall(id=...):"
-        )
-        for r in response.results:
-            head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
-            text = r.text.strip()
-            lead = len(r.text) - len(r.text.lstrip())
-            lines.append(f"{head}\n{snippet(text, response.query, match=_match_span(r, lead))}")
-    lines.extend(f"Note: {n}" for n in response.notes)
-    text = "\n\n".join(lines)
+        intro_room = 320
+        room = limit - intro_room - sum(len(n) + 2 for n in notes)
+        blocks = _packed(response, room)
+        lines = [
+            f'{len(blocks)} memories for "{_one_line(response.query, 200)}" (scope {response.scope}); '
+            "open one with recall(id=...) to read on around it:",
+            *blocks,
+        ]
+    text = "\n\n".join([*lines, *notes])
     return _cut(text, limit)
 
 

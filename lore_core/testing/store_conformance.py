@@ -370,7 +370,7 @@ class StoreConformance:
         async def read(store: Store) -> None:
             assert (await store.stats())["messages"] == 2
             assert await store.get_state("s-1", "forceMinLayer") == 2
-            assert [h.text for h in await store.search("flamingo")] == ["remember the flamingo"]
+            assert [h.text for h in await store.search("flamingo")] == ["[user]\nremember the flamingo"]
             assert await store.write(batch_of(ex)) == 0
 
         self.run(make_store, write)
@@ -417,7 +417,9 @@ class StoreConformance:
             assert len(haiku) == 1
             h = haiku[0]
             assert (h.session_id, h.project, h.role, h.position) == ("s-b", "/p/one", "user", 0)
-            assert h.text == "write a haiku about autumn leaves"
+            # A hit is a passage: the message's only one here, headed by where it came from.
+            assert (h.text, h.passage) == ("[user]\nwrite a haiku about autumn leaves", 0)
+            assert (h.start, h.end) == (0, len("write a haiku about autumn leaves"))
             assert h.id == (await store.session_messages("s-b"))[0].id
             assert await store.search("zebra") == []
             assert await store.search("") == []
@@ -447,6 +449,52 @@ class StoreConformance:
                 )
                 hits = await store.search("kumquat")
                 assert len(hits) == i + 1
+
+        self.run(make_store, body)
+
+    def test_search_finds_the_passage(self, make_store: Callable[[], Store]) -> None:
+        """A long tool output is searched as passages: the hit is the passage with the
+        match (not the whole output), cut by the kernel's rules, and says which tool and
+        command produced it."""
+        from lore_core.passages import cut, item_text
+
+        noise = "\n".join(
+            f"ok   pkg/module{i}   0.{i:02d}s   cached build artefact reused" for i in range(80)
+        )
+        output = f"{noise}\n--- FAIL: TestLighthouseKeeper (0.01s)\n{noise}"
+        call = tool_call("Bash", "c1", {"command": "go test ./..."}, say="Running the tests.")
+
+        async def body(store: Store) -> None:
+            await store.write(
+                batch_of(exchange([text("user", "run the tests"), call, tool_result("c1", output)]))
+            )
+            hits = await store.search("TestLighthouseKeeper")
+            assert len(hits) == 1
+            hit = hits[0]
+            stored = next(
+                m for m in await store.session_messages("s-1") if m.role == "user" and m.position == 2
+            )
+            passages = cut(stored.role, stored.blocks)
+            assert len(passages) > 3  # the output is several passages
+            assert hit.id == stored.id and hit.passage is not None and hit.passage > 0
+            assert hit.text == passages[hit.passage].text
+            assert "TestLighthouseKeeper" in hit.text and len(hit.text) < len(output) / 3
+            assert hit.text.startswith("[tool Bash: go test ./...]")
+            assert hit.tool == "Bash"
+            assert item_text(stored.role, stored.blocks)[hit.start : hit.end] == passages[hit.passage].body
+            # Every passage of the output is searchable, and they come back as such.
+            many = await store.search("cached artefact", limit=100)
+            assert {h.passage for h in many if h.id == stored.id} == set(range(len(passages)))
+
+        self.run(make_store, body)
+
+    def test_sync_search_index(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            await store.write(self._corpus())
+            seen: list[tuple[int, int]] = []
+            await store.sync_search_index(lambda done, total: seen.append((done, total)))
+            assert seen and all(done <= total for done, total in seen)
+            assert len(await store.search("postgres")) == 3
 
         self.run(make_store, body)
 
@@ -544,7 +592,7 @@ class StoreConformance:
             assert {h.id for h in hits} == {obs.ref, archived.ref}  # archived rows stay searchable
             hit = next(h for h in hits if h.id == obs.ref)
             assert (hit.session_id, hit.role, hit.project) == ("s-a", "distillation", "/work/alpha")
-            assert hit.text == obs.text
+            assert hit.text == f"[distillation]\n{obs.text}" and hit.passage == 0
             assert await store.search("wombat", session_id="s-b") == []
             assert [h.id for h in await store.search("layout", session_id="s-a")] == [obs.ref]
             # Messages and distillations rank in one corpus.
@@ -668,15 +716,18 @@ class StoreConformance:
             assert hits[0].score == pytest.approx(1.0, abs=1e-4)
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
             haiku = next(h for h in hits if h.role == "user" and h.session_id == "s-b")
-            assert (haiku.text, haiku.project, haiku.position) == (
-                "write a haiku about autumn leaves",
+            assert (haiku.text, haiku.project, haiku.position, haiku.passage) == (
+                "[user]\nwrite a haiku about autumn leaves",
                 "/p/one",
+                0,
                 0,
             )
             assert haiku.id == (await store.session_messages("s-b"))[0].id
             # Archived distillations stay searchable by vector, as d:<id> hits.
             top = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), limit=1)
-            assert [(h.id, h.role, h.text) for h in top] == [(archived.ref, "distillation", archived.text)]
+            assert [(h.id, h.role, h.text) for h in top] == [
+                (archived.ref, "distillation", f"[distillation]\n{archived.text}")
+            ]
             assert top[0].project == "/work/alpha"
             # Filters: kind, session, project, limit.
             only_msgs = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), kinds=["message"])
@@ -694,36 +745,38 @@ class StoreConformance:
 
         self.run(make_store, body)
 
-    def test_vector_search_one_hit_per_item(self, make_store: Callable[[], Store]) -> None:
+    def test_vector_search_one_hit_per_passage(self, make_store: Callable[[], Store]) -> None:
+        """Vectors are written under the index of the passage they embed (a long item may
+        have only some embedded), and a hit is that passage."""
+        from lore_core.passages import cut
         from lore_core.store import ItemVectors
+
+        paragraphs = "\n\n".join(
+            f"paragraph {i}: " + "filler words about nothing much " * 20 for i in range(6)
+        )
 
         async def body(store: Store) -> None:
             await self._require_vectors(store)
-            await store.write(self._corpus())
-            pending = await store.pending_embeddings(self.MODEL)
-            # Every item gets three chunk vectors; the first item's last chunk is the match.
-            items = [
-                ItemVectors(p, [self._unit(1, 0, 0, 0), self._unit(0, 1, 0, 0), self._unit(0, 0.2, 1, 0)])
-                for p in pending
-            ]
-            items[0].vectors[2] = self._unit(0, 0, 0, 1)
-            assert await store.write_vectors(self.MODEL, 4, items) == 18
-            hits = await store.vector_search(self.MODEL, self._unit(0, 0, 0, 1), limit=10)
-            assert len(hits) == 6 and len({h.id for h in hits}) == 6
-            assert hits[0].id == pending[0].id and hits[0].score == pytest.approx(1.0, abs=1e-4)
-            # Each hit says which of its chunks matched: its position in the vectors written.
-            assert hits[0].chunk == 2
-            hits = await store.vector_search(self.MODEL, self._unit(0, 1, 0, 0), limit=10)
-            assert [h.chunk for h in hits] == [1] * 6
-            hits = await store.vector_search(self.MODEL, self._unit(1, 0, 0, 0), limit=10)
-            assert [h.chunk for h in hits] == [0] * 6
+            await store.write(batch_of(exchange([text("user", paragraphs)])))
+            (pending,) = await store.pending_embeddings(self.MODEL)
+            passages = cut(pending.role, pending.blocks)
+            assert len(passages) >= 4
+            vectors = [self._unit(1, 0, 0, 0), self._unit(0, 1, 0, 0), self._unit(0, 0, 0, 1)]
+            item = ItemVectors(pending, vectors, passages=[0, 2, len(passages) - 1])
+            assert await store.write_vectors(self.MODEL, 4, [item]) == 3
+            hits = await store.vector_search(self.MODEL, self._unit(0, 0.1, 0, 1), limit=10)
+            assert [h.passage for h in hits] == [len(passages) - 1, 2, 0]
+            assert len({(h.id, h.passage) for h in hits}) == 3 and {h.id for h in hits} == {pending.id}
+            assert hits[0].text == passages[-1].text and hits[1].text == passages[2].text
+            assert (hits[1].start, hits[1].end) == (passages[2].start, passages[2].end)
+            assert hits[0].score == pytest.approx(max(h.score for h in hits))
 
         self.run(make_store, body)
 
-    def test_vector_hit_snippet_shows_the_matching_chunk(self, make_store: Callable[[], Store]) -> None:
-        """End to end: the indexer chunks a long tool output, the store reports which chunk
-        a query's vector matched, and the recall result shows that part of the text (no
-        query word occurs in it, so the term window has nothing to go by)."""
+    def test_vector_hit_shows_the_matching_passage(self, make_store: Callable[[], Store]) -> None:
+        """End to end: the indexer embeds a long tool output's passages, the store reports
+        which passage a query's vector matched, and the recall result shows that passage
+        (no query word occurs in it, so only the vectors can have found it)."""
         from lore_core.indexer import VectorIndexer
         from lore_core.recall.store_engine import store_recall_engine
         from lore_core.recall.tool import format_response

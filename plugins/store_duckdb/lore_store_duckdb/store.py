@@ -28,7 +28,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from lore_core.passages import PASSAGE_RULES, CallMemo, cut_text, message_passages, passage_key
 from lore_core.store import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
@@ -56,8 +57,9 @@ from lore_store_duckdb.vectors import VectorIndex
 
 log = logging.getLogger("lore.store.duckdb")
 
-#: Rows copied into the index per append at most.
-INDEX_BATCH_ROWS = 50_000
+#: Items (messages and distillations) cut into passages and copied into the index per
+#: append at most; a search waits for at most one such batch.
+INDEX_BATCH_ROWS = 20_000
 #: Merge appended rows into the index once this many are pending (each pending row is
 #: scanned by every query: ~20 ms per 1,000 rows measured) ...
 OPTIMIZE_PENDING_ROWS = 2_000
@@ -118,18 +120,31 @@ _ARROW_MESSAGES = pa.schema(
         ("error", pa.string()),
     ]
 )
+#: The full-text index holds passages (lore_core.passages): one row per passage of a
+#: message or distillation, ``id`` the passage key, ``item_id`` the item as search shows it.
 _INDEX_SCHEMA = pa.schema(
     [
         ("seq", pa.int64()),
         ("id", pa.string()),
+        ("item_id", pa.string()),
+        ("passage", pa.int32()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
         ("session_id", pa.string()),
         ("project", pa.string()),
         ("role", pa.string()),
+        ("tool", pa.string()),
+        ("source", pa.string()),
         ("position", pa.int32()),
         ("created_at", pa.float64()),
         ("text", pa.string()),
     ]
 )
+_INDEX_TABLE = "passages"
+#: A message's text is read only when it has no blocks to cut passages from.
+_TEXT_IF_NO_BLOCKS = "CASE WHEN blocks IS NULL OR blocks = '[]' THEN text END"
+#: Tables of earlier index layouts, dropped when found (the index is rebuilt from DuckDB).
+_OLD_INDEX_TABLES = ("messages",)
 _WORD = re.compile(r"\w", re.UNICODE)
 
 
@@ -575,10 +590,10 @@ class DuckDBStore:
 
     # Messages and distillations share the seq, so one watermark per model covers both.
     _PENDING_SQL = f"""SELECT * FROM (
-            SELECT seq, '{VECTOR_MESSAGE}' AS kind, id, text, session_id, project, created_at
+            SELECT seq, '{VECTOR_MESSAGE}' AS kind, id, text, session_id, project, created_at, role, blocks
             FROM messages WHERE seq > $1
             UNION ALL
-            SELECT seq, '{VECTOR_DISTILLATION}', id, content, session_id, project, created_at
+            SELECT seq, '{VECTOR_DISTILLATION}', id, content, session_id, project, created_at, NULL, NULL
             FROM distillations WHERE seq > $1
         ) ORDER BY seq LIMIT $2"""
 
@@ -588,9 +603,17 @@ class DuckDBStore:
             rows = self._query(self._PENDING_SQL, (watermark, max(0, limit)))
             return [
                 EmbeddingItem(
-                    kind, ident, text or "", session or "", project or "", float(at or 0.0), int(seq)
+                    kind,
+                    ident,
+                    text or "",
+                    session or "",
+                    project or "",
+                    float(at or 0.0),
+                    int(seq),
+                    role or "",
+                    json.loads(blocks) if blocks else [],
                 )
-                for seq, kind, ident, text, session, project, at in rows
+                for seq, kind, ident, text, session, project, at, role, blocks in rows
             ]
 
         return await asyncio.to_thread(run)
@@ -611,41 +634,51 @@ class DuckDBStore:
             found = self._vectors.search(model, vector, kinds, session_id, project, limit)
             if not found:
                 return []
-            message_ids = [i for kind, i, _, _ in found if kind == VECTOR_MESSAGE]
-            distillation_ids = [i for kind, i, _, _ in found if kind == VECTOR_DISTILLATION]
-            rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+            message_ids = list(dict.fromkeys(i for kind, i, _, _ in found if kind == VECTOR_MESSAGE))
+            distillation_ids = list(
+                dict.fromkeys(i for kind, i, _, _ in found if kind == VECTOR_DISTILLATION)
+            )
+            # (kind, item id) -> (search id, session, project, role, position, created_at, passages)
+            items: dict[tuple[str, str], tuple[Any, ...]] = {}
             if message_ids:
                 for r in self._query(
-                    "SELECT id, session_id, project, role, position, created_at, text FROM messages "
-                    "WHERE id IN (SELECT unnest(?))",
+                    "SELECT id, session_id, project, role, position, created_at, blocks, "
+                    f"{_TEXT_IF_NO_BLOCKS} FROM messages WHERE id IN (SELECT unnest(?))",
                     (message_ids,),
                 ):
-                    rows[(VECTOR_MESSAGE, r[0])] = r
+                    blocks = json.loads(r[6]) if r[6] else []
+                    items[(VECTOR_MESSAGE, r[0])] = (*r[:6], message_passages(r[3], blocks, r[7] or ""))
             if distillation_ids:
                 for r in self._query(
                     "SELECT id, session_id, project, created_at, content FROM distillations "
                     "WHERE id IN (SELECT unnest(?))",
                     (distillation_ids,),
                 ):
-                    rows[(VECTOR_DISTILLATION, r[0])] = (
-                        DISTILLATION_PREFIX + r[0], r[1], r[2], DISTILLATION_ROLE, 0, r[3], r[4]
+                    ref = DISTILLATION_PREFIX + r[0]
+                    items[(VECTOR_DISTILLATION, r[0])] = (
+                        ref, r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or "")
                     )  # fmt: skip
             hits = []
-            for kind, ident, score, chunk in found:
-                r = rows.get((kind, ident))
-                if r is None:
-                    continue  # an item of a kind this store does not hold (yet)
+            for kind, ident, score, index in found:
+                item = items.get((kind, ident))
+                if item is None or index >= len(item[6]):
+                    continue  # an item of a kind this store does not hold (yet), or cut by other rules
+                passage = item[6][index]
                 hits.append(
                     SearchHit(
-                        id=r[0],
-                        session_id=r[1],
-                        project=r[2] or "",
-                        role=r[3],
+                        id=item[0],
+                        session_id=item[1],
+                        project=item[2] or "",
+                        role=item[3],
                         score=score,
-                        text=r[6] or "",
-                        position=int(r[4] or 0),
-                        created_at=float(r[5] or 0.0),
-                        chunk=chunk,
+                        text=passage.text,
+                        position=int(item[4] or 0),
+                        created_at=float(item[5] or 0.0),
+                        passage=passage.index,
+                        start=passage.start,
+                        end=passage.end,
+                        tool=passage.tool,
+                        source=passage.source,
                     )
                 )
             return hits
@@ -675,6 +708,27 @@ class DuckDBStore:
         await asyncio.to_thread(self._vectors.optimize, model)
 
     # -- maintenance (benchmarks, tests) ---------------------------------------------------
+
+    async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        index = self._index
+        if index is None:
+            self._cursor().close()  # reopens after an invalidation, or raises
+            index = self._index
+        assert index is not None
+
+        def run() -> int:
+            total = index.behind()
+            if progress is not None:
+                progress(0, total)
+                index.progress = lambda done: progress(done, max(total, done))
+            try:
+                added = index.catch_up(force=True)
+            finally:
+                index.progress = None
+            index.optimize()
+            return added
+
+        return await asyncio.to_thread(run)
 
     async def sync_index(self, optimize: bool = True) -> None:
         """Bring the index fully up to date (and merged, with ``optimize``)."""
@@ -715,6 +769,10 @@ class _Index:
         self.error: str | None = None
         self.last_optimize_seconds: float | None = None
         self.optimizations = 0
+        # Resolves the tool of results stored before results were annotated (a rebuild).
+        self._calls = CallMemo()
+        #: Called with the items indexed so far during a catch-up (``lore reindex``).
+        self.progress: Callable[[int], None] | None = None
 
     def lagging(self) -> bool:
         cur = self._con.cursor()
@@ -756,14 +814,28 @@ class _Index:
         meta = self._con.cursor()
         try:
             row = meta.execute("SELECT value FROM lore_meta WHERE key = 'fts_watermark'").fetchone()
+            rules = meta.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone()
         finally:
             meta.close()
         watermark = int(row[0]) if row else 0
         self._fts_ready = False
         try:
             db = lancedb.connect(str(self.path))
-            if "messages" in db.list_tables().tables:
-                table = db.open_table("messages")
+            tables = set(db.list_tables().tables)
+            stale = [t for t in _OLD_INDEX_TABLES if t in tables]
+            if _INDEX_TABLE in tables and (rules is None or rules[0] != PASSAGE_RULES):
+                stale.append(_INDEX_TABLE)
+            if stale:
+                # Cut by other rules (or an older layout): rebuilt from DuckDB.
+                log.info("full-text index at %s: rebuilding it (passage rules %s)", self.path, PASSAGE_RULES)
+                for name in stale:
+                    db.drop_table(name)
+                tables -= set(stale)
+                watermark = 0
+                self._set_meta("fts_watermark", "0")
+            self._set_meta("fts_rules", PASSAGE_RULES)
+            if _INDEX_TABLE in tables:
+                table = db.open_table(_INDEX_TABLE)
                 # A crash between an append and saving the watermark leaves rows past it.
                 newest = table.search().where(f"seq > {watermark}").select(["seq"]).to_arrow()
                 if newest.num_rows:
@@ -775,7 +847,7 @@ class _Index:
                     # Appended before the last shutdown but never merged: merge them soon.
                     self.pending_since = time.monotonic() - OPTIMIZE_IDLE_SECONDS
             else:
-                table = db.create_table("messages", schema=_INDEX_SCHEMA)
+                table = db.create_table(_INDEX_TABLE, schema=_INDEX_SCHEMA)
                 watermark = 0
         except Exception as exc:
             # The index is derived data: rebuild it from DuckDB rather than fail.
@@ -784,7 +856,7 @@ class _Index:
             self._fts_ready = False
             self.unmerged, self.pending_since = 0, None
             db = lancedb.connect(str(self.path))
-            table = db.create_table("messages", schema=_INDEX_SCHEMA)
+            table = db.create_table(_INDEX_TABLE, schema=_INDEX_SCHEMA)
             watermark = 0
         self._db, self._table, self.watermark = db, table, watermark
         return table
@@ -797,12 +869,30 @@ class _Index:
 
     # -- feeding ---------------------------------------------------------------------------
 
-    def catch_up(self) -> int:
-        """Copy every committed message past the watermark into the index. Returns rows added."""
+    def behind(self) -> int:
+        """Items (messages and distillations) not in the index yet (all of them before a
+        rebuild)."""
+        with self._append_lock:
+            self._ensure_table()
+            watermark = self.watermark
+        cur = self._con.cursor()
+        try:
+            (count,) = cur.execute(
+                "SELECT (SELECT count(*) FROM messages WHERE seq > $1) "
+                "+ (SELECT count(*) FROM distillations WHERE seq > $1)",
+                (watermark,),
+            ).fetchone() or (0,)
+        finally:
+            cur.close()
+        return int(count)
+
+    def catch_up(self, force: bool = False) -> int:
+        """Copy every committed item past the watermark into the index, as passages.
+        Returns the items added."""
         added = 0
         with self._append_lock:
             table = self._ensure_table()
-            if not self._dirty and self._fts_ready:
+            if not self._dirty and self._fts_ready and not force:
                 return 0
             # Cleared before reading: a write committing meanwhile sets it again.
             self._dirty = False
@@ -813,43 +903,51 @@ class _Index:
                 raise
         return added
 
+    def _set_meta(self, key: str, value: str) -> None:
+        cur = self._con.cursor()
+        try:
+            cur.execute(
+                """INSERT INTO lore_meta (key, value) VALUES (?, ?)
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
+                (key, value),
+            )
+        finally:
+            cur.close()
+
     def _copy_new_rows(self, table: Any) -> int:
-        """The catch-up itself; the caller holds the append lock."""
+        """The catch-up itself; the caller holds the append lock. Returns items indexed."""
         added = 0
         while True:
             cur = self._con.cursor()
             try:
                 # Distillations share the sequence (and so the watermark) and are indexed
-                # as "d:<id>" rows. Their text never changes (archiving only flags them).
+                # as "d:<id>" items. Their text never changes (archiving only flags them).
                 rows = cur.execute(
-                    """SELECT * FROM (
-                        SELECT seq, id, session_id, project, role, position, created_at, text
+                    f"""SELECT * FROM (
+                        SELECT seq, id, session_id, project, role, position, created_at, blocks,
+                            NULL AS content, {_TEXT_IF_NO_BLOCKS} AS text
                         FROM messages WHERE seq > $1
                         UNION ALL
-                        SELECT seq, $2 || id, session_id, project, $3, 0, created_at, content
+                        SELECT seq, $2 || id, session_id, project, $3, 0, created_at, NULL, content, NULL
                         FROM distillations WHERE seq > $1
                     ) ORDER BY seq LIMIT $4""",
                     (self.watermark, DISTILLATION_PREFIX, DISTILLATION_ROLE, INDEX_BATCH_ROWS),
-                ).to_arrow_table()
+                ).fetchall()
             finally:
                 cur.close()
-            if rows.num_rows == 0:
+            if not rows:
                 break
-            table.add(rows.cast(_INDEX_SCHEMA))
-            if self._has_fts(table):
-                self.unmerged += rows.num_rows
-                self.pending_since = self.pending_since or time.monotonic()
-            self.watermark = int(rows["seq"][-1].as_py())
-            added += rows.num_rows
-            cur = self._con.cursor()
-            try:
-                cur.execute(
-                    """INSERT INTO lore_meta (key, value) VALUES ('fts_watermark', ?)
-                    ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
-                    (str(self.watermark),),
-                )
-            finally:
-                cur.close()
+            passages = self._passage_rows(rows)
+            if passages.num_rows:
+                table.add(passages)
+                if self._has_fts(table):
+                    self.unmerged += passages.num_rows
+                    self.pending_since = self.pending_since or time.monotonic()
+            self.watermark = int(rows[-1][0])
+            added += len(rows)
+            self._set_meta("fts_watermark", str(self.watermark))
+            if self.progress is not None:
+                self.progress(added)
         # The first index is built once over everything copied (a rebuild from DuckDB
         # copies in batches; indexing each batch would re-merge the index every time).
         # Checked by row count, not by `added`: a crash may have left rows without one.
@@ -860,6 +958,31 @@ class _Index:
             self._fts_ready = True
             _ensure_scalar_indexes(table)
         return added
+
+    def _passage_rows(self, rows: Sequence[tuple[Any, ...]]) -> pa.Table:
+        """Index rows for the passages of these messages and distillations."""
+        columns: dict[str, list[Any]] = {name: [] for name in _INDEX_SCHEMA.names}
+        for seq, ident, session, project, role, position, created_at, blocks, content, text in rows:
+            if content is None:
+                passages = self._calls.cut(session, role, json.loads(blocks) if blocks else [], text or "")
+            else:
+                passages = cut_text(content)
+            for p in passages:
+                columns["seq"].append(seq)
+                columns["id"].append(passage_key(ident, p.index))
+                columns["item_id"].append(ident)
+                columns["passage"].append(p.index)
+                columns["start"].append(p.start)
+                columns["end"].append(p.end)
+                columns["session_id"].append(session)
+                columns["project"].append(project)
+                columns["role"].append(role)
+                columns["tool"].append(p.tool)
+                columns["source"].append(p.source)
+                columns["position"].append(position)
+                columns["created_at"].append(created_at)
+                columns["text"].append(p.text)
+        return pa.table(columns, schema=_INDEX_SCHEMA)
 
     def optimize(self) -> None:
         """Merge appended rows into the index and compact fragments (runs beside appends)."""
@@ -928,12 +1051,15 @@ class _Index:
         if filters:
             builder = builder.where(" AND ".join(filters), prefilter=True)
         result = builder.select(
-            ["id", "session_id", "project", "role", "position", "created_at", "text", "_score"]
-        )
+            [
+                "item_id", "passage", "start", "end", "tool", "source", "session_id", "project", "role",
+                "position", "created_at", "text", "_score",
+            ]
+        )  # fmt: skip
         rows = result.to_arrow().to_pylist()
         hits = [
             SearchHit(
-                id=r["id"],
+                id=r["item_id"],
                 session_id=r["session_id"],
                 project=r["project"] or "",
                 role=r["role"],
@@ -941,10 +1067,15 @@ class _Index:
                 text=r["text"] or "",
                 position=int(r["position"] or 0),
                 created_at=float(r["created_at"] or 0.0),
+                passage=int(r["passage"]),
+                start=int(r["start"]),
+                end=int(r["end"]),
+                tool=r["tool"],
+                source=r["source"],
             )
             for r in rows
         ]
-        hits.sort(key=lambda h: (-h.score, h.id))
+        hits.sort(key=lambda h: (-h.score, h.id, h.passage or 0))
         return hits
 
     def health(self) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 One table per embedding model, so a model change starts an index of its own (backfilled
 from DuckDB) and vectors of two models or two sizes are never compared. Each row is one
-chunk of one item (a message or a distillation; knowledge and entities later) with the
-item's ``seq``, kind, id, session and project, so searches filter by scope before ranking.
+passage of one item (a message or a distillation; knowledge and entities later; column
+``chunk`` is the passage's index, :mod:`lore_core.passages`) with the item's ``seq``, kind,
+id, session and project, so searches filter by scope before ranking.
 
 What is embedded is derived, as for the full-text index, from a watermark per model over
 the ``seq`` that messages and distillations share: items are embedded in ``seq`` order and
@@ -72,8 +73,6 @@ SCALAR_MIN_ROWS = 10_000
 _SCALAR_INDEXES = (("project", "bitmap"), ("kind", "bitmap"), ("session_id", "btree"))
 #: Old LanceDB versions kept after an optimize (a running query may still read one).
 CLEANUP_OLDER_THAN = timedelta(minutes=2)
-#: Chunk rows fetched per wanted item (an item's chunks compete for the same places).
-CHUNKS_PER_RESULT = 4
 
 _META_PREFIX = "vectors:"
 
@@ -234,7 +233,7 @@ class VectorIndex:
             for iv in items:
                 if iv.item.cursor <= m.watermark:
                     continue  # written before (a retried batch)
-                for chunk, vector in enumerate(iv.vectors):
+                for chunk, vector in zip(iv.passage_indexes(), iv.vectors, strict=True):
                     if len(vector) != dimensions:
                         raise VectorDimensionError(
                             f"a vector of {len(vector)} dimensions for the {model!r} index ({dimensions})"
@@ -338,8 +337,8 @@ class VectorIndex:
         project: str | None,
         limit: int,
     ) -> list[tuple[str, str, float, int]]:
-        """``(kind, item id, cosine similarity, chunk)`` per item, best first, at most
-        ``limit``; ``chunk`` is the item's best chunk (the one the similarity is of)."""
+        """``(kind, item id, cosine similarity, passage index)`` per passage, best first, at
+        most ``limit``."""
         m = self.model(model)
         if m is None or limit <= 0:
             return []
@@ -356,12 +355,11 @@ class VectorIndex:
             filters.append(f"session_id = {_sql_str(session_id)}")
         if project is not None:
             filters.append(f"project = {_sql_str(project)}")
-        fetch = max(limit * CHUNKS_PER_RESULT, 40)
         where = " AND ".join(filters)
 
-        def run(exact: bool) -> dict[tuple[str, str], tuple[float, int]]:
+        def run(exact: bool) -> list[tuple[str, str, float, int]]:
             builder = (
-                m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(fetch)
+                m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(limit)
             )
             if exact:
                 builder = builder.bypass_vector_index()
@@ -369,13 +367,9 @@ class VectorIndex:
                 builder = builder.nprobes(ANN_NPROBES).refine_factor(ANN_REFINE_FACTOR)
             if where:
                 builder = builder.where(where, prefilter=True)
-            best: dict[tuple[str, str], tuple[float, int]] = {}
-            for r in builder.select(["kind", "item_id", "chunk", "_distance"]).to_arrow().to_pylist():
-                key = (r["kind"], r["item_id"])
-                score = 1.0 - float(r["_distance"])
-                if score > best.get(key, (-2.0, 0))[0]:
-                    best[key] = (score, int(r["chunk"]))
-            return best
+            rows = builder.select(["kind", "item_id", "chunk", "_distance"]).to_arrow().to_pylist()
+            found = [(r["kind"], r["item_id"], 1.0 - float(r["_distance"]), int(r["chunk"])) for r in rows]
+            return sorted(found, key=lambda x: (-x[2], x[1], x[3]))
 
         # The ANN index only looks in the partitions nearest the query: a selective filter
         # (a session, a small project, one kind) may have few or none of its rows there
@@ -383,11 +377,10 @@ class VectorIndex:
         # exactly (its rows found through the session_id index); another filter that comes
         # back short is retried exactly.
         exact = bool(m.ann_rows) and session_id is not None
-        best = run(exact)
-        if m.ann_rows and not exact and where and len(best) < limit:
-            best = run(True)
-        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0][1]))[:limit]
-        return [(kind, ident, score, chunk) for (kind, ident), (score, chunk) in ranked]
+        found = run(exact)
+        if m.ann_rows and not exact and where and len(found) < limit:
+            found = run(True)
+        return found[:limit]
 
     def stats(self, model: str) -> dict[str, Any]:
         m = self.model(model)

@@ -24,7 +24,8 @@ def test_version_1_database_migrates_and_keeps_its_messages(tmp_path: Path) -> N
     con.execute("INSERT INTO lore_meta VALUES ('schema_version', '1')")
     con.execute(
         """INSERT INTO messages (id, session_id, position, role, blocks, text, created_at, complete, origin)
-        VALUES ('m1', 's-1', 0, 'user', '[]', 'the heron nests', 1.0, true, 'request')"""
+        VALUES ('m1', 's-1', 0, 'user', '[{"type": "text", "text": "the heron nests"}]', 'the heron nests',
+            1.0, true, 'request')"""
     )
     con.close()
     ids = ["m1"]

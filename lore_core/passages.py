@@ -1,0 +1,658 @@
+"""Passages: the units everything searchable is indexed and recalled as.
+
+A stored message stays whole (it is the ground truth), but search works on *passages*: each
+message, and each distillation, is cut into pieces of bounded size on block, tool-call and
+line boundaries. Real tool outputs are 10-50K characters and runs of assistant steps are
+stored as one message of 100K+; ranked whole, such an item matches almost any query, and a
+snippet of it shows one window of many facts. A passage is small enough that its words are
+about one thing, and the result the model reads can hold many of them.
+
+The rules live here, in the kernel, so every backend agrees on them (as on message ids):
+full-text and vector indexes both hold passages, keyed ``(item id, passage index)``, so
+rank fusion fuses the same units. Changing the rules changes :data:`PASSAGE_RULES`; stores
+rebuild their full-text index and the vector index starts over (``lore reindex``).
+
+Each passage's text starts with a header line saying where it came from::
+
+    [assistant -> Bash] go test ./cmd/entire/cli/strategy/ -run TestFoo
+    [tool Bash, exit 1: go test ./cmd/entire/cli/strategy/ -run TestFoo] part 2/3
+    --- FAIL: TestFoo (0.00s)
+
+so a passage of a 40K test log still says which command produced it and whether it
+failed. The body is a slice of the item's text (:func:`item_text`), which renders tool calls
+readably (``key: value`` lines, never JSON-escaped: an escaped ``\\n`` before a word glues
+an ``n`` to it for every tokenizer) and drops harness housekeeping (``<system-reminder>``
+and friends).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
+
+#: Names the passage rules. Stores keep it beside their indexes; a different value means
+#: the indexes were cut by other rules and are rebuilt.
+PASSAGE_RULES = "p1"
+
+#: A passage grows line by line to about this many characters ...
+TARGET_CHARS = 700
+#: ... and never past this (a longer line is cut at a space).
+MAX_CHARS = 1000
+#: A paragraph break ends a passage once it holds at least this much ...
+_PARAGRAPH_MIN = TARGET_CHARS // 2
+#: ... and a passage shorter than this takes the next line even past the target (a tool
+#: call's name line is not a passage of its own).
+_MIN_PIECE = 200
+#: A FAIL line this close to a passage's start has its messages in the passage before.
+_FAILURE_LEAD = 200
+#: Longest "source" (command, path, pattern) a header repeats.
+SOURCE_CHARS = 200
+
+#: The recall tool's own results are copies of other memories: never indexed (see
+#: :data:`lore_core.store.RECALL_TOOL_NAME`).
+_RECALL_TOOL = "recall"
+
+# Keys of a tool call's input that say what it did, best first.
+SOURCE_KEYS = (
+    "command", "cmd", "file_path", "path", "filePath", "notebook_path", "pattern", "url",
+    "query", "description", "subject", "title", "prompt", "name",
+)  # fmt: skip
+# Input keys that are plumbing, not content (Codex's exec limits, Claude Code's timeouts).
+_NOISE_KEYS = frozenset(
+    {"yield_time_ms", "max_output_tokens", "timeout", "run_in_background", "session_id", "login", "shell"}
+)
+# Harness housekeeping: not what happened (kept in sync with lore_core.distill.render).
+_HOUSEKEEPING_TAGS = "system-reminder|local-command-caveat|environment_context|user_instructions"
+_HOUSEKEEPING = re.compile(r"<(" + _HOUSEKEEPING_TAGS + r")\b[^>]*>.*?</\1\s*>[ \t]*\n?", re.S)
+# The files a patch (Codex's apply_patch) touches.
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
+# A shell tool's exit status as harnesses print it ("Exit code 1", Codex's "Process exited
+# with code 1").
+_EXIT = re.compile(r"^(?:Exit code|Process exited with code)\s+(-?\d+)\s*$", re.M)
+
+
+# ---------------------------------------------------------------------------------------------
+# Events: what a tool call did, what its output shows
+# ---------------------------------------------------------------------------------------------
+#
+# A passage of a tool call or result is tagged with the events it records, as ``#tag`` words
+# in its header: "which test failed first", "what did we commit after X", "which file did we
+# create" are questions about events, which word overlap with the question rarely finds (a
+# test log never says "the first test to fail"). Recall reads the tags back
+# (:mod:`lore_core.recall.intent`). Tags are single tokens, so a full-text search for one
+# finds exactly the passages that carry it.
+
+TEST_FAILURE = "testfailure"
+FAILED_COMMAND = "failedcommand"
+LINT_FINDING = "lintfinding"
+BUILD_ERROR = "builderror"
+GIT_COMMIT = "gitcommit"
+DIFFSTAT = "diffstat"
+PULL_REQUEST = "pullrequest"
+BRANCH_CREATED = "branchcreated"
+FILE_EDITED = "fileedited"
+FILE_CREATED = "filecreated"
+TEST_WRITTEN = "testwritten"
+TASK_PLAN = "taskplan"
+SUBAGENT = "subagent"
+WEB_LOOKUP = "weblookup"
+CODE_SEARCH = "codesearch"
+TICKET = "ticketcreated"
+#: ``exitcode<N>`` tags the output of a command that exited with status N (N != 0).
+EXIT_CODE = "exitcode"
+
+_TAG = re.compile(r"#([a-z0-9]+)")
+_TEST_FAILURE = re.compile(
+    r"^\s*--- FAIL: \S+|^FAIL\s+\S+|^FAILED\s+\S+|^\s*✕ |^E\s+AssertionError|^\s*\d+ failed\b|"
+    r"\bTest\w+ FAILED\b|^\s*\u25cf .+ \u203a ",  # jest: a bullet, "suite > test"
+    re.M,
+)
+# path:line:col: message (linter) — golangci-lint, ruff, flake8, eslint (compact) and friends.
+_LINT_LINE = re.compile(r"^\S+\.\w+:\d+(?::\d+)?:? .+ \(([a-z][\w-]*)\)\s*$", re.M)
+_LINT_TOOLS = re.compile(r"lint|ruff|flake8|pylint|eslint|mypy|staticcheck|\bvet\b|clippy|shellcheck")
+# A compiler's error line: path:line:col: message (go, tsc, rustc/gcc style), or a marker.
+_COMPILE_LINE = re.compile(
+    r"^\S+\.(?:go|ts|tsx|js|jsx|rs|java|kt|c|cc|cpp|h|hpp|cs|swift):\d+:\d+: \S|"
+    r"\berror(?:\[E\d+\]| TS\d+): |^SyntaxError: |\[build failed\]",
+    re.M,
+)
+_COMMIT_RESULT = re.compile(r"^\[[^\]\s]+(?: \([^)]*\))? [0-9a-f]{7,40}\] ", re.M)
+_DIFFSTAT = re.compile(r"\b\d+ files? changed\b")
+# A test function's name where it is defined: Go, Python, Rust (#[test] fn is not matched).
+_TEST_NAME = re.compile(r"\bfunc (?:\([^)]*\)\s*)?(Test\w+|Benchmark\w+|Fuzz\w+)\(|\bdef (test_\w+)\(")
+_EDIT_TOOLS = frozenset(
+    {"edit", "multiedit", "str_replace", "str_replace_editor", "edit_file", "notebookedit"}
+)
+_WRITE_TOOLS = frozenset({"write", "create_file", "write_file"})
+_PLAN_TOOLS = frozenset({"todowrite", "update_plan", "exitplanmode", "taskcreate", "todo_write"})
+_AGENT_TOOLS = frozenset({"task", "agent", "spawn_agent", "dispatch_agent"})
+_WEB_TOOLS = frozenset({"websearch", "webfetch", "web_search", "web_fetch", "fetch"})
+_SEARCH_TOOLS = frozenset({"grep", "glob", "search", "find", "codebase_search", "grep_search", "ls"})
+_READ_TOOLS = frozenset({"read", "read_file", "view", "notebookread", "cat"})
+_GIT_COMMIT = re.compile(r"\bgit\b[^|;&\n]*\bcommit\b")
+_PR_CREATE = re.compile(r"\bgh pr create\b|\bhub pull-request\b")
+_NEW_BRANCH = re.compile(r"\bgit (?:checkout|switch) (?:-b|-c|--create)\b|\bgit branch (?!-)[\w./-]+")
+# Codex prints the command a still-running session belongs to at the top of its output.
+_RAN_COMMAND = re.compile(r"\ACommand: (.+)")
+_POLL_TOOLS = frozenset({"write_stdin"})
+_SHELL_SEARCH = re.compile(r"(?:^|[;&|(]\s*)(?:rg|grep|ag|ack|git grep)\s")
+
+
+def _new_tests(tool_input: Any) -> set[str]:
+    """Test functions a file edit introduces: defined in what it writes and not in what it
+    replaces (an edit of an existing test is not a new test)."""
+    if isinstance(tool_input, str):  # a patch: its added lines
+        added = "\n".join(line[1:] for line in tool_input.splitlines() if line.startswith("+"))
+        removed = "\n".join(line[1:] for line in tool_input.splitlines() if line.startswith("-"))
+    elif isinstance(tool_input, Mapping):
+        added = "\n".join(str(tool_input.get(k) or "") for k in ("new_string", "content", "new_str", "code"))
+        edits = tool_input.get("edits")
+        if isinstance(edits, list):
+            added += "\n".join(str(e.get("new_string") or "") for e in edits if isinstance(e, Mapping))
+        removed = "\n".join(str(tool_input.get(k) or "") for k in ("old_string", "old_str"))
+        if isinstance(edits, list):
+            removed += "\n".join(str(e.get("old_string") or "") for e in edits if isinstance(e, Mapping))
+    else:
+        return set()
+    return _test_names(added) - _test_names(removed)
+
+
+def _test_names(code: str) -> set[str]:
+    return {go or py for go, py in _TEST_NAME.findall(code)}
+
+
+def _action_tags(tool: str, tool_input: Any, source: str | None) -> list[str]:
+    """What a tool call did (tags of its first passage)."""
+    name = tool.lower()
+    patch = tool_input if isinstance(tool_input, str) and name == "apply_patch" else ""
+    tags: list[str] = []
+    if name in _WRITE_TOOLS or "*** Add File" in patch:
+        tags += [FILE_CREATED, FILE_EDITED]  # creating a file is editing it, too
+    elif name in _EDIT_TOOLS or "*** Update File" in patch:
+        tags.append(FILE_EDITED)
+    if name in _PLAN_TOOLS:
+        tags.append(TASK_PLAN)
+    if name in _AGENT_TOOLS:
+        tags.append(SUBAGENT)
+    if name in _WEB_TOOLS or "web_search" in name:
+        tags.append(WEB_LOOKUP)
+    if name in _SEARCH_TOOLS:
+        tags.append(CODE_SEARCH)
+    if ("linear" in name or "jira" in name) and ("create" in name or "save" in name):
+        tags.append(TICKET)
+    command = source or ""
+    if command:
+        if _PR_CREATE.search(command):
+            tags.append(PULL_REQUEST)
+        if _NEW_BRANCH.search(command):
+            tags.append(BRANCH_CREATED)
+        if _SHELL_SEARCH.search(command):
+            tags.append(CODE_SEARCH)
+    return tags
+
+
+def _outcome_tags(source: str | None, is_error: bool, code: int | None, body: str) -> list[str]:
+    """How a command ended (tags of its output's first passage)."""
+    tags: list[str] = []
+    if code or is_error:
+        tags.append(FAILED_COMMAND)
+        if code:
+            tags.append(f"{EXIT_CODE}{abs(code)}")
+    command = (source or "").lower()
+    if _PR_CREATE.search(command) or (source is None and "/pull/" in body and "github.com" in body):
+        tags.append(PULL_REQUEST)
+    return tags
+
+
+def _evidence_tags(part: _Part, text: str) -> list[str]:
+    """What one passage of a part shows: a test failing, a lint finding, a compile error, a
+    commit being made, a new test being written. Only the passages holding the evidence
+    carry these (a 40K log's failing test is in one of its passages)."""
+    tags: list[str] = []
+    if part.kind == TOOL_RESULT:
+        command = (part.source or "").lower()
+        tool = (part.tool or "").lower()
+        if tool in _READ_TOOLS or tool in _SEARCH_TOOLS or _SHELL_SEARCH.search(command):
+            return tags  # file contents and search hits show code, not events
+        if _TEST_FAILURE.search(text):
+            tags.append(TEST_FAILURE)
+        if _LINT_LINE.search(text) and (_LINT_TOOLS.search(command) or not command):
+            tags.append(LINT_FINDING)
+        elif _COMPILE_LINE.search(text) and not _LINT_TOOLS.search(command):
+            tags.append(BUILD_ERROR)
+        if _COMMIT_RESULT.search(text):
+            tags.append(GIT_COMMIT)
+            if _DIFFSTAT.search(text):
+                tags.append(DIFFSTAT)
+    elif part.kind == TOOL_CALL and part.new_tests:
+        if any(re.search(rf"\b{re.escape(name)}\(", text) for name in part.new_tests):
+            tags.append(TEST_WRITTEN)
+    return tags
+
+
+def tags_of(text: str) -> list[str]:
+    """The event tags in a passage's header line."""
+    header = text.split("\n", 1)[0]
+    return _TAG.findall(header) if header.startswith("[") else []
+
+
+@attrs.frozen
+class Passage:
+    """One passage of an item. ``start``/``end`` are the body's characters in
+    :func:`item_text` of the item; ``text`` is the header line and the body."""
+
+    index: int
+    text: str
+    start: int
+    end: int
+    #: What the body is: ``text``, ``thinking``, ``tool_call``, ``tool_result``,
+    #: ``distillation``.
+    block: str
+    tool: str | None = None
+    #: The command, path or pattern of the tool call (for a call and for its result).
+    source: str | None = None
+    #: Events the passage records (its part's: every passage of one output has them).
+    tags: tuple[str, ...] = ()
+
+    @property
+    def body(self) -> str:
+        return self.text.split("\n", 1)[1] if "\n" in self.text else ""
+
+
+@attrs.frozen
+class CallInfo:
+    """What a tool result needs to know of the call that produced it."""
+
+    tool: str
+    source: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------------
+
+
+def strip_housekeeping(text: str) -> str:
+    return _HOUSEKEEPING.sub("", text) if "<" in text else text
+
+
+def _one_line(text: str, limit: int = SOURCE_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def call_source(tool_input: Any) -> str | None:
+    """The part of a call's input that says what it did: the command, the path, ..."""
+    if isinstance(tool_input, str):
+        patched = _PATCH_FILE.search(tool_input)
+        if patched:  # a patch: the files it touches
+            files = list(dict.fromkeys(m.group(1).strip() for m in _PATCH_FILE.finditer(tool_input)))
+            return _one_line(", ".join(files))
+        first = next((line for line in tool_input.splitlines() if line.strip()), "")
+        return _one_line(first) if first else None
+    if isinstance(tool_input, Mapping):
+        for key in SOURCE_KEYS:
+            value = tool_input.get(key)
+            if isinstance(value, str) and value.strip():
+                return _one_line(value)
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                return _one_line(" ".join(value))
+    return None
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def render_call(tool: str, tool_input: Any) -> str:
+    """A tool call as readable text: ``tool: source`` then the other input fields as
+    ``key: value`` lines (multi-line values on their own lines), plumbing keys left out."""
+    if tool_input is None or tool_input == {} or tool_input == "":
+        return tool
+    if not isinstance(tool_input, Mapping):
+        text = _value_text(tool_input)
+        return f"{tool}:\n{text}" if "\n" in text else f"{tool}: {text}"
+    lines = [tool]
+    lead = None
+    for key in SOURCE_KEYS:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value.strip():
+            lead = key
+            lines[0] = f"{tool}: {value}" if "\n" not in value else f"{tool}:\n{value}"
+            break
+    for key in sorted(tool_input):
+        if key == lead or key in _NOISE_KEYS:
+            continue
+        text = _value_text(tool_input[key])
+        if text == "":
+            continue
+        lines.append(f"{key}:\n{text}" if "\n" in text else f"{key}: {text}")
+    return "\n".join(lines)
+
+
+def result_text(text: str) -> str:
+    """A tool output as its reader saw it: a JSON envelope ``{"output": "...", ...}`` (how
+    some harnesses wrap a tool's output) is unwrapped to the output itself."""
+    stripped = text.lstrip()
+    if stripped.startswith("{") and '"output"' in stripped[:4000]:
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return text
+        if isinstance(value, dict) and isinstance(value.get("output"), str):
+            meta = value.get("metadata")
+            code = meta.get("exit_code") if isinstance(meta, dict) else None
+            head = f"Exit code {code}\n" if isinstance(code, int) and code != 0 else ""
+            return head + value["output"]
+    return text
+
+
+def exit_code(text: str) -> int | None:
+    """The exit status a shell tool's output reports, if any."""
+    match = _EXIT.search(text[:2000])
+    if match is None:
+        tail = text[-2000:]
+        match = _EXIT.search(tail)
+    return int(match.group(1)) if match else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks -> parts
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Part:
+    kind: str  # text | thinking | tool_call | tool_result
+    body: str
+    tool: str | None = None
+    source: str | None = None
+    is_error: bool = False
+    tags: tuple[str, ...] = ()
+    code: int | None = None
+    #: Test functions a file edit introduces (for the evidence tag of its passages).
+    new_tests: frozenset[str] = frozenset()
+
+
+def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, CallInfo]) -> list[_Part]:
+    parts: list[_Part] = []
+    for b in blocks:
+        kind = b.get("type")
+        if kind in (TEXT, THINKING):
+            body = strip_housekeeping(str(b.get("text") or "")).strip()
+            if body:
+                parts.append(_Part(str(kind), body))
+        elif kind == TOOL_CALL:
+            tool = str(b.get("tool_name") or "tool")
+            tool_input = b.get("tool_input")
+            source = call_source(tool_input)
+            tags = tuple(dict.fromkeys(_action_tags(tool, tool_input, source)))
+            new_tests = frozenset(_new_tests(tool_input)) if FILE_EDITED in tags else frozenset()
+            parts.append(
+                _Part(TOOL_CALL, render_call(tool, tool_input), tool, source, tags=tags, new_tests=new_tests)
+            )
+        elif kind == TOOL_RESULT:
+            # Decided by the record alone, so an item's passages are numbered the same
+            # whatever is known of earlier calls.
+            if b.get("tool_name") == _RECALL_TOOL:
+                continue
+            call = calls.get(str(b.get("tool_call_id") or ""))
+            tool = b.get("tool_name") or (call.tool if call else None)
+            body = strip_housekeeping(result_text(str(b.get("text") or ""))).strip()
+            if not body:
+                continue
+            source = b.get("tool_source") or (call.source if call else None)
+            ran = _RAN_COMMAND.match(body)
+            if ran and (not source or tool in _POLL_TOOLS):
+                source = _one_line(ran.group(1))  # a poll of a running command says which
+            is_error = bool(b.get("is_error"))
+            code = exit_code(body)
+            tags = tuple(dict.fromkeys(_outcome_tags(source, is_error, code, body)))
+            parts.append(_Part(TOOL_RESULT, body, tool, source, is_error, tags, code))
+    return parts
+
+
+def _join(parts: Sequence[_Part]) -> tuple[str, list[int]]:
+    offsets, at = [], 0
+    for part in parts:
+        offsets.append(at)
+        at += len(part.body) + 2
+    return "\n\n".join(p.body for p in parts), offsets
+
+
+def item_text(
+    role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, CallInfo] | None = None
+) -> str:
+    """The text passages are cut from (and their spans refer to): the blocks rendered
+    readably, one after the other, a blank line between two blocks."""
+    return _join(_parts(role, blocks, calls or {}))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cutting
+# ---------------------------------------------------------------------------------------------
+
+
+def _pieces(body: str) -> list[tuple[int, int]]:
+    """``body`` cut into spans of at most :data:`MAX_CHARS`, on line boundaries, growing to
+    about :data:`TARGET_CHARS` and ending early at a paragraph break past half of that."""
+    spans: list[tuple[int, int]] = []
+    start = end = 0
+    for line in _line_spans(body):
+        line_start, line_end = line
+        blank = not body[line_start:line_end].strip()
+        size = end - start
+        grown = line_end - start
+        if size and (
+            (grown > TARGET_CHARS and size >= _MIN_PIECE)
+            or grown > MAX_CHARS
+            or (blank and size >= _PARAGRAPH_MIN)
+        ):
+            spans.append((start, end))
+            start = line_start
+        if not size and blank:
+            start = line_end + 1
+            end = start
+            continue
+        end = line_end
+    if end > start:
+        spans.append((start, end))
+    return [(s, e) for s, e in spans if body[s:e].strip()]
+
+
+def _line_spans(body: str) -> Iterable[tuple[int, int]]:
+    """Each line's span (without its newline); a line longer than :data:`TARGET_CHARS`
+    comes as several spans cut at spaces (so a short lead and one span still fit in
+    :data:`MAX_CHARS`)."""
+    at = 0
+    for line in body.split("\n"):
+        end = at + len(line)
+        while end - at > TARGET_CHARS:
+            cut = body.rfind(" ", at + TARGET_CHARS // 2, at + TARGET_CHARS)
+            cut = cut if cut > at else at + TARGET_CHARS
+            yield at, cut
+            at = cut + 1 if body[cut : cut + 1] == " " else cut
+        yield at, end
+        at = end + 1
+
+
+def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str] = ()) -> str:
+    where = f" part {piece}/{pieces}" if pieces > 1 else ""
+    tags = "".join(f" #{t}" for t in tags)
+    if part.kind == TOOL_RESULT:
+        status = f", exit {part.code}" if part.code else (", error" if part.is_error else "")
+        source = f": {part.source}" if part.source else ""
+        return f"[tool {part.tool or 'output'}{status}{source}]{where}{tags}"
+    if part.kind == TOOL_CALL:
+        return f"[{role} -> {part.tool}]{where}{tags}"
+    if part.kind == THINKING:
+        return f"[{role} thinking]{where}"
+    return f"[{role}]{where}"
+
+
+def cut(
+    role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, CallInfo] | None = None
+) -> list[Passage]:
+    """The passages of one message (``blocks`` in the stored record shape).
+
+    Every block starts a new passage, except that short text, thinking and tool-call blocks
+    following each other share one (``Now I'll commit`` and the ``git commit`` call read
+    best together); a tool result is always passages of its own. ``calls`` names the tool
+    calls of earlier messages by id (a result's record usually names its tool itself)."""
+    parts = _parts(role, blocks, calls or {})
+    _, offsets = _join(parts)
+    passages: list[Passage] = []
+    # A run of short non-result parts, merged: (first part index, last part index).
+    pending: list[int] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        first, last = pending[0], pending[-1]
+        lead = parts[first]
+        if first == last:
+            pending.clear()
+            emit(first)
+            return
+        start, end = offsets[first], offsets[last] + len(parts[last].body)
+        tools = [parts[i] for i in pending if parts[i].kind == TOOL_CALL]
+        body = "\n".join(parts[i].body for i in pending)
+        tags = tuple(dict.fromkeys(t for p in tools for t in (*p.tags, *_evidence_tags(p, p.body))))
+        head = (
+            f"[{role} -> {', '.join(dict.fromkeys(str(p.tool) for p in tools))}]"
+            + "".join(f" #{t}" for t in tags)
+            if tools
+            else _header(role, lead, 1, 1)
+        )
+        passages.append(
+            Passage(
+                len(passages), f"{head}\n{body}", start, end,
+                tools[0].kind if tools else lead.kind,
+                tools[0].tool if tools else None, tools[0].source if tools else None, tags,
+            )
+        )  # fmt: skip
+        pending.clear()
+
+    def emit(i: int) -> None:
+        part = parts[i]
+        spans = _pieces(part.body)
+        # The part's own tags mark its first passage (one event, one candidate); what a
+        # passage shows marks that passage.
+        tagged = [
+            [*(part.tags if n == 0 else ()), *_evidence_tags(part, part.body[s:e])]
+            for n, (s, e) in enumerate(spans)
+        ]
+        for n in range(1, len(spans)):
+            # A test runner prints a failure's messages before its FAIL line: when that line
+            # opens a passage, the messages are in the one before it.
+            if TEST_FAILURE in tagged[n] and TEST_FAILURE not in tagged[n - 1]:
+                found = _TEST_FAILURE.search(part.body, spans[n][0], spans[n][1])
+                if found is not None and found.start() - spans[n][0] < _FAILURE_LEAD:
+                    tagged[n - 1].append(TEST_FAILURE)
+        for n, (s, e) in enumerate(spans, start=1):
+            body = part.body[s:e]
+            tags = tuple(dict.fromkeys(tagged[n - 1]))
+            head = _header(role, part, n, len(spans), tags)
+            passages.append(
+                Passage(
+                    len(passages), f"{head}\n{body}", offsets[i] + s, offsets[i] + e,
+                    part.kind, part.tool, part.source, tags,
+                )
+            )  # fmt: skip
+
+    size = 0
+    for i, part in enumerate(parts):
+        short = part.kind != TOOL_RESULT and len(part.body) <= TARGET_CHARS
+        if short and size + len(part.body) <= TARGET_CHARS:
+            pending.append(i)
+            size += len(part.body)
+            continue
+        flush()
+        size = 0
+        if short:
+            pending.append(i)
+            size = len(part.body)
+        else:
+            emit(i)
+    flush()
+    return passages
+
+
+def message_passages(
+    role: str,
+    blocks: Sequence[Mapping[str, Any]],
+    text: str = "",
+    calls: Mapping[str, CallInfo] | None = None,
+) -> list[Passage]:
+    """A stored message's passages: cut from its blocks; a message whose blocks hold no
+    text (written by hand, without the records the writer makes) from its ``text``."""
+    passages = cut(role, blocks, calls)
+    if not passages and not blocks and text.strip():
+        return cut_text(text, label=role)
+    return passages
+
+
+def cut_text(text: str, label: str = "distillation") -> list[Passage]:
+    """The passages of a plain text (a distillation): line-bounded pieces, each headed
+    ``[label]`` and, where the text has one, the ``## date`` section it falls in."""
+    passages: list[Passage] = []
+    spans = _pieces(text)
+    for n, (s, e) in enumerate(spans, start=1):
+        section = text.rfind("\n## ", 0, s + 1)
+        date = ""
+        if section >= 0 or text.startswith("## "):
+            line = text[section + 1 if section >= 0 else 0 :].split("\n", 1)[0]
+            if not text[s:e].lstrip().startswith("## "):
+                date = " " + line.lstrip("# ").strip()
+        where = f" part {n}/{len(spans)}" if len(spans) > 1 else ""
+        passages.append(Passage(len(passages), f"[{label}{date}]{where}\n{text[s:e]}", s, e, label))
+    return passages
+
+
+class CallMemo:
+    """Tool calls seen, by id, for recent sessions: resolves the tool of a result whose
+    record does not name it (stores written before results were annotated), when messages
+    are cut in the order they were stored."""
+
+    def __init__(self, max_sessions: int = 64, max_calls: int = 4096) -> None:
+        self.max_sessions = max_sessions
+        self.max_calls = max_calls
+        self._sessions: OrderedDict[str, dict[str, CallInfo]] = OrderedDict()
+
+    def cut(
+        self, session_id: str, role: str, blocks: Sequence[Mapping[str, Any]], text: str = ""
+    ) -> list[Passage]:
+        calls = self._sessions.pop(session_id, {})
+        for b in blocks:
+            if b.get("type") == TOOL_CALL and b.get("tool_call_id"):
+                calls[str(b["tool_call_id"])] = CallInfo(
+                    str(b.get("tool_name") or "tool"), call_source(b.get("tool_input"))
+                )
+        while len(calls) > self.max_calls:
+            calls.pop(next(iter(calls)))
+        self._sessions[session_id] = calls
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+        return message_passages(role, blocks, text, calls)
+
+
+def passage_key(item_id: str, index: int) -> str:
+    """The id of one passage in an index: ``<item id>:<index>``."""
+    return f"{item_id}:{index}"
+
+
+def split_key(key: str) -> tuple[str, int | None]:
+    """``"abc:3"`` -> ``("abc", 3)``; a key without a passage index -> ``(key, None)``."""
+    item, sep, index = key.rpartition(":")
+    if sep and index.isdigit() and item:
+        return item, int(index)
+    return key, None

@@ -1,0 +1,180 @@
+"""What a recall query asks for, beyond its words: which session, which events, which one.
+
+Developers ask a coding memory about *events*: "which test failed first", "what did we commit
+right after 'Fix the parser'", "which file did we create first in the session that started
+with 'port the CLI to Go'". Word overlap alone answers these badly: the session is named by
+its first prompt (whose words then match that prompt, not the answer), a test log never
+says "the first test to fail", and "first" and "last" are about time, which full-text and
+vector scores know nothing of. :func:`parse` reads four things out of a query:
+
+* a **session reference**: a quoted phrase (``"..."``) that the caller resolves against the
+  project's session titles (:func:`title_match`); the quote is then no longer searched for;
+* **events**: the tags passages carry (:mod:`lore_core.passages`: ``#testfailure``,
+  ``#gitcommit``, ``#filecreated``, ...) that the question's words point at;
+* an **order**: ``first`` (earliest) or ``last`` (latest);
+* an **anchor**: ``after 'X'`` / ``before 'X'``, a quoted phrase whose occurrence in the
+  memory is the point in time the answer lies after (or before).
+
+It is a small set of patterns, not a language model: a query it does not recognise is
+searched by its words as before.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from lore_core import passages as P
+
+FIRST = "first"
+LAST = "last"
+#: "Which file did we change most often": the events grouped by what they acted on.
+MOST = "most"
+AFTER = "after"
+BEFORE = "before"
+
+# Double or typographic quotes of at least a few words: how a question names a session.
+_DOUBLE_QUOTED = re.compile(r"[\"\u201c]([^\"\u201d]{8,}?)[\"\u201d]")
+# 'X' after "after" / "before": the anchor (single quotes; X may hold apostrophes as long as
+# the closing quote ends the phrase).
+_ANCHOR = re.compile(
+    r"\b(after|before)\s+(?:the\s+)?'(.+?)'(?=\s*(?:[?,.;:!]|$|\s(?:and|but|we|in)\b))", re.I
+)
+_WORD = re.compile(r"[a-z0-9]+")
+
+# "In the session that started with", "in the session where we implemented the plan": the
+# words before a quoted session name, which are about the reference, not the answer.
+_SESSION_CLAUSE = re.compile(
+    r"(?:\b(?:in|from|during|of)\s+)?\b(?:the|that|our|a)\s+(?:session|conversation|chat|thread)\b[^.?!\"]*$",
+    re.I,
+)
+_ORDER_WORDS = re.compile(
+    r"\b(first|earliest|initially|last|latest|final|most recent(?:ly)?|right|just)\b", re.I
+)
+_MOST_WORDS = re.compile(r"\bmost (?:often|frequently|times)\b|\bthe most\b|\bhow many times\b")
+_FIRST_WORDS = re.compile(r"\b(first|earliest|initial|initially|originally|to begin with|at the start)\b")
+_LAST_WORDS = re.compile(r"\b(last|latest|final|finally|most recent|most recently|in the end)\b")
+
+#: Query patterns -> the event tags they ask about. Checked against the lower-cased query.
+EVENT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
+    (re.compile(r"\btests?\b[^?]*\bfail|\bfail\w*\b[^?]*\btests?\b|\btest failures?\b"), (P.TEST_FAILURE,)),
+    (re.compile(r"\bcommands?\b[^?]*\b(fail\w*|error\w*|exit\w*)|\bexit (code|status)\b|\bnon-?zero\b"),
+     (P.FAILED_COMMAND,)),
+    (re.compile(r"\blint\w*\b|\bgolangci|\beslint\b|\bruff\b|\bflake8\b|\bclippy\b"), (P.LINT_FINDING,)),
+    (re.compile(r"\bcompil\w*\b|\bbuild (error|fail\w*|broke\w*)|\btype ?errors?\b|"
+                r"does ?n.t (build|compile)"), (P.BUILD_ERROR,)),
+    (re.compile(r"\bcommit\w*\b|\bshort hash\b|\bsha\b"), (P.GIT_COMMIT,)),
+    (re.compile(r"\bhow big\b|\bfiles? changed\b|\binsertions?\b|\bdeletions?\b|\bdiffstat\b"),
+     (P.DIFFSTAT,)),
+    (re.compile(r"\bpull request\b|\bpr\b|\bmerge request\b"), (P.PULL_REQUEST,)),
+    (re.compile(r"\bbranch\b"), (P.BRANCH_CREATED, P.GIT_COMMIT)),
+    (re.compile(r"\b(edit\w*|modif\w+)\b|\b(change[ds]?|touch\w*)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(change[ds]?|touch\w*)\b"),
+     (P.FILE_EDITED,)),
+    (re.compile(r"\b(creat\w+|add\w*|new)\b[^?]*\bfiles?\b|\bnew files?\b"), (P.FILE_CREATED,)),
+    (re.compile(r"\btests?\b[^?]*\b(wrote|write|written|add|added|adding|created?)\b|"
+                r"\b(wrote|write|written|add|added|adding|created?)\b[^?]*\btests?\b"), (P.TEST_WRITTEN,)),
+    (re.compile(r"\bplan\b|\btask ?list\b|\btodos?\b|\bto-do\b"), (P.TASK_PLAN,)),
+    (re.compile(r"\bsub-?agents?\b|\bdelegat\w+|\bagents?\b[^?]*\b(job|task)\b|\b(job|task)\b[^?]*\bagents?\b"),
+     (P.SUBAGENT,)),
+    (re.compile(r"\bweb\b|\bonline\b|\binternet\b|\blook(ed)? up\b|\bgoogl\w+"), (P.WEB_LOOKUP,)),
+    (re.compile(r"\bgrep\w*|\bsearch(ed)? the code\b|\bsearch pattern\b|\bpattern\b[^?]*\bsearch"),
+     (P.CODE_SEARCH,)),
+    (re.compile(r"\btickets?\b|\blinear\b|\bjira\b"), (P.TICKET,)),
+)  # fmt: skip
+_EXIT_CODE = re.compile(r"\bexit (?:code|status) (\d+)\b")
+
+
+@attrs.frozen
+class Intent:
+    """What :func:`parse` found in a query."""
+
+    #: The query with the session reference and the anchor taken out: what to search for.
+    text: str
+    #: A quoted phrase that may name a session (its first prompt or its plan's title).
+    session_quote: str | None = None
+    #: Event tags the query asks about, most specific first.
+    events: tuple[str, ...] = ()
+    #: ``first`` or ``last``: which end of the matching events in time; ``most``: the
+    #: events on what they acted on most often.
+    order: str | None = None
+    #: A quoted phrase marking a point in time, and whether the answer is ``after`` or
+    #: ``before`` it.
+    anchor: str | None = None
+    anchor_side: str | None = None
+
+    @property
+    def plain(self) -> bool:
+        return not (self.session_quote or self.events or self.order or self.anchor)
+
+
+def _drop(text: str, span: tuple[int, int]) -> str:
+    return text[: span[0]] + " " + text[span[1] :]
+
+
+def parse(query: str) -> Intent:
+    """Read a session reference, events, order and anchor out of ``query``. What is left to
+    search for (:attr:`Intent.text`) has the reference ("in the session that started with
+    "..."), the anchor's phrase and the words of order taken out."""
+    text = query
+    session_quote = None
+    quoted = _DOUBLE_QUOTED.search(text)
+    if quoted is not None:
+        session_quote = quoted.group(1).strip().rstrip(".…").strip()
+        start = quoted.start()
+        clause = _SESSION_CLAUSE.search(text[:start])
+        text = _drop(text, (clause.start() if clause else start, quoted.end()))
+    anchor = side = None
+    found = _ANCHOR.search(text)
+    if found is not None:
+        side, anchor = found.group(1).lower(), found.group(2).strip()
+        text = _drop(text, (found.start(2) - 1, found.end(2) + 1))
+    lowered = " ".join(text.lower().split())
+    events: list[str] = []
+    code = _EXIT_CODE.search(lowered)
+    if code:
+        events.append(f"{P.EXIT_CODE}{code.group(1)}")
+    for pattern, tags in EVENT_PATTERNS:
+        if pattern.search(lowered):
+            events.extend(t for t in tags if t not in events)
+    order = None
+    first, last = _FIRST_WORDS.search(lowered), _LAST_WORDS.search(lowered)
+    if _MOST_WORDS.search(lowered):
+        order = MOST
+    elif first and not last:
+        order = FIRST
+    elif last and not first:
+        order = LAST
+    elif first and last:
+        order = FIRST if first.start() < last.start() else LAST
+    if order in (FIRST, LAST):
+        text = _ORDER_WORDS.sub(" ", text)
+    return Intent(
+        text=" ".join(text.split()),
+        session_quote=session_quote,
+        events=tuple(events),
+        order=order,
+        anchor=anchor,
+        anchor_side=side,
+    )
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def title_match(quote: str, title: str) -> float:
+    """How well a quoted phrase matches a session's title, 0-1: the share of the quote's
+    words found in order in the title (quotes are usually the title's start, cut with
+    ``...``; punctuation and quote styles are ignored)."""
+    q, t = words(quote), words(title)
+    if not q or not t:
+        return 0.0
+    at = found = 0
+    for word in q:
+        try:
+            at = t.index(word, at) + 1
+            found += 1
+        except ValueError:
+            continue
+    return found / len(q)
