@@ -55,6 +55,8 @@ class StoreWriter:
         self._failures = 0
         self._idle: asyncio.Event | None = None
         self._wakeup = asyncio.Event()
+        # Set by a reader waiting for the write (wait_idle): the batching pause ends.
+        self._urgent = asyncio.Event()
         self._lock = asyncio.Lock()
         self.error: str | None = None
         #: Called with the number of new messages after each write that added some (the
@@ -123,9 +125,25 @@ class StoreWriter:
         return (self._queue.qsize() if self._queue else 0) + len(self._pending.messages)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
-        """Wait until everything submitted so far is written (tests, ``/lore/api``)."""
-        if self._idle is not None:
+        """Wait until everything submitted so far is written (recall, ``/lore/api``, tests).
+        A reader waiting is a reason to write now: the writer skips what is left of its
+        batching pause (``store.flushIntervalMs``), so a recall right after a turn waits for
+        one write, not for the interval."""
+        if self._idle is not None and not self._idle.is_set():
+            self._urgent.set()
             await asyncio.wait_for(self._idle.wait(), timeout)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds`` for more exchanges to share a write, unless a reader is
+        waiting for it (:meth:`wait_idle`)."""
+        if seconds <= 0 or self._urgent.is_set():
+            return
+        try:
+            # Not asyncio.wait_for: on Python 3.11 it can lose a cancellation (stop()).
+            async with asyncio.timeout(seconds):
+                await self._urgent.wait()
+        except TimeoutError:
+            pass
 
     # -- the background task ---------------------------------------------------------------
 
@@ -139,13 +157,14 @@ class StoreWriter:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 # Give the exchanges that finish together a chance to share one write.
-                await asyncio.sleep(self.flush_interval)
+                await self._pause(self.flush_interval)
             elif self._queue.qsize() < MAX_BATCH_EXCHANGES:
                 # Under steady traffic the queue is never empty after a write: still at most
                 # one write per interval. A write has a fixed cost (DuckDB: a few ms per
                 # statement, whatever the row count), so writing back to back in batches of
                 # a few exchanges would spend a CPU core on it and slow the proxy.
-                await asyncio.sleep(max(0.0, last_flush + self.flush_interval - loop.time()))
+                await self._pause(last_flush + self.flush_interval - loop.time())
+            self._urgent.clear()
             if not self._opened and not await self._try_open():
                 await asyncio.sleep(self._backoff())
                 continue
