@@ -460,7 +460,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
         results = answer.get("results") or []
         if args.json:
             fields = (
-                "id", "source", "score", "created_at", "session", "role", "tool", "tool_source", "span", "text",
+                "id", "source", "score", "created_at", "session", "role",
+                "tool", "tool_source", "span", "text",
             )  # fmt: skip
             _print_json([{k: r.get(k) for k in fields} for r in results])
         else:

@@ -101,6 +101,7 @@ class EmbeddingConfig:
 
 
 WorkerAPI = Literal["", "anthropic-messages", "openai-chat", "openai-responses"]
+RecallExpand = Literal["auto", "always", "never"]
 
 
 @attrs.define
@@ -183,6 +184,13 @@ class RecallConfig:
     # Recall rounds the gateway runs inside one client turn; past them the turn ends with
     # what the model said.
     max_rounds: int = 3
+    # Ask the worker model for 2-3 rephrasings of each recall query and search them too
+    # (at half weight), waiting at most expandTimeoutSeconds. "auto": when a worker is
+    # configured (worker.model, worker.upstream or worker.apiKey: a model chosen for
+    # background work); "always": also with the session's own model and credentials (every
+    # recall then waits for a call of the main model and pays for it); "never".
+    expand: RecallExpand = "auto"
+    expand_timeout_seconds: float = 3.0
 
 
 @attrs.define

@@ -106,7 +106,13 @@ class Gateway:
         )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
-        self.recall = store_recall_engine(self.store, self.worker, self.embedder)
+        self.recall = store_recall_engine(
+            self.store,
+            self.worker,
+            self.embedder,
+            expand=expansion_enabled(config),
+            expansion_timeout=config.recall.expand_timeout_seconds,
+        )
         # Embeds what the store holds in the background, woken by each write.
         self.indexer: VectorIndexer | None = None
         if self.embedder is not None and config.embedding.index:
@@ -450,6 +456,17 @@ def load_settings(
     config = load_config(sections, env=env, cwd=cwd)
     pm.hook.lore_configure(config=config)
     return config, pm, Registry.collect(pm)
+
+
+def expansion_enabled(config: LoreConfig) -> bool:
+    """Whether recall asks the worker for rephrasings (``recall.expand``): ``auto`` only when
+    a worker is configured for background work, so that by default no recall waits for, or
+    pays for, a call of the session's own (main) model."""
+    mode = config.recall.expand
+    if mode == "auto":
+        worker = config.worker
+        return bool(worker.model or worker.upstream or worker.api_key)
+    return mode == "always"
 
 
 def choose_embedder(config: LoreConfig, embedders: Mapping[str, EmbedderFactory]) -> Embedder | None:

@@ -145,3 +145,64 @@ def test_parse_rephrasings(answer, expected):
 def test_parse_caps_the_count():
     assert len(parse_rephrasings('["a", "b", "c", "d", "e"]', "", limit=3)) == 3
     assert parse_rephrasings(None, "") == []  # type: ignore[arg-type]
+
+
+# -- through the gateway --------------------------------------------------------------------
+
+EXPAND_HEADERS = {
+    "x-api-key": "sk-ant-test",
+    "anthropic-version": "2023-06-01",
+    "x-claude-code-session-id": "s-exp",
+}
+TOOLS = [{"name": "read_file", "description": "Read a file", "input_schema": {"type": "object"}}]
+
+
+def _recall_through_gateway(start_gateway, fake_upstream, config: dict) -> tuple[str, list]:
+    """Store one fact, then a model turn that recalls it with words the fact does not use;
+    returns the tool result the gateway continued with and the expansion requests made."""
+    import httpx
+
+    from lore_core.recall.tool import TOOL_NAME
+    from lore_core.testing.fake_upstream import ToolCall
+
+    server = start_gateway(config={"store": {"backend": "memory"}, "embedding": {"index": False}, **config})
+    fact = "the flaky suite was fixed by mocking the clock in tests/test_timer.py"
+
+    def responder(req):
+        if EXPAND_MARKER in str(req.json):
+            return Reply(text='["flaky suite mocking the clock"]')
+        return None
+
+    fake_upstream.responder = responder
+    base = {"model": "claude-test", "max_tokens": 100, "tools": TOOLS}
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        first = {**base, "messages": [{"role": "user", "content": fact}]}
+        assert client.post("/v1/messages", json=first, headers=EXPAND_HEADERS).status_code == 200
+        fake_upstream.enqueue(
+            Reply(text="", tool_calls=[ToolCall(TOOL_NAME, {"query": "intermittent timer failures"})]),
+            Reply(text="done"),
+        )
+        ask = {**base, "messages": [{"role": "user", "content": "what was the timing problem?"}]}
+        assert client.post("/v1/messages", json=ask, headers=EXPAND_HEADERS).status_code == 200
+    requests = fake_upstream.api_requests()
+    expansions = [r for r in requests if EXPAND_MARKER in str(r.json)]
+    follow_up = [r for r in requests if "tool_result" in str(r.json) and EXPAND_MARKER not in str(r.json)][-1]
+    result = next(
+        b["content"] for m in follow_up.json["messages"] for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    )  # fmt: skip
+    return result, expansions
+
+
+def test_gateway_expands_recall_queries_when_asked(start_gateway, fake_upstream):
+    result, expansions = _recall_through_gateway(
+        start_gateway, fake_upstream, {"recall": {"expand": "always"}}
+    )
+    assert len(expansions) == 1  # the worker, with the session's own credentials
+    assert "mocking the clock" in result  # found through the rephrasing only
+
+
+def test_gateway_does_not_expand_by_default_without_a_configured_worker(start_gateway, fake_upstream):
+    result, expansions = _recall_through_gateway(start_gateway, fake_upstream, {})
+    assert expansions == []
+    assert "mocking the clock" not in result

@@ -17,6 +17,7 @@ from lore_core.recall.tool import (
     OPENAI_CHAT,
     OPENAI_RESPONSES,
     RESULT_CHARS,
+    TOOL_LIMIT,
     TOOL_NAME,
     add_recall_tool,
     format_response,
@@ -51,7 +52,8 @@ def test_declarations_per_api():
 
 def test_schema_names_the_scopes_and_arguments():
     props = INPUT_SCHEMA["properties"]
-    assert props["scope"]["enum"] == ["session", "project", "knowledge", "all"]
+    # Only what has something to search today (knowledge arrives with long-term memory).
+    assert props["scope"]["enum"] == ["session", "project"]
     assert set(props) == {"query", "scope", "id", "limit"}
     json.dumps(INPUT_SCHEMA)  # plain JSON
     # Each call returns a copy: changing one cannot change the next request's tool.
@@ -117,12 +119,12 @@ def test_marker_is_one_bounded_line():
     ("raw", "query", "scope", "rid", "limit"),
     [
         ({"query": "q", "scope": "all", "limit": 5}, "q", "all", None, 5),
-        ('{"query": "q", "id": "t:1"}', "q", None, "t:1", 10),
+        ('{"query": "q", "id": "t:1"}', "q", None, "t:1", TOOL_LIMIT),
         ({"query": 3, "scope": ["x"], "id": "  ", "limit": "7"}, "", None, None, 7),
-        ({"limit": True}, "", None, None, 10),
-        ({"limit": "lots"}, "", None, None, 10),
-        ("", "", None, None, 10),
-        (None, "", None, None, 10),
+        ({"limit": True}, "", None, None, TOOL_LIMIT),
+        ({"limit": "lots"}, "", None, None, TOOL_LIMIT),
+        ("", "", None, None, TOOL_LIMIT),
+        (None, "", None, None, TOOL_LIMIT),
     ],
 )
 def test_parse_arguments(raw, query, scope, rid, limit):

@@ -368,6 +368,7 @@ class RecallEngine:
             response.error = f"nothing to search: no memory source is available for scope '{scope.value}'"
             return response
         intent = parse_intent(text)
+        caller = session  # whose credentials a worker call uses
         named = await self._named_session(intent, scope, project, response)
         if named is not None:
             session = named
@@ -396,7 +397,7 @@ class RecallEngine:
         expansion_task: asyncio.Task[Expansion] | None = None
         if self.expand and self.worker is not None:
             expansion_task = asyncio.create_task(
-                expand_query(text, self.worker, timeout=self.expansion_timeout, session_id=session)
+                expand_query(text, self.worker, timeout=self.expansion_timeout, session_id=caller)
             )
 
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lore_core.recall.engine import RecallEngine, RecallResponse
+from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS
 from lore_core.recall.ids import Kind, RecallIdError, parse_id
 from lore_core.recall.sources import (
     StoreDistillationOpener,
@@ -24,10 +25,23 @@ from lore_core.recall.sources import (
 NO_EMBEDDER = "no embedding provider is installed"
 
 
-def store_recall_engine(store: Any, worker: Any = None, embedder: Any = None) -> RecallEngine:
+def store_recall_engine(
+    store: Any,
+    worker: Any = None,
+    embedder: Any = None,
+    expand: bool = False,
+    expansion_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> RecallEngine:
     """Hybrid recall over ``store``: a BM25 list and, with ``embedder``, a vector list (the
-    index of the embedder's model and the passage rules) per query, fused by RRF."""
-    engine = RecallEngine(worker=worker, embedder=embedder, sessions=StoreSessionDirectory(store))
+    index of the embedder's model and the passage rules) per query, fused by RRF; with
+    ``expand`` and a ``worker``, the same for the worker's rephrasings of the query."""
+    engine = RecallEngine(
+        worker=worker,
+        embedder=embedder,
+        expand=expand,
+        expansion_timeout=expansion_timeout,
+        sessions=StoreSessionDirectory(store),
+    )
     messages = StoreMessageSource(store)
     engine.add_text_source(Kind.MESSAGE, messages)
     if embedder is not None:

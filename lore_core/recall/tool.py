@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from lore_core.recall.cascade import query_terms
-from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine, RecallResponse
+from lore_core.recall.engine import MAX_LIMIT, RecallEngine, RecallResponse
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import NEXT, PREVIOUS, REGION
 from lore_core.store import RECALL_TOOL_NAME
@@ -27,13 +27,18 @@ from lore_core.store import RECALL_TOOL_NAME
 TOOL_NAME = RECALL_TOOL_NAME
 
 DESCRIPTION = (
-    "Search everything this project remembers: earlier conversations (also from other sessions), "
-    "notes distilled from them, project knowledge and entities. Use it when the user refers to "
-    "something from before, or when past decisions, fixes, commands or errors would help. Each "
-    "result has an id (t: message, d: distillation, k: knowledge, e: entity); call recall again "
-    "with that id to read the item in full. Scopes: session (this conversation), project "
-    "(default), knowledge (project knowledge only), all (also knowledge from other projects)."
+    "Search what this project remembers: its earlier conversations (this session and others: "
+    "messages, tool calls and their outputs) and the notes distilled from them. Use it when the "
+    "user refers to something from before, or when past decisions, fixes, commands, errors, test "
+    "runs or commits would help. Ask in plain words; name another session by its first prompt in "
+    "double quotes (in the session that started with \"...\"), and say first, last or after 'X' "
+    "when order matters. Each result is a passage with an id (t: message, d: distillation); call "
+    "recall with that id to read the text around it. Scopes: session (this conversation), "
+    "project (default)."
 )
+#: The scopes the tool offers: the ones with something to search today (knowledge, and the
+#: knowledge of other projects that ``all`` adds, arrive with long-term memory).
+TOOL_SCOPES = (Scope.SESSION.value, Scope.PROJECT.value)
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -44,18 +49,18 @@ INPUT_SCHEMA: dict[str, Any] = {
         },
         "scope": {
             "type": "string",
-            "enum": [s.value for s in Scope],
+            "enum": list(TOOL_SCOPES),
             "description": "Where to look (default: project).",
         },
         "id": {
             "type": "string",
-            "description": "Open one earlier result in full by its id (e.g. t:3f2a...). Replaces query.",
+            "description": "Read around one earlier result by its id (e.g. t:3f2a...:4). Replaces query.",
         },
         "limit": {
             "type": "integer",
             "minimum": 1,
             "maximum": MAX_LIMIT,
-            "description": f"How many results (default {DEFAULT_LIMIT}).",
+            "description": "At most this many results (default: as many as fit the answer).",
         },
     },
     "additionalProperties": False,
@@ -69,6 +74,9 @@ OPENAI_RESPONSES = "openai-responses"
 # turn (cached or not), so a search answers with passages and opening one item with the
 # region around one passage (the model pages on from there).
 MAX_RESULT_CHARS = 8000
+#: Results a tool call asks the engine for when the model names no limit: more than fit, so
+#: the answer is filled (:func:`format_response` packs them best first).
+TOOL_LIMIT = 30
 MAX_OPEN_CHARS = 10000
 #: Longest text one search result shows: a merged run of passages is cut around the
 #: query's terms, so one long run cannot take the room of several distinct facts.
@@ -139,7 +147,7 @@ class RecallArgs:
     query: str = ""
     scope: str | None = None
     id: str | None = None
-    limit: int = DEFAULT_LIMIT
+    limit: int = TOOL_LIMIT
     #: Set when the arguments could not be read at all.
     error: str | None = None
 
@@ -161,9 +169,9 @@ def parse_arguments(raw: object) -> RecallArgs:
     rid = raw.get("id")
     limit = raw.get("limit")
     try:
-        limit_value = int(limit) if limit is not None and not isinstance(limit, bool) else DEFAULT_LIMIT
+        limit_value = int(limit) if limit is not None and not isinstance(limit, bool) else TOOL_LIMIT
     except (TypeError, ValueError):
-        limit_value = DEFAULT_LIMIT
+        limit_value = TOOL_LIMIT
     return RecallArgs(
         query=query if isinstance(query, str) else "",
         scope=scope if isinstance(scope, str) else None,
