@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.distill.facts import states_decision
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
 
 #: Names the passage rules. Stores keep it beside their indexes; a different value means
@@ -105,6 +106,8 @@ SUBAGENT = "subagent"
 WEB_LOOKUP = "weblookup"
 CODE_SEARCH = "codesearch"
 TICKET = "ticketcreated"
+#: What was said states a decision or a root cause ("we go with X instead of Y").
+DECISION = "decision"
 #: ``exitcode<N>`` tags the output of a command that exited with status N (N != 0).
 EXIT_CODE = "exitcode"
 
@@ -216,7 +219,10 @@ def _evidence_tags(part: _Part, text: str) -> list[str]:
     commit being made, a new test being written. Only the passages holding the evidence
     carry these (a 40K log's failing test is in one of its passages)."""
     tags: list[str] = []
-    if part.kind == TOOL_RESULT:
+    if part.kind in (TEXT, THINKING):
+        if states_decision(text):
+            tags.append(DECISION)
+    elif part.kind == TOOL_RESULT:
         command = (part.source or "").lower()
         tool = (part.tool or "").lower()
         if tool in _READ_TOOLS or tool in _SEARCH_TOOLS or _SHELL_SEARCH.search(command):
@@ -495,8 +501,8 @@ def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str]
     if part.kind == TOOL_CALL:
         return f"[{role} -> {part.tool}]{where}{tags}"
     if part.kind == THINKING:
-        return f"[{role} thinking]{where}"
-    return f"[{role}]{where}"
+        return f"[{role} thinking]{where}{tags}"
+    return f"[{role}]{where}{tags}"
 
 
 def cut(
@@ -525,7 +531,7 @@ def cut(
             return
         start, end = offsets[first], offsets[last] + len(parts[last].body)
         tools = [parts[i] for i in pending if parts[i].kind == TOOL_CALL]
-        body = "\n".join(parts[i].body for i in pending)
+        body = "\n\n".join(parts[i].body for i in pending)  # as in item_text: spans hold
         tags = tuple(dict.fromkeys(t for p in tools for t in (*p.tags, *_evidence_tags(p, p.body))))
         head = (
             f"[{role} -> {', '.join(dict.fromkeys(str(p.tool) for p in tools))}]"

@@ -70,6 +70,14 @@ MAX_LIMIT = 50
 MAX_QUERY_CHARS = 2000
 # Each list fetches more than the final limit, so fusion has overlap to reward.
 FETCH_FACTOR = 3
+#: Meta key: the event tags of a result's passage(s) (:func:`lore_core.passages.tags_of`).
+TAGS = "tags"
+#: Adjacent passages of one item merged into one result at most (a long output matched
+#: all over would otherwise fill the answer alone).
+MERGE_PASSAGES = 3
+#: Score factor of a tool output's passages against what was said (see _prior).
+OUTPUT_PRIOR = 0.75
+_OUTPUT_HEADER = "[tool "
 #: Passages fetched for the events a query asks about (a session rarely has more of one kind).
 EVENT_FETCH = 200
 #: Weight of the event lists in fusion, beside the query's own lists.
@@ -150,6 +158,13 @@ def _reason(exc: BaseException) -> str:
     return " ".join(str(reason).split())[:200]
 
 
+def _prior(text: str) -> float:
+    """How much a passage's own kind counts: what was said (requests, answers, reasoning,
+    calls) states decisions and explanations; a tool's output is evidence, often long and
+    repetitive, whose words a question shares by accident as often as on purpose."""
+    return OUTPUT_PRIOR if text.startswith(_OUTPUT_HEADER) else 1.0
+
+
 def when(meta: Mapping[str, Any]) -> tuple[float, int, int]:
     """A result's place in time: when its item was stored, its position in the session,
     the passage's index in the item."""
@@ -172,7 +187,7 @@ def arrange(
     if not results or (not intent.events and not intent.order and anchor is None):
         return list(results)
     wanted = set(intent.events)
-    matched = [len(set(tags_of(r.text)) & wanted) for r in results]
+    matched = [len(set(r.meta.get(TAGS, ())) & wanted) for r in results]
     best = max(matched)
     if wanted and best:
         lead = [r for r, m in zip(results, matched, strict=True) if m == best]
@@ -222,6 +237,8 @@ def merge_adjacent(results: Sequence[RecallResult]) -> list[RecallResult]:
         for held, indexes in kept:
             if index in indexes:
                 break  # the same passage again (another list's copy)
+            if len(indexes) >= MERGE_PASSAGES:
+                continue  # a stretch long enough: a long output must not fill the answer
             if index == indexes[-1] + 1 or index == indexes[0] - 1:
                 _merge_into(held, r, before=index < indexes[0])
                 if index < indexes[0]:
@@ -238,6 +255,7 @@ def merge_adjacent(results: Sequence[RecallResult]) -> list[RecallResult]:
 
 def _merge_into(held: RecallResult, other: RecallResult, before: bool) -> None:
     held.text = f"{other.text}\n{held.text}" if before else f"{held.text}\n{other.text}"
+    held.meta[TAGS] = sorted({*held.meta.get(TAGS, ()), *other.meta.get(TAGS, ())})
     a, b = held.meta.get(SPAN), other.meta.get(SPAN)
     if isinstance(a, tuple | list) and isinstance(b, tuple | list) and None not in (*a, *b):
         held.meta[SPAN] = (min(a[0], b[0]), max(a[1], b[1]))
@@ -373,7 +391,8 @@ class RecallEngine:
         if named is not None:
             session = named
         # The session's name is not what to look for in it.
-        text = intent.text if named is not None and intent.text.strip() else text
+        if named is not None and (query_terms(intent.text) or intent.events):
+            text = intent.text
         if not intent.plain:
             response.metadata["intent"] = {
                 "events": list(intent.events), "order": intent.order,
@@ -438,10 +457,11 @@ class RecallEngine:
         relevant = relevant_ids(lists)
         fused = [f for f in fused if f.id in relevant]
         results = [
-            RecallResult(id=f.id, source=f.payload[0].label, score=f.score, text=f.payload[1].text,
-                         meta=dict(f.payload[1].meta))
+            RecallResult(id=f.id, source=f.payload[0].label, score=f.score * _prior(f.payload[1].text),
+                         text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)})
             for f in fused
         ]  # fmt: skip
+        results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
         results = distinct(merge_adjacent(results))
         response.results = arrange(results, intent, anchor)[:limit]
         if failures and not lists:

@@ -81,6 +81,10 @@ EVENT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
     (re.compile(r"\bgrep\w*|\bsearch(ed)? the code\b|\bsearch pattern\b|\bpattern\b[^?]*\bsearch"),
      (P.CODE_SEARCH,)),
     (re.compile(r"\btickets?\b|\blinear\b|\bjira\b"), (P.TICKET,)),
+    (re.compile(r"\bwhy (did|do|does|are|is|was|were) (we|you|i|it)\b|\bdecid\w*|\bdecision\b|"
+                r"\bchos\w*|\bchoose\b|\bgo(ing)? with\b|\bopt(ed)? for\b|\binstead of\b|"
+                r"\brather than\b|\btrade-?offs?\b"),
+     (P.DECISION,)),
 )  # fmt: skip
 _EXIT_CODE = re.compile(r"\bexit (?:code|status) (\d+)\b")
 

@@ -1,0 +1,174 @@
+"""The passage rules (lore_core/passages.py): where items are cut, what each passage says
+about where it came from, the events it records, and that every backend gets the same."""
+
+from __future__ import annotations
+
+import json
+
+from lore_core.passages import (
+    BUILD_ERROR,
+    CODE_SEARCH,
+    FAILED_COMMAND,
+    FILE_CREATED,
+    FILE_EDITED,
+    GIT_COMMIT,
+    LINT_FINDING,
+    MAX_CHARS,
+    SUBAGENT,
+    TASK_PLAN,
+    TEST_FAILURE,
+    TEST_WRITTEN,
+    CallMemo,
+    call_source,
+    cut,
+    cut_text,
+    item_text,
+    message_passages,
+    passage_key,
+    render_call,
+    result_text,
+    split_key,
+    tags_of,
+)
+
+
+def call(name: str, call_id: str, tool_input: object) -> dict:
+    return {"type": "tool_call", "tool_name": name, "tool_call_id": call_id, "tool_input": tool_input}
+
+
+def result(call_id: str, text: str, **extra: object) -> dict:
+    return {"type": "tool_result", "tool_call_id": call_id, "text": text, **extra}
+
+
+def log(lines: int, word: str = "ok") -> str:
+    return "\n".join(
+        f"{word}   pkg/module{i}   0.{i:02d}s   nothing to see on this line" for i in range(lines)
+    )
+
+
+def test_passages_are_bounded_and_their_spans_are_the_items_text() -> None:
+    blocks = [
+        {"type": "text", "text": "Let me run the whole suite."},
+        call("Bash", "c1", {"command": "go test ./...", "description": "run tests"}),
+    ]
+    output = [result("c1", log(300), tool_name="Bash", tool_source="go test ./...")]
+    for role, bs in (("assistant", blocks), ("user", output)):
+        passages = cut(role, bs)
+        text = item_text(role, bs)
+        assert [p.index for p in passages] == list(range(len(passages)))
+        for p in passages:
+            assert len(p.text) <= MAX_CHARS + 200  # the header line on top of the body
+            assert text[p.start : p.end] == p.body
+        # Nothing of the text is lost between passages (only blank lines at the cuts).
+        assert "".join(text[p.start : p.end] for p in passages).replace("\n", "") == text.replace("\n", "")
+    # A short text and the call it introduces read as one passage.
+    (first,) = cut("assistant", blocks)
+    assert first.text.startswith("[assistant -> Bash]\nLet me run the whole suite.\n\nBash: go test ./...")
+
+
+def test_a_tool_output_says_which_call_produced_it_in_every_passage() -> None:
+    output = log(120) + "\nExit code 1"
+    passages = cut("user", [result("c9", output, tool_name="Bash", tool_source="make check")])
+    assert len(passages) > 2
+    for n, p in enumerate(passages, start=1):
+        assert p.text.startswith(f"[tool Bash, exit 1: make check] part {n}/{len(passages)}")
+        assert (p.tool, p.source) == ("Bash", "make check")
+    # The exit status is an event of the output's first passage only (one event, one hit).
+    assert FAILED_COMMAND in passages[0].tags and all(FAILED_COMMAND not in p.tags for p in passages[1:])
+
+
+def test_results_stored_without_their_tool_are_named_from_earlier_calls() -> None:
+    memo = CallMemo()
+    memo.cut("s1", "assistant", [call("Grep", "g1", {"pattern": "TODO"})])
+    (passage,) = memo.cut("s1", "user", [result("g1", "a.py:3: TODO")])
+    assert passage.text.startswith("[tool Grep: TODO]")
+    # Another session's call of the same id is not this one's.
+    (other,) = memo.cut("s2", "user", [result("g1", "b.py:1: TODO")])
+    assert other.text.startswith("[tool output]")
+
+
+def test_tool_calls_render_as_readable_lines_and_patches_name_their_files() -> None:
+    text = render_call("Edit", {"file_path": "a.go", "old_string": "x := 1", "new_string": "x := 2\ny := 3"})
+    assert text == "Edit: a.go\nnew_string:\nx := 2\ny := 3\nold_string: x := 1"
+    assert "\\n" not in render_call("Bash", {"command": "printf 'a\nb'", "timeout": 1000})
+    assert "timeout" not in render_call("Bash", {"command": "ls", "timeout": 1000})
+    patch = "*** Begin Patch\n*** Update File: /r/a.go\n@@\n-a\n+b\n*** Add File: /r/b.go\n+c\n*** End Patch"
+    assert call_source(patch) == "/r/a.go, /r/b.go"
+    # A harness's JSON envelope around an output is read as the output.
+    wrapped = json.dumps({"output": "Success.\nA /r/b.go\n", "metadata": {"exit_code": 2}})
+    assert result_text(wrapped) == "Exit code 2\nSuccess.\nA /r/b.go\n"
+
+
+def test_events_are_tagged_where_their_evidence_is() -> None:
+    failing = (
+        log(60)
+        + "\n=== RUN   TestParser\n    parser_test.go:12: got 1, want 2\n--- FAIL: TestParser (0.00s)\n"
+        + log(60)
+    )
+    passages = cut("user", [result("t", failing, tool_name="Bash", tool_source="go test ./...")])
+    tagged = [p for p in passages if TEST_FAILURE in p.tags]
+    assert any("--- FAIL: TestParser" in p.text for p in tagged)
+    assert any("parser_test.go:12: got 1, want 2" in p.text for p in tagged)
+    assert len(tagged) < len(passages)
+
+    lint = "internal/a.go:85:1: directive `//nolint` is unused (nolintlint)\n1 issues."
+    (p,) = cut("user", [result("l", lint, tool_name="Bash", tool_source="golangci-lint run")])
+    assert LINT_FINDING in p.tags and BUILD_ERROR not in p.tags
+    compile_error = "# pkg\ninternal/a.go:36:24: cannot use x (variable of type int) as string value"
+    (p,) = cut("user", [result("b", compile_error, tool_name="Bash", tool_source="go build ./...")])
+    assert BUILD_ERROR in p.tags
+    # A file read or a search shows code, not events.
+    (p,) = cut("user", [result("r", compile_error, tool_name="Read", tool_source="notes.txt")])
+    assert p.tags == ()
+    commit = "[main 1a2b3c4] Fix the parser\n 2 files changed, 10 insertions(+), 1 deletion(-)"
+    (p,) = cut("user", [result("c", commit, tool_name="Bash", tool_source='git commit -m "Fix the parser"')])
+    assert GIT_COMMIT in p.tags and "diffstat" in p.tags
+
+
+def test_file_edits_plans_agents_and_searches_are_tagged_on_their_call() -> None:
+    new_test = {"file_path": "p_test.go", "content": "package p\n\nfunc TestNew(t *testing.T) {}\n"}
+    (write,) = cut("assistant", [call("Write", "w", new_test)])
+    assert {FILE_CREATED, FILE_EDITED, TEST_WRITTEN} <= set(write.tags)
+    # Editing an existing test is not writing a new one.
+    existing = {
+        "file_path": "p_test.go",
+        "old_string": "func TestOld(t *testing.T) {}",
+        "new_string": "func TestOld(t *testing.T) { t.Skip() }",
+    }
+    (edit,) = cut("assistant", [call("Edit", "e", existing)])
+    assert FILE_EDITED in edit.tags and TEST_WRITTEN not in edit.tags
+    assert TASK_PLAN in cut("assistant", [call("TodoWrite", "p", {"todos": [{"content": "a"}]})])[0].tags
+    assert (
+        SUBAGENT in cut("assistant", [call("Task", "a", {"description": "explore", "prompt": "x"})])[0].tags
+    )
+    assert CODE_SEARCH in cut("assistant", [call("Bash", "s", {"command": "rg -n parse src"})])[0].tags
+    # Tags are single words in the header, so a full-text search for one finds them.
+    assert set(tags_of(write.text)) == set(write.tags)
+
+
+def test_recall_results_and_housekeeping_are_not_passages() -> None:
+    blocks = [
+        {"type": "text", "text": "<system-reminder>internal note</system-reminder>"},
+        result("r1", "copied memories", tool_name="recall"),
+        {"type": "text", "text": "the real question"},
+    ]
+    passages = cut("user", blocks)
+    assert [p.body for p in passages] == ["the real question"]
+
+
+def test_distillations_and_plain_texts_are_cut_on_lines() -> None:
+    log_text = "## 2026-03-01\n" + "\n".join(
+        f"- [10:{i:02d}] did step {i} of the migration" for i in range(80)
+    )
+    passages = cut_text(log_text)
+    assert len(passages) > 1 and passages[0].text.startswith("[distillation]")
+    assert passages[1].text.startswith("[distillation 2026-03-01] part 2/")
+    # A message written without blocks is cut from its text.
+    assert message_passages("user", [], "hand written")[0].text == "[user]\nhand written"
+
+
+def test_passage_keys() -> None:
+    assert passage_key("abc", 3) == "abc:3"
+    assert split_key("abc:3") == ("abc", 3)
+    assert split_key("d:abc:0") == ("d:abc", 0)
+    assert split_key("abc") == ("abc", None)
