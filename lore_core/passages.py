@@ -118,14 +118,17 @@ _TEST_FAILURE = re.compile(
     re.M,
 )
 # path:line:col: message (linter) — golangci-lint, ruff, flake8, eslint (compact) and friends.
-_LINT_LINE = re.compile(r"^\S+\.\w+:\d+(?::\d+)?:? .+ \(([a-z][\w-]*)\)\s*$", re.M)
+_LINT_LINE = re.compile(r"^[^\s:]+\.\w+:\d+(?::\d+)?:? [^\n]* \(([a-z][\w-]*)\)[ \t]*$", re.M)
 _LINT_TOOLS = re.compile(r"lint|ruff|flake8|pylint|eslint|mypy|staticcheck|\bvet\b|clippy|shellcheck")
 # A compiler's error line: path:line:col: message (go, tsc, rustc/gcc style), or a marker.
 _COMPILE_LINE = re.compile(
-    r"^\S+\.(?:go|ts|tsx|js|jsx|rs|java|kt|c|cc|cpp|h|hpp|cs|swift):\d+:\d+: \S|"
+    r"^[^\s:]+\.(?:go|ts|tsx|js|jsx|rs|java|kt|c|cc|cpp|h|hpp|cs|swift):\d+:\d+: \S|"
     r"\berror(?:\[E\d+\]| TS\d+): |^SyntaxError: |\[build failed\]",
     re.M,
 )
+# What the patterns above need to match at all.
+_FAILURE_HINTS = ("FAIL", "\u2715", "AssertionError", " failed", "\u25cf")
+_LOCATION = re.compile(r":\d+:")
 _COMMIT_RESULT = re.compile(r"^\[[^\]\s]+(?: \([^)]*\))? [0-9a-f]{7,40}\] ", re.M)
 _DIFFSTAT = re.compile(r"\b\d+ files? changed\b")
 # A test function's name where it is defined: Go, Python, Rust (#[test] fn is not matched).
@@ -227,13 +230,18 @@ def _evidence_tags(part: _Part, text: str) -> list[str]:
         tool = (part.tool or "").lower()
         if tool in _READ_TOOLS or tool in _SEARCH_TOOLS or _SHELL_SEARCH.search(command):
             return tags  # file contents and search hits show code, not events
-        if _TEST_FAILURE.search(text):
+        # Each pattern behind a cheap test of a substring it needs: cutting runs on every
+        # stored message (the regexes alone were three quarters of the cost).
+        if any(hint in text for hint in _FAILURE_HINTS) and _TEST_FAILURE.search(text):
             tags.append(TEST_FAILURE)
-        if _LINT_LINE.search(text) and (_LINT_TOOLS.search(command) or not command):
+        located = _LOCATION.search(text) is not None
+        linted = _LINT_TOOLS.search(command) or not command
+        if located and ")" in text and linted and _LINT_LINE.search(text):
             tags.append(LINT_FINDING)
-        elif _COMPILE_LINE.search(text) and not _LINT_TOOLS.search(command):
-            tags.append(BUILD_ERROR)
-        if _COMMIT_RESULT.search(text):
+        elif (located or "rror" in text or "[build failed]" in text) and _COMPILE_LINE.search(text):
+            if not _LINT_TOOLS.search(command):
+                tags.append(BUILD_ERROR)
+        if "] " in text and ("\n[" in text or text.startswith("[")) and _COMMIT_RESULT.search(text):
             tags.append(GIT_COMMIT)
             if _DIFFSTAT.search(text):
                 tags.append(DIFFSTAT)

@@ -1084,10 +1084,20 @@ class _Index:
             "error": self.error,
             "path": str(self.path),
             "watermark": self.watermark,
+            "passages": self._passage_count(),
             "unmerged_rows": self.unmerged,
             "optimizations": self.optimizations,
             "last_optimize_seconds": self.last_optimize_seconds,
         }
+
+    def _passage_count(self) -> int | None:
+        table = self._table
+        if table is None:
+            return None
+        try:
+            return int(table.count_rows())
+        except Exception:  # a figure for status, never a reason to fail
+            return None
 
 
 # ---------------------------------------------------------------------------------------------
