@@ -445,8 +445,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
-#: Lines of a passage ``lore recall`` prints (the rest: open it by its id).
-RECALL_LINES = 12
+#: What ``lore recall`` prints of a passage (the rest: open it by its id).
+RECALL_CHARS = 600
+RECALL_LINES = 24
 
 
 def _clip(line: str, limit: int) -> str:
@@ -455,6 +456,8 @@ def _clip(line: str, limit: int) -> str:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
+    from lore_core.recall.tool import snippet
+
     def action(reader: Any) -> int:
         answer = reader.recall(args.query, args.scope, args.session, args.project, args.limit)
         results = answer.get("results") or []
@@ -467,11 +470,11 @@ def cmd_recall(args: argparse.Namespace) -> int:
         else:
             for r in results:
                 print(f"{r['score']:8.4f}  {r['id']}  [{r['source']}]  {_when(r.get('created_at'))}")
-                lines = str(r.get("text", "")).splitlines()
-                for line in lines[:RECALL_LINES]:
+                head, _, body = str(r.get("text", "")).partition("\n")
+                # The passage's header, then its lines where the query matched.
+                shown = snippet(body, args.query, RECALL_CHARS).splitlines()
+                for line in [head, *shown[:RECALL_LINES]]:
                     print(f"    {_clip(line, 150)}")
-                if len(lines) > RECALL_LINES:
-                    print(f"    ... ({len(lines) - RECALL_LINES} more lines: lore recall {r['id']})")
             if not results and not answer.get("error"):
                 print("no matches")
         for note in answer.get("notes") or []:

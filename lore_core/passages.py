@@ -540,7 +540,8 @@ def cut(
         start, end = offsets[first], offsets[last] + len(parts[last].body)
         tools = [parts[i] for i in pending if parts[i].kind == TOOL_CALL]
         body = "\n\n".join(parts[i].body for i in pending)  # as in item_text: spans hold
-        tags = tuple(dict.fromkeys(t for p in tools for t in (*p.tags, *_evidence_tags(p, p.body))))
+        members = [parts[i] for i in pending]
+        tags = tuple(dict.fromkeys(t for p in members for t in (*p.tags, *_evidence_tags(p, p.body))))
         head = (
             f"[{role} -> {', '.join(dict.fromkeys(str(p.tool) for p in tools))}]"
             + "".join(f" #{t}" for t in tags)
