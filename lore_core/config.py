@@ -96,7 +96,7 @@ class EmbeddingConfig:
     index: bool = True
     # Items (messages, distillations) embedded per indexing batch: the memory one batch holds.
     batch_size: int = 64
-    # Chunks embedded per item at most; a longer text keeps its head and its last chunk.
+    # Passages embedded per item at most; a longer item keeps its first ones and its last.
     max_chunks_per_item: int = 16
 
 

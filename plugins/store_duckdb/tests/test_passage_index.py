@@ -1,0 +1,79 @@
+"""The full-text index holds passages and is rebuilt from DuckDB when the passage rules it
+was cut by are not the kernel's (an upgrade), or when it has the older whole-message layout."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import duckdb
+from lore_store_duckdb.store import DuckDBStore
+
+from lore_core.passages import PASSAGE_RULES
+from lore_core.testing.store_conformance import batch_of, exchange, text, tool_call, tool_result
+
+
+def _write(db: Path) -> None:
+    async def go() -> None:
+        store = DuckDBStore(db)
+        await store.open()
+        try:
+            call = tool_call("Bash", "c1", {"command": "make lint"})
+            output = tool_result(
+                "c1", "\n".join(f"line {i} of the lint run" for i in range(200)) + "\nheron.go:1:1: bad (vet)"
+            )
+            await store.write(batch_of(exchange([text("user", "lint it"), call, output], session="s-h")))
+            assert await store.search("heron")  # indexed (and the index created)
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def _search(db: Path, query: str) -> tuple[list, int, list[tuple[int, int]]]:
+    async def go() -> tuple[list, int, list[tuple[int, int]]]:
+        store = DuckDBStore(db)
+        await store.open()
+        seen: list[tuple[int, int]] = []
+        try:
+            indexed = await store.sync_search_index(lambda done, total: seen.append((done, total)))
+            return await store.search(query), indexed, seen
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def test_an_index_cut_by_other_rules_is_rebuilt_with_progress(tmp_path: Path) -> None:
+    db = tmp_path / "lore.duckdb"
+    _write(db)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE lore_meta SET value = 'p0' WHERE key = 'fts_rules'")
+    con.close()
+    hits, indexed, seen = _search(db, "heron")
+    assert indexed == 3  # every stored message cut again
+    assert seen[0] == (0, 3) and seen[-1] == (3, 3)
+    assert len(hits) == 1 and hits[0].text.startswith("[tool Bash: make lint]") and hits[0].passage
+    con = duckdb.connect(str(db))
+    assert con.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone() == (PASSAGE_RULES,)
+    con.close()
+    # Current rules: nothing to do the next time.
+    assert _search(db, "heron")[1] == 0
+
+
+def test_an_index_of_the_whole_message_layout_is_replaced(tmp_path: Path) -> None:
+    db = tmp_path / "lore.duckdb"
+    _write(db)
+    import lancedb
+    import pyarrow as pa
+
+    # What the store wrote before passages: a "messages" table of whole messages.
+    index = lancedb.connect(str(tmp_path / "lore.duckdb.fts"))
+    index.drop_table("passages")
+    index.create_table("messages", pa.table({"seq": [1], "id": ["old"], "text": ["heron whole message"]}))
+    con = duckdb.connect(str(db))
+    con.execute("DELETE FROM lore_meta WHERE key = 'fts_rules'")
+    con.close()
+    hits, indexed, _ = _search(db, "heron")
+    assert indexed == 3 and [h.passage is not None for h in hits] == [True]
+    assert "messages" not in lancedb.connect(str(tmp_path / "lore.duckdb.fts")).list_tables().tables
