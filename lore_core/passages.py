@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from lore_core.distill.facts import states_decision
+from lore_core.housekeeping import strip_housekeeping
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
 
 #: Names the passage rules. Stores keep it beside their indexes; a different value means
@@ -69,9 +70,6 @@ SOURCE_KEYS = (
 _NOISE_KEYS = frozenset(
     {"yield_time_ms", "max_output_tokens", "timeout", "run_in_background", "session_id", "login", "shell"}
 )
-# Harness housekeeping: not what happened (kept in sync with lore_core.distill.render).
-_HOUSEKEEPING_TAGS = "system-reminder|local-command-caveat|environment_context|user_instructions"
-_HOUSEKEEPING = re.compile(r"<(" + _HOUSEKEEPING_TAGS + r")\b[^>]*>.*?</\1\s*>[ \t]*\n?", re.S)
 # The files a patch (Codex's apply_patch) touches.
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
 # A shell tool's exit status as harnesses print it ("Exit code 1", Codex's "Process exited
@@ -291,10 +289,6 @@ class CallInfo:
 # ---------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------
-
-
-def strip_housekeeping(text: str) -> str:
-    return _HOUSEKEEPING.sub("", text) if "<" in text else text
 
 
 def _one_line(text: str, limit: int = SOURCE_CHARS) -> str:

@@ -35,8 +35,9 @@ from typing import Any
 
 import attrs
 
+from lore_core.housekeeping import strip_housekeeping
 from lore_core.model import IMAGE, OTHER, TEXT, THINKING, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message
-from lore_core.passages import call_source, strip_housekeeping
+from lore_core.passages import call_source
 
 #: Bumped when the identity rule changes (it never should: ids are stored forever).
 IDENTITY_VERSION = 1

@@ -23,40 +23,23 @@ What it must not see, and never will, whatever the harness put in the conversati
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from lore_core.distill.facts import find_error_lines, find_paths
 from lore_core.distill.inputs import DistillInput
+from lore_core.housekeeping import strip_housekeeping
 from lore_core.model import IMAGE, TEXT, TOOL_CALL, TOOL_RESULT
 from lore_core.store import mask_secrets
 
 DEFAULT_TOOL_OUTPUT_MAX_CHARS = 4000
-# Tags harnesses wrap their own bookkeeping in (Claude Code's reminders and local-command
-# caveats, Codex's environment context and AGENTS.md instructions).
-HOUSEKEEPING_TAGS = ("system-reminder", "local-command-caveat", "environment_context", "user_instructions")
-_HOUSEKEEPING = re.compile(
-    r"<(" + "|".join(HOUSEKEEPING_TAGS) + r")\b[^>]*>.*?</\1\s*>[ \t]*\n?",
-    re.S,
-)
-# An opening tag whose closing tag never came (a cut message): drop to the end.
-_HOUSEKEEPING_OPEN = re.compile(r"<(?:" + "|".join(HOUSEKEEPING_TAGS) + r")\b[^>]*>.*\Z", re.S)
 # Roles whose messages are instructions to the model, not events of the session.
 SKIPPED_ROLES = frozenset({"system", "developer"})
 # Longest single string value shown in a tool call's input (file contents, edit strings).
 TOOL_INPUT_VALUE_CHARS = 300
 # Longest error / tail line kept in an annotation.
 ANNOTATION_LINE_CHARS = 240
-
-
-def strip_housekeeping(text: str) -> str:
-    """Remove harness housekeeping blocks such as ``<system-reminder>...</system-reminder>``."""
-    if "<" not in text:
-        return text
-    text = _HOUSEKEEPING.sub("", text)
-    return _HOUSEKEEPING_OPEN.sub("", text)
 
 
 def clean(text: str) -> str:
