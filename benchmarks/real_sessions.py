@@ -55,7 +55,6 @@ from transcripts import (
     CLAUDE,
     CLAUDE_TOOLS,
     CODEX_TOOLS,
-    PROJECTS,
     Item,
     ModelCall,
     Question,
@@ -206,7 +205,11 @@ def _headers(session: Session, session_id: str | None = None) -> dict[str, str]:
     sid = session_id or session.id
     headers = {"x-lore-project": session.project, "content-type": "application/json"}
     if session.agent == CLAUDE:
-        headers |= {"x-claude-code-session-id": sid, "x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}
+        headers |= {
+            "x-claude-code-session-id": sid,
+            "x-api-key": "sk-ant-bench",
+            "anthropic-version": "2023-06-01",
+        }
     else:
         headers |= {"session-id": sid, "originator": "codex_cli_rs", "authorization": "Bearer sk-bench"}
     return headers
@@ -270,10 +273,7 @@ def ask(url: str, questions: list[Question], sessions: dict[str, Session], respo
             # One question session per agent, with storage off, so no question is remembered.
             sample = next(s for s in sessions.values() if s.agent == agent)
             qsid = f"bench-questions-{uuid.uuid4().hex[:8]}"
-            command = Item("user", {"role": "user", "content": [{"type": "text", "text": "/lore:amnesia on"}]})
-            if agent != CLAUDE:
-                command = Item("user", {"type": "message", "role": "user",
-                                        "content": [{"type": "input_text", "text": "/lore:amnesia on"}]})  # fmt: skip
+            command = _user_item(agent, "/lore:amnesia on")
             first = _question_body(sample, [command], stream=False)
             path = "/v1/messages" if agent == CLAUDE else "/v1/responses"
             answer = client.post(url + path, json=first, headers=_headers(sample, qsid)).json()
@@ -291,7 +291,9 @@ def ask(url: str, questions: list[Question], sessions: dict[str, Session], respo
 def _user_item(agent: str, text: str) -> Item:
     if agent == CLAUDE:
         return Item("user", {"role": "user", "content": [{"type": "text", "text": text}]})
-    return Item("user", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    return Item(
+        "user", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    )
 
 
 def _answer_item(agent: str, answer: dict[str, Any]) -> Item:

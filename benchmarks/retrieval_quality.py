@@ -55,9 +55,9 @@ from typing import Any
 from lore_core.config import EmbeddingConfig
 from lore_core.indexer import VectorIndexer
 from lore_core.model import TEXT, Block, Exchange, Message, RequestView
+from lore_core.passages import split_key
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
 from lore_core.recall.ids import Kind, parse_id
-from lore_core.passages import split_key
 from lore_core.recall.sources import StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.store import WriteBatch, logical_messages, records_from_exchange

@@ -148,7 +148,11 @@ def _claude_block(block: Any) -> dict[str, Any] | None:
     if kind == "tool_use":
         return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block.get("input", {})}
     if kind == "tool_result":
-        out = {"type": "tool_result", "tool_use_id": block["tool_use_id"], "content": block.get("content", "")}
+        out = {
+            "type": "tool_result",
+            "tool_use_id": block["tool_use_id"],
+            "content": block.get("content", ""),
+        }
         if block.get("is_error"):
             out["is_error"] = True
         return out
