@@ -111,8 +111,8 @@ EXIT_CODE = "exitcode"
 
 _TAG = re.compile(r"#([a-z0-9]+)")
 _TEST_FAILURE = re.compile(
-    r"^\s*--- FAIL: \S+|^FAIL\s+\S+|^FAILED\s+\S+|^\s*✕ |^E\s+AssertionError|^\s*\d+ failed\b|"
-    r"\bTest\w+ FAILED\b|^\s*\u25cf .+ \u203a ",  # jest: a bullet, "suite > test"
+    r"^[ \t]*--- FAIL: \S+|^FAIL[ \t]+\S+|^FAILED[ \t]+\S+|^[ \t]*✕ |^E[ \t]+AssertionError|"
+    r"^[ \t]*\d+ failed\b|\bTest\w+ FAILED\b|^[ \t]*\u25cf .+ \u203a ",  # jest: a bullet, "suite > test"
     re.M,
 )
 # path:line:col: message (linter) — golangci-lint, ruff, flake8, eslint (compact) and friends.
@@ -247,6 +247,24 @@ def _evidence_tags(part: _Part, text: str) -> list[str]:
         if any(re.search(rf"\b{re.escape(name)}\(", text) for name in part.new_tests):
             tags.append(TEST_WRITTEN)
     return tags
+
+
+_EVIDENCE = {
+    TEST_FAILURE: _TEST_FAILURE,
+    LINT_FINDING: _LINT_LINE,
+    BUILD_ERROR: _COMPILE_LINE,
+    GIT_COMMIT: _COMMIT_RESULT,
+    DIFFSTAT: _DIFFSTAT,
+}
+
+
+def evidence_offset(text: str, events: Iterable[str]) -> int | None:
+    """Where in a passage's text the first of ``events`` that it shows is (the FAIL line of
+    a test log, the commit line of git's output); ``None`` when none shows or the event is
+    not one a line shows."""
+    wanted = [e for e in events if e in _EVIDENCE and e in tags_of(text)]
+    found = [m.start() for e in wanted if (m := _EVIDENCE[e].search(text)) is not None]
+    return min(found) if found else None
 
 
 def tags_of(text: str) -> list[str]:

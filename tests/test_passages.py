@@ -172,3 +172,15 @@ def test_passage_keys() -> None:
     assert split_key("abc:3") == ("abc", 3)
     assert split_key("d:abc:0") == ("d:abc", 0)
     assert split_key("abc") == ("abc", None)
+
+
+def test_evidence_offset_points_at_the_line_that_shows_the_event() -> None:
+    from lore_core.passages import evidence_offset
+
+    body = (
+        "\n".join(f"ok   pkg/integration_test{i}   (cached)" for i in range(15)) + "\n--- FAIL: TestX (0.1s)"
+    )
+    (p,) = cut("user", [result("t", body, tool_name="Bash", tool_source="go test ./...")])
+    at = evidence_offset(p.text, [TEST_FAILURE])
+    assert at is not None and p.text[at:].lstrip().startswith("--- FAIL: TestX")
+    assert evidence_offset(p.text, [LINT_FINDING]) is None  # not shown here

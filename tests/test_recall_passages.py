@@ -16,7 +16,7 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message
-from lore_core.recall.engine import RecallResponse, RecallResult, distinct, merge_adjacent
+from lore_core.recall.engine import RecallResponse, RecallResult, distinct, group_passages
 from lore_core.recall.intent import parse
 from lore_core.recall.store_engine import recall, store_recall_engine
 from lore_core.recall.tool import MAX_RESULT_CHARS, TOOL_NAME, format_response, run_recall
@@ -252,16 +252,30 @@ def _result(rid: str, item: str, passage: int, text_: str, score: float) -> Reca
     )
 
 
-def test_adjacent_passages_merge_and_repeats_drop() -> None:
+def test_passages_of_one_item_are_one_result_and_repeats_drop() -> None:
     results = [
         _result("t:a:3", "a", 3, "[tool] part 4/9\nthree", 0.9),
         _result("t:b:0", "b", 0, "[user]\nsame words", 0.8),
         _result("t:a:4", "a", 4, "[tool] part 5/9\nfour", 0.7),
-        _result("t:a:2", "a", 2, "[tool] part 3/9\ntwo", 0.6),
+        _result("t:a:7", "a", 7, "[tool] part 8/9\nseven", 0.6),
         _result("t:c:0", "c", 0, "[user]\nsame words", 0.5),
-        _result("t:a:7", "a", 7, "[tool] part 8/9\nseven", 0.4),
+        _result("t:a:1", "a", 1, "[tool] part 2/9\none", 0.4),
     ]
-    merged = distinct(merge_adjacent(results))
-    assert [r.id for r in merged] == ["t:a:3", "t:b:0", "t:a:7"]
-    assert merged[0].text == "[tool] part 3/9\ntwo\n[tool] part 4/9\nthree\n[tool] part 5/9\nfour"
-    assert merged[0].meta["span"] == (20, 49) and merged[0].meta["passages"] == [2, 3, 4]
+    grouped = distinct(group_passages(results))
+    assert [r.id for r in grouped] == ["t:a:3", "t:b:0"]
+    # In the item's order; a gap where they are not adjacent; at most three of one item.
+    assert grouped[0].text == "[tool] part 4/9\nthree\n[tool] part 5/9\nfour\n[...]\n[tool] part 8/9\nseven"
+    assert grouped[0].meta["span"] == (30, 79) and grouped[0].meta["passages"] == [3, 4, 7]
+
+
+def test_a_long_failing_log_is_shown_from_its_failures() -> None:
+    """Several passages of one test log in one result are each cut where the asked event
+    shows, not where the question's words are densest (every line of a Go test run says
+    "test")."""
+    noisy = "\n".join(f"ok   shop/integration_test/pkg{i}_test   (cached)" for i in range(13))
+    log = "\n".join(f"{noisy}\n--- FAIL: TestCheckout{n} (0.02s)" for n in ("Totals", "Taxes", "Refunds"))
+    store = stored(exchange([bash("c1", "go test ./..."), output("c1", log)], session="s-log"))
+    response = search(store, "which tests failed?")
+    assert len(response.results[0].meta["texts"]) == 3  # three passages of the log, one result
+    shown = format_response(response)
+    assert all(f"--- FAIL: TestCheckout{n}" in shown for n in ("Totals", "Taxes", "Refunds"))

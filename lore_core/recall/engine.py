@@ -72,9 +72,13 @@ MAX_QUERY_CHARS = 2000
 FETCH_FACTOR = 3
 #: Meta key: the event tags of a result's passage(s) (:func:`lore_core.passages.tags_of`).
 TAGS = "tags"
-#: Adjacent passages of one item merged into one result at most (a long output matched
-#: all over would otherwise fill the answer alone).
+#: Passages of one item in one result at most (a long output matched all over would
+#: otherwise fill the answer alone).
 MERGE_PASSAGES = 3
+#: Meta key: the texts of a grouped result's passages, in their order in the item.
+TEXTS = "texts"
+#: Between two passages of one result that are not adjacent in their item.
+GAP = "[...]"
 #: Score factor of a tool output's passages against what was said (see _prior).
 OUTPUT_PRIOR = 0.75
 _OUTPUT_HEADER = "[tool "
@@ -220,47 +224,49 @@ def relevant_ids(lists: Sequence[RankedList], floor: float = RELEVANCE_FLOOR) ->
     return keep
 
 
-def merge_adjacent(results: Sequence[RecallResult]) -> list[RecallResult]:
-    """Results in the same order, with a passage that follows or precedes a better-ranked
-    passage of the same item merged into it (a fact and its continuation read as one), so
-    one result is one stretch of one item. Results without a passage pass as they are."""
+def group_passages(results: Sequence[RecallResult]) -> list[RecallResult]:
+    """One result per item, in the order of its best passage: the item's other matching
+    passages (at most :data:`MERGE_PASSAGES` in all) join it, in their order in the item,
+    so ten results are ten things remembered, not three passages of one long output, and
+    two facts of one item (its middle and its end) still come back together. Results
+    without a passage pass as they are."""
     out: list[RecallResult] = []
-    # (kind, item) -> kept results of that item, each with its passage range.
-    runs: dict[tuple[str, str], list[tuple[RecallResult, list[int]]]] = {}
+    groups: dict[tuple[str, str], tuple[RecallResult, list[tuple[int, RecallResult]]]] = {}
     for r in results:
         index = r.meta.get(PASSAGE)
         item = r.meta.get(ITEM)
         if not isinstance(index, int) or not item:
             out.append(r)
             continue
-        kept = runs.setdefault((r.source, str(item)), [])
-        for held, indexes in kept:
-            if index in indexes:
-                break  # the same passage again (another list's copy)
-            if len(indexes) >= MERGE_PASSAGES:
-                continue  # a stretch long enough: a long output must not fill the answer
-            if index == indexes[-1] + 1 or index == indexes[0] - 1:
-                _merge_into(held, r, before=index < indexes[0])
-                if index < indexes[0]:
-                    indexes.insert(0, index)
-                else:
-                    indexes.append(index)
-                break
-        else:
-            copy = attrs.evolve(r, meta=dict(r.meta))
-            kept.append((copy, [index]))
-            out.append(copy)
+        key = (r.source, str(item))
+        if key not in groups:
+            held = attrs.evolve(r, meta=dict(r.meta))
+            groups[key] = (held, [(index, r)])
+            out.append(held)
+            continue
+        held, members = groups[key]
+        if len(members) >= MERGE_PASSAGES or any(index == i for i, _ in members):
+            continue  # enough of this item (the model opens it to read on), or a repeat
+        members.append((index, r))
+        _regroup(held, members)
     return out
 
 
-def _merge_into(held: RecallResult, other: RecallResult, before: bool) -> None:
-    held.text = f"{other.text}\n{held.text}" if before else f"{held.text}\n{other.text}"
-    held.meta[TAGS] = sorted({*held.meta.get(TAGS, ()), *other.meta.get(TAGS, ())})
-    a, b = held.meta.get(SPAN), other.meta.get(SPAN)
-    if isinstance(a, tuple | list) and isinstance(b, tuple | list) and None not in (*a, *b):
-        held.meta[SPAN] = (min(a[0], b[0]), max(a[1], b[1]))
-    held.meta.setdefault("passages", [held.meta.get(PASSAGE)])
-    held.meta["passages"] = sorted({*held.meta["passages"], other.meta.get(PASSAGE)})
+def _regroup(held: RecallResult, members: list[tuple[int, RecallResult]]) -> None:
+    members.sort(key=lambda m: m[0])
+    texts: list[str] = []
+    for n, (index, r) in enumerate(members):
+        if n and index != members[n - 1][0] + 1:
+            texts.append(GAP)
+        texts.append(r.text)
+    held.text = "\n".join(texts)
+    held.score = max(r.score for _, r in members)  # the item's best passage
+    held.meta[TEXTS] = [r.text for _, r in members]
+    held.meta[TAGS] = sorted({t for _, r in members for t in r.meta.get(TAGS, ())})
+    held.meta["passages"] = [i for i, _ in members]
+    spans = [r.meta.get(SPAN) for _, r in members]
+    if all(isinstance(x, tuple | list) and None not in x for x in spans):
+        held.meta[SPAN] = (min(x[0] for x in spans), max(x[1] for x in spans))  # type: ignore[index]
 
 
 _PART = re.compile(r" part \d+/\d+")
@@ -462,7 +468,7 @@ class RecallEngine:
             for f in fused
         ]  # fmt: skip
         results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
-        results = distinct(merge_adjacent(results))
+        results = distinct(group_passages(results))
         response.results = arrange(results, intent, anchor)[:limit]
         if failures and not lists:
             # Every list failed: an empty result would read as "nothing remembered".

@@ -54,7 +54,14 @@ _ORDER_WORDS = re.compile(
 )
 _MOST_WORDS = re.compile(r"\bmost (?:often|frequently|times)\b|\bthe most\b|\bhow many times\b")
 _FIRST_WORDS = re.compile(r"\b(first|earliest|initial|initially|originally|to begin with|at the start)\b")
-_LAST_WORDS = re.compile(r"\b(last|latest|final|finally|most recent|most recently|in the end)\b")
+# "last" as a time window ("in the last two months", "last Saturday") is not an order.
+_LAST_WORDS = re.compile(
+    r"\b(last|latest|final|finally|most recent|most recently|in the end)\b"
+    r"(?!\s+(?:few|couple|several|\d+|one|two|three|four|five|six|seven|eight|nine|ten|"
+    r"day|days|night|week|weeks|weekend|month|months|year|years|time|monday|tuesday|wednesday|"
+    r"thursday|friday|saturday|sunday)\b)"
+)
+
 
 #: Query patterns -> the event tags they ask about. Checked against the lower-cased query.
 EVENT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (

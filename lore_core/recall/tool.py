@@ -17,8 +17,9 @@ from typing import Any
 
 import attrs
 
+from lore_core.passages import evidence_offset
 from lore_core.recall.cascade import query_terms
-from lore_core.recall.engine import MAX_LIMIT, RecallEngine, RecallResponse
+from lore_core.recall.engine import GAP, MAX_LIMIT, TEXTS, RecallEngine, RecallResponse, RecallResult
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import NEXT, PREVIOUS, REGION
 from lore_core.store import RECALL_TOOL_NAME
@@ -190,17 +191,24 @@ def _cut(text: str, limit: int) -> str:
     return text[: limit - len(suffix)].rstrip() + suffix
 
 
-def snippet(text: str, query: str, limit: int = SNIPPET_CHARS, match: tuple[int, int] | None = None) -> str:
-    """At most ``limit`` characters of ``text`` for a result list, where it matched: the
-    window where the query's terms are densest (a long tool output's match is rarely at its
-    start); when none of them occurs in the text, the middle of ``match`` (the ``(start,
-    end)`` span of the chunk a vector search matched); else the beginning. Cut points snap
-    to whitespace; elided ends are marked ``...``, and the length given."""
+def snippet(
+    text: str,
+    query: str,
+    limit: int = SNIPPET_CHARS,
+    match: tuple[int, int] | None = None,
+    focus: int | None = None,
+) -> str:
+    """At most ``limit`` characters of ``text`` for a result list, where it matched: from a
+    little before ``focus`` when given (where the event the question asks about shows);
+    else the window where the query's terms are densest (a long tool output's match is
+    rarely at its start); when none of them occurs in the text, the middle of ``match`` (a
+    ``(start, end)`` span that matched otherwise); else the beginning. Cut points snap to
+    whitespace; elided ends are marked ``...``, and the length given."""
     if len(text) <= limit:
         return text
     window = max(limit - 40, limit // 2)  # room for the markers
     start = 0
-    densest = _densest_terms(text, query, window)
+    densest = focus if focus is not None else _densest_terms(text, query, window)
     if densest is not None:
         start = max(0, densest - window // 5)  # a little context before the first match
     elif match is not None:
@@ -262,22 +270,37 @@ def _opened(response: RecallResponse) -> str:
     return "\n".join(lines)
 
 
+def _body(result: RecallResult, query: str, limit: int, events: Sequence[str] = ()) -> str:
+    """A result's text in at most about ``limit`` characters: each of its passages (a
+    result may hold several of one item) cut to its share, from where an asked event shows
+    in it (the FAIL line of a long test log) or else around the query's terms."""
+    texts = result.meta.get(TEXTS)
+    if not isinstance(texts, list) or len(texts) < 2:
+        texts = [result.text]
+    elif len(result.text) <= limit:
+        return result.text.strip()
+    share = max(MIN_RESULT_CHARS, limit // len(texts))
+    cut = [snippet(t.strip(), query, share, focus=evidence_offset(t.strip(), events)) for t in texts]
+    return f"\n{GAP}\n".join(cut)
+
+
 def _packed(response: RecallResponse, room: int) -> list[str]:
     """As many results as fit in ``room`` characters, best first: each headed by its id,
     source, score and when it was stored, then its passage(s). A result that does not fit
     whole is shown cut around the query's terms when enough room is left, else skipped
     for a shorter one further down."""
     blocks: list[str] = []
+    intent = response.metadata.get("intent") or {}
+    events = list(intent.get("events") or []) if isinstance(intent, dict) else []
     for r in response.results:
         head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
-        text = r.text.strip()
-        body = snippet(text, response.query, RESULT_CHARS) if len(text) > RESULT_CHARS else text
+        body = _body(r, response.query, RESULT_CHARS, events)
         need = len(head) + 1 + len(body) + 2
         if need > room:
             space = room - len(head) - 3
             if space < MIN_RESULT_CHARS:
                 continue
-            body = snippet(text, response.query, space)
+            body = _body(r, response.query, space, events)
             need = len(head) + 1 + len(body) + 2
         blocks.append(f"{head}\n{body}")
         room -= need
