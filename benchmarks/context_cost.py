@@ -62,8 +62,8 @@ of compaction's, cache-read share of input tokens, mean input tokens per request
 
     python benchmarks/context_cost.py                 # 500 user turns, ~1,800 requests
     python benchmarks/context_cost.py --turns 150     # a shorter session, ~15 s
-    python benchmarks/context_cost.py --data ../shared/data/coding-sessions              # all, ~4 min
-    python benchmarks/context_cost.py --data ../shared/data/coding-sessions --sessions 2
+    python benchmarks/context_cost.py --data SESSIONS_DIR              # all, ~4 min
+    python benchmarks/context_cost.py --data SESSIONS_DIR --sessions 2
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ before this rewrite), loaded from git in this run (``git show``) together with t
 ``facts`` module it imported, so both run on the same segments. This is a benchmark, not a
 test; run it by hand::
 
-    python benchmarks/distill.py --data ../shared/data/coding-sessions
+    python benchmarks/distill.py --data SESSIONS_DIR
     python benchmarks/distill.py                  # a generated session, with timings
 """
 

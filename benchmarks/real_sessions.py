@@ -29,7 +29,7 @@ sent the ``recall`` call until the continuation arrived), p50 and p95.
 
 Run by hand::
 
-    python benchmarks/real_sessions.py --data ../shared/data/coding-sessions
+    python benchmarks/real_sessions.py --data SESSIONS_DIR
     python benchmarks/real_sessions.py --data DIR --keep /tmp/lore-real   # keep the store
     python benchmarks/real_sessions.py --data DIR --reuse /tmp/lore-real  # questions only
 """
