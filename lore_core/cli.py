@@ -429,7 +429,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         hits = reader.search(args.query, args.session, args.project, args.limit)
         if args.json:
             _print_json(
-                [{k: h[k] for k in ("id", "session", "role", "score", "text", "project")} for h in hits]
+                [
+                    {k: h.get(k) for k in ("id", "passage", "session", "role", "score", "text", "project")}
+                    for h in hits
+                ]
             )
             return 0
         if not hits:
