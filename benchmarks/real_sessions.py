@@ -395,7 +395,9 @@ def main() -> None:
                 replayed = time.perf_counter() - started
                 print(f"replay: {count} requests in {replayed:.0f} s")
                 started = time.perf_counter()
-                distilled = httpx.post(server.url + "/lore/api/distill", timeout=3600)
+                token = server.gateway.tokens.current()
+                auth = {"authorization": f"Bearer {token}"}
+                distilled = httpx.post(server.url + "/lore/api/distill", headers=auth, timeout=3600)
                 print(f"distill: HTTP {distilled.status_code} in {time.perf_counter() - started:.0f} s")
             started = time.perf_counter()
             wait_until_indexed(server)

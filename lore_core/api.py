@@ -3,8 +3,9 @@ and ``lore distill/distillations``.
 
 DuckDB lets one process hold the database file, so while the gateway runs every other
 process reads the store through here. Read-only except ``POST /distill`` (which only runs
-what the scheduler would run on idle), and answered only to loopback clients (the gateway
-binds 127.0.0.1 by default; this holds even when it is bound wider).
+what the scheduler would run on idle). Every route needs the gateway token, and answers
+loopback clients only unless ``server.allowRemote`` is set: :mod:`lore_core.access` checks
+both (and Host and Origin) before any route runs.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from lore_core.worker import WorkerError
 
 api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
 
-_LOOPBACK = ("127.", "::1", "localhost")
-
 
 def _json(status: int, payload: Any) -> Response:
     return Response(json.dumps(payload, default=str), status=status, content_type="application/json")
@@ -29,14 +28,6 @@ def _json(status: int, payload: Any) -> Response:
 
 def _gateway() -> Any:
     return current_app.extensions["lore"]
-
-
-@api.before_request
-async def _loopback_only() -> Response | None:
-    remote = request.remote_addr or ""
-    if not remote.startswith(_LOOPBACK) and remote != "<local>":
-        return _json(403, {"error": "the Lore API answers loopback clients only"})
-    return None
 
 
 def _int_arg(name: str, default: int, low: int = 1, high: int = 10_000) -> int:

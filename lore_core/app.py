@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from quart import Quart, Response, request
+from quart import Quart, Response, request, websocket
 
+from lore_core import access
 from lore_core.api import api as lore_api
 from lore_core.context.commands import find_command
 from lore_core.context.overflow import (
@@ -62,6 +63,35 @@ def create_app(gateway: Gateway) -> Quart:
     app.config.update(MAX_CONTENT_LENGTH=None, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=300)
     app.extensions["lore"] = gateway
     app.register_blueprint(lore_api)  # /lore/api: the local read API for the CLI
+
+    @app.before_request
+    async def _guard() -> Response | None:
+        # Host, Origin, peer and token, before any route reads or changes anything.
+        refusal = access.check(
+            request.path,
+            {k.lower(): v for k, v in request.headers.items()},
+            request.remote_addr,
+            gateway.config,
+            gateway.tokens,
+        )
+        if refusal is None:
+            return None
+        gateway.stats["requests_refused"] += 1
+        if request.path.startswith(access.PROTECTED_PREFIXES):
+            return _json(refusal.status, {"error": refusal.message})
+        codec = gateway.registry.codec_for_path(request.path) if request.method == "POST" else None
+        return _error(codec, refusal.status, refusal.message)
+
+    @app.before_websocket
+    async def _guard_websocket() -> Response | None:
+        refusal = access.check(
+            websocket.path,
+            {k.lower(): v for k, v in websocket.headers.items()},
+            websocket.remote_addr,
+            gateway.config,
+            gateway.tokens,
+        )
+        return None if refusal is None else _json(refusal.status, {"error": refusal.message})
 
     @app.before_serving
     async def _start() -> None:

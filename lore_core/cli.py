@@ -70,8 +70,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 class _ApiReader:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
+        # The gateway token (lore_core/access.py): every /lore/api route needs it.
+        self.token = token
         self.where = f"via the running gateway at {url}"
 
     def _get(self, path: str, _method: str = "GET", _timeout: float = 30, **params: Any) -> Any:
@@ -83,6 +85,8 @@ class _ApiReader:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         url = f"{self.url}/lore/api{path}" + (f"?{query}" if query else "")
         req = urllib.request.Request(url, method=_method, data=b"" if _method == "POST" else None)
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(req, timeout=_timeout) as resp:
                 return json.loads(resp.read())
@@ -291,7 +295,9 @@ def _open_reader() -> _ApiReader | _DirectReader:
     config = load_config(sections)
     url = _gateway_url(config.server.host, config.server.port)
     if url is not None:
-        return _ApiReader(url)
+        from lore_core.access import cli_token
+
+        return _ApiReader(url, cli_token(config))
     return _DirectReader(choose_store(config, Registry.collect(pm).stores), config)
 
 
@@ -627,6 +633,41 @@ def cmd_distillations(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    """Print the gateway token (made when there is none yet), or replace it."""
+    from lore_core import access
+    from lore_core.config import load_config
+    from lore_core.plugins import make_plugin_manager
+
+    pm = make_plugin_manager()
+    sections: dict[str, type] = {}
+    for result in pm.hook.lore_config_sections():
+        sections.update(result or {})
+    config = load_config(sections)
+    fixed = access.configured_token(config)
+    if fixed is not None:
+        if args.rotate:
+            print(
+                "lore: the token is configured (server.token or LORE_TOKEN): change it there", file=sys.stderr
+            )
+            return 2
+        print(fixed)
+        return 0
+    path = access.token_path()
+    try:
+        token = access.rotate_token(path) if args.rotate else access.load_or_create_token(path)
+    except access.TokenError as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return 3
+    print(token)
+    if args.rotate:
+        print(
+            f"lore: a new token is in {path}; clients using the old one are refused from now on",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def cmd_reindex(args: argparse.Namespace) -> int:
     """Embed what is stored and not yet embedded for the embedding model (resumable)."""
     import asyncio
@@ -791,11 +832,15 @@ def build_parser() -> argparse.ArgumentParser:
         "recall", help="search everything remembered, as the model's recall tool does (or open one id)"
     )
     recall.add_argument("query", help="a question or keywords, or one result id (t:..., d:...) to open")
-    recall.add_argument("--scope", default=None, help="session | project (default) | knowledge | all")
+    recall.add_argument("--scope", default=None, help="session | project (default)")
     recall.add_argument("--session", default=None, help="the session (needed for --scope session)")
     recall.add_argument("--project", default=None, help="the project directory")
     recall.add_argument("--limit", type=int, default=10)
-    recall.add_argument("--json", action="store_true", help="print a JSON array: id, source, score, text")
+    recall.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON array: id, source, score, created_at, session, role, tool, span, text, ...",
+    )
     recall.set_defaults(func=cmd_recall)
 
     distill = sub.add_parser("distill", help="distil stored sessions now (progress on stderr)")
@@ -830,6 +875,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reindex.add_argument("--json", action="store_true", help="print the summary as JSON")
     reindex.set_defaults(func=cmd_reindex)
+
+    token = sub.add_parser("token", help="print the gateway token the local API and remote clients need")
+    token.add_argument(
+        "--rotate", action="store_true", help="replace it by a new one (a running gateway takes it at once)"
+    )
+    token.set_defaults(func=cmd_token)
 
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
     status.add_argument("--json", action="store_true", help="print JSON")

@@ -53,6 +53,13 @@ class ServerConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     # Seconds a clean shutdown waits for in-flight streams and background flushes.
     shutdown_grace_seconds: float = 10.0
+    # The gateway token (lore_core/access.py); empty: the one in the data directory, made at
+    # first start. repr=False: configuration objects are printed in errors and logs.
+    token: str = attrs.field(default="", repr=False)
+    # Host names (besides loopback names and addresses) requests may be addressed to.
+    allowed_hosts: list[str] = attrs.field(factory=list)
+    # Answer peers that are not on loopback (every request then needs the token).
+    allow_remote: bool = False
 
 
 @attrs.define
@@ -255,6 +262,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_HOST": ("server", "host"),
     "LORE_PORT": ("server", "port"),
     "LORE_MAX_BODY_BYTES": ("server", "maxBodyBytes"),
+    "LORE_TOKEN": ("server", "token"),
     "LORE_UPSTREAM_ANTHROPIC": ("upstream", "anthropic"),
     "LORE_UPSTREAM_OPENAI": ("upstream", "openai"),
     "LORE_STORE": ("store", "backend"),

@@ -4,9 +4,7 @@ and the daily-budget throttle with its counters on /health."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +17,7 @@ from lore_core.context.commands import SlashCommand, find_command
 from lore_core.model import TEXT, TOOL_RESULT, Block, Message, RequestView
 from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
+from lore_core.testing.net import get_json
 from lore_core.testing.poll import poll
 
 MODEL = "claude-sonnet-4-6"
@@ -30,11 +29,6 @@ def _view(*messages: Message) -> RequestView:
 
 def _user(*texts: str) -> Message:
     return Message("user", [Block(TEXT, text=t) for t in texts])
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 # -- recognising a command ---------------------------------------------------------------------

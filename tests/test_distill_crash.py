@@ -110,8 +110,14 @@ def test_sigkill_mid_distillation_neither_loses_nor_duplicates(fake_upstream: Fa
         history.append({"role": "assistant", "content": resp.json()["content"][0]["text"]})
 
     def distilled() -> list[dict[str, Any]]:
+        # The token the gateway process made in its own data directory.
+        token = (tmp_path / "data" / "lore" / "gateway.token").read_text().strip()
         with httpx.Client(timeout=10) as client:
-            return client.get(url + "/lore/api/distillations", params={"session": SESSION}).json()
+            return client.get(
+                url + "/lore/api/distillations",
+                params={"session": SESSION},
+                headers={"Authorization": f"Bearer {token}"},
+            ).json()
 
     def serve(log_name: str) -> subprocess.Popen[bytes]:
         log = (tmp_path / log_name).open("w")

@@ -23,6 +23,7 @@ from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
 from lore_core.server import ThreadedServer
 from lore_core.store import ItemVectors, StoredDistillation, distillation_id
+from lore_core.testing.net import api_headers
 from lore_core.testing.store_conformance import answer, batch_of, exchange, text
 from tests.test_vectors import BrokenEmbedder, TopicEmbedder
 
@@ -313,7 +314,9 @@ def test_gateway_embeds_what_it_stores_and_recall_finds_it_by_meaning(
         health = client.get("/health").json()["indexer"]
         assert health["model"] == MODEL and health["ok"] is True
         # No stored word matches "feline": only the vector list can find the message.
-        answer_ = client.get("/lore/api/recall", params={"q": "feline", "scope": "all"}).json()
+        answer_ = client.get(
+            "/lore/api/recall", params={"q": "feline", "scope": "all"}, headers=api_headers()
+        ).json()
         assert answer_["error"] is None, answer_
         assert any(res["text"] == "[user]\nmy tabby kitten sleeps all day" for res in answer_["results"])
         assert not any("full-text" in n for n in answer_["notes"])
@@ -344,9 +347,13 @@ def test_gateway_with_an_embedder_that_cannot_load_serves_full_text(
         assert health["ok"] is False and "the model file is missing" in health["error"]
         _wait(
             lambda: bool(
-                client.get("/lore/api/recall", params={"q": "kitten", "scope": "all"}).json()["results"]
+                client.get(
+                    "/lore/api/recall", params={"q": "kitten", "scope": "all"}, headers=api_headers()
+                ).json()["results"]
             )
         )
-        answer_ = client.get("/lore/api/recall", params={"q": "kitten", "scope": "all"}).json()
+        answer_ = client.get(
+            "/lore/api/recall", params={"q": "kitten", "scope": "all"}, headers=api_headers()
+        ).json()
         assert answer_["results"][0]["text"] == "[user]\nkitten naps"
         assert any("full-text search only" in n for n in answer_["notes"])

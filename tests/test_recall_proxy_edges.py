@@ -14,6 +14,7 @@ import pytest
 
 from lore_core.recall.tool import marker_text
 from lore_core.testing.fake_upstream import Reply, ToolCall
+from lore_core.testing.net import api_headers
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 ANTHROPIC_TOOL = {"name": "read_file", "description": "Read a file", "input_schema": SCHEMA}
@@ -254,7 +255,7 @@ def test_responses_mixed_calls(gateway, fake_upstream, stream):
 def _wait_for_search(server, query: str) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        hits = httpx.get(server.url + "/lore/api/search", params={"q": query}).json()
+        hits = httpx.get(server.url + "/lore/api/search", params={"q": query}, headers=api_headers()).json()
         if hits:
             return
         time.sleep(0.05)
@@ -296,10 +297,12 @@ def test_recall_finds_an_earlier_session_and_restores_after_restart(start_gatewa
     assert prefix in sent.body
 
     # The store recorded the recall exchange: the call and its result.
-    sessions = httpx.get(server.url + "/lore/api/sessions").json()
+    sessions = httpx.get(server.url + "/lore/api/sessions", headers=api_headers()).json()
     stored = []
     for s in sessions:
-        stored += httpx.get(server.url + f"/lore/api/sessions/{s['id']}").json()["messages"]
+        stored += httpx.get(server.url + f"/lore/api/sessions/{s['id']}", headers=api_headers()).json()[
+            "messages"
+        ]
     text = json.dumps(stored)
     assert "zebra release" in text and "tools/zebra-release.sh" in text
     assert any(m["role"] == "tool" or "tool_result" in json.dumps(m) for m in stored)
@@ -324,8 +327,10 @@ def test_anthropic_usage_is_scaled_for_the_client_only(gateway, fake_upstream, s
     assert abs(usage.cache_read_input_tokens / shown - 150 / 180) < 0.01
 
     # Lore keeps the real numbers.
-    sessions = httpx.get(gateway.url + "/lore/api/sessions").json()
-    messages = httpx.get(gateway.url + f"/lore/api/sessions/{sessions[0]['id']}").json()["messages"]
+    sessions = httpx.get(gateway.url + "/lore/api/sessions", headers=api_headers()).json()
+    messages = httpx.get(
+        gateway.url + f"/lore/api/sessions/{sessions[0]['id']}", headers=api_headers()
+    ).json()["messages"]
     real = [m["usage"] for m in messages if m.get("usage")]
     assert real and real[-1]["cache_read_tokens"] == 150_000 and real[-1]["input_tokens"] == 5_000
 

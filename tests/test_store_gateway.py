@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,11 @@ from lore_core import cli, hookimpl
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
+from lore_core.testing.net import get_json
 
 API_KEY = "sk-ant-api03-LoreStoreTestKey-" + "x7Q2" * 8
 BEARER = "lore-test-bearer-" + "Zq9" * 10
 MODEL = "claude-sonnet-test"
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 
 def free_port() -> int:
@@ -33,3 +35,21 @@ def wait_for_http(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{url} did not answer within {timeout}s") from None
             time.sleep(0.05)
+
+
+def api_headers() -> dict[str, str]:
+    """The headers the gateway's local API needs: its token, as the CLI finds it (the
+    configured one, else the data directory's file; tests run the gateway in-process with
+    the same environment)."""
+    from lore_core.access import cli_token
+    from lore_core.config import load_config
+
+    token = cli_token(load_config())
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def get_json(url: str, timeout: float = 10.0) -> Any:
+    """GET ``url`` of the local API (with its token) and parse the JSON answer."""
+    request = urllib.request.Request(url, headers=api_headers())
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return json.loads(resp.read())

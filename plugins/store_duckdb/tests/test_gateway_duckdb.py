@@ -27,16 +27,11 @@ from lore_store_duckdb.store import DuckDBStore
 from lore_core.gateway import Gateway
 from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
-from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.net import free_port, get_json, wait_for_http
 from lore_core.testing.poll import DEADLINE_SECONDS, poll
 
 API_KEY = "sk-ant-api03-DuckStoreKey-" + "Pq7Z" * 8
 BEARER = "duck-bearer-token-" + "m4W" * 10
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 def post(
