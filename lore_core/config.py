@@ -41,6 +41,73 @@ def _camel(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Ranges: every numeric setting says what it accepts; load_config checks it.
+# ---------------------------------------------------------------------------------------------
+
+RANGE_KEY = "lore_range"
+
+
+@attrs.frozen
+class Range:
+    """Inclusive bounds of a numeric setting (``None``: unbounded on that side)."""
+
+    low: float | None = None
+    high: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is out of range, or ``None``. ``None`` values (unset optionals) pass."""
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            return f"must be {self.text()}, got {value!r}"
+        return None
+
+    def text(self) -> str:
+        """``between 1 and 65535``, ``at least 0``, ``at most 1``."""
+        if self.low is not None and self.high is not None:
+            return f"between {_number(self.low)} and {_number(self.high)}"
+        if self.low is not None:
+            return f"at least {_number(self.low)}"
+        return f"at most {_number(self.high)}"
+
+
+def _number(value: float | None) -> str:
+    return f"{value:g}" if isinstance(value, float) else f"{value}"
+
+
+def setting(default: Any, *, low: float | None = None, high: float | None = None, **kwargs: Any) -> Any:
+    """A numeric configuration field with the range ``load_config`` checks, e.g.
+    ``port: int = setting(8377, low=1, high=65535)``. Plugins use it for their own sections:
+    a value out of range stops start-up with the key path (``server.port: must be between 1
+    and 65535, got 99999``)."""
+    return attrs.field(default=default, metadata={RANGE_KEY: Range(low, high)}, **kwargs)
+
+
+def field_range(field: attrs.Attribute) -> Range | None:  # type: ignore[type-arg]
+    """The range a field was declared with (:func:`setting`), if any."""
+    return field.metadata.get(RANGE_KEY)
+
+
+def range_problems(value: Any, path: str) -> list[str]:
+    """Every field of a structured section (nested sections and ``dict`` values included)
+    that is out of its declared range, as ``key.path: must be ..., got ...``."""
+    if isinstance(value, Mapping):
+        return [p for key, item in value.items() for p in range_problems(item, f"{path}.{key}")]
+    if not attrs.has(type(value)):
+        return []
+    problems = []
+    for field in attrs.fields(type(value)):
+        item = getattr(value, field.name)
+        where = f"{path}.{_camel(field.name)}"
+        bounds = field_range(field)
+        problem = bounds.problem(item) if bounds is not None else None
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+        problems += range_problems(item, where) if attrs.has(type(item)) or isinstance(item, Mapping) else []
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
 # Sections
 # ---------------------------------------------------------------------------------------------
 
@@ -48,11 +115,11 @@ def _camel(name: str) -> str:
 @attrs.define
 class ServerConfig:
     host: str = "127.0.0.1"
-    port: int = 8377
+    port: int = setting(8377, low=1, high=65535)
     # Largest request body accepted, in bytes; larger bodies get a 413 in the API's shape.
-    max_body_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = setting(64 * 1024 * 1024, low=1)
     # Seconds a clean shutdown waits for in-flight streams and background flushes.
-    shutdown_grace_seconds: float = 10.0
+    shutdown_grace_seconds: float = setting(10.0, low=0, high=3600)
     # The gateway token (lore_core/access.py); empty: the one in the data directory, made at
     # first start. repr=False: configuration objects are printed in errors and logs.
     token: str = attrs.field(default="", repr=False)
@@ -68,16 +135,16 @@ class UpstreamConfig:
     openai: str = "https://api.openai.com"
     # Model-name prefix -> upstream base URL; the longest matching prefix wins.
     by_model_prefix: dict[str, str] = attrs.field(factory=dict)
-    connect_timeout_seconds: float = 10.0
+    connect_timeout_seconds: float = setting(10.0, low=0.01, high=3600)
     # Time allowed until the upstream's response headers arrive (non-streamed answers from
     # large models can take minutes).
-    header_timeout_seconds: float = 600.0
+    header_timeout_seconds: float = setting(600.0, low=0.01, high=86400)
     # Longest silence tolerated between two chunks of a response.
-    read_timeout_seconds: float = 600.0
+    read_timeout_seconds: float = setting(600.0, low=0.01, high=86400)
     # Retries for connect errors, header timeouts and 502/503/504 (never for 4xx or 429).
-    max_retries: int = 2
-    retry_backoff_seconds: float = 0.25
-    max_connections: int = 100
+    max_retries: int = setting(2, low=0, high=10)
+    retry_backoff_seconds: float = setting(0.25, low=0, high=60)
+    max_connections: int = setting(100, low=1, high=10_000)
 
 
 @attrs.define
@@ -89,10 +156,10 @@ class StoreConfig:
     path: str = ""
     # Longest wait (ms) of a finished exchange in the writer queue before it is written: an
     # exchange is durable within about this delay plus one write. Keep it well under 1000.
-    flush_interval_ms: int = 250
+    flush_interval_ms: int = setting(250, low=0, high=60_000)
     # Messages held in memory while the store fails (disk full, locked file); past this the
     # oldest pending writes are dropped and counted on /health, so memory stays bounded.
-    max_pending_messages: int = 200_000
+    max_pending_messages: int = setting(200_000, low=1)
 
 
 @attrs.define
@@ -102,9 +169,9 @@ class EmbeddingConfig:
     # Embed stored messages and distillations in the background (vector half of recall).
     index: bool = True
     # Items (messages, distillations) embedded per indexing batch: the memory one batch holds.
-    batch_size: int = 64
+    batch_size: int = setting(64, low=1, high=4096)
     # Passages embedded per item at most; a longer item keeps its first ones and its last.
-    max_chunks_per_item: int = 16
+    max_chunks_per_item: int = setting(16, low=1, high=4096)
 
 
 WorkerAPI = Literal["", "anthropic-messages", "openai-chat", "openai-responses"]
@@ -125,17 +192,17 @@ class WorkerConfig:
     # Wire API of the worker; empty: the session's own API, or inferred from the model name
     # for a configured upstream.
     api: WorkerAPI = ""
-    max_concurrency: int = 2
+    max_concurrency: int = setting(2, low=1, high=64)
     # Retries of one call on 429, 5xx, connect errors and timeouts.
-    max_retries: int = 3
+    max_retries: int = setting(3, low=0, high=20)
     # First retry delay when the upstream gives no Retry-After; doubles each retry.
-    retry_backoff_seconds: float = 1.0
+    retry_backoff_seconds: float = setting(1.0, low=0, high=600)
     # Consecutive failed calls that open the circuit breaker (calls then fail fast) ...
-    circuit_breaker_threshold: int = 5
+    circuit_breaker_threshold: int = setting(5, low=1, high=10_000)
     # ... and how long it stays open before one trial call is let through.
-    circuit_breaker_cooldown_seconds: float = 300.0
-    timeout_seconds: float = 120.0
-    max_output_tokens: int = 4096
+    circuit_breaker_cooldown_seconds: float = setting(300.0, low=0, high=86400)
+    timeout_seconds: float = setting(120.0, low=0.01, high=86400)
+    max_output_tokens: int = setting(4096, low=1)
 
 
 @attrs.define
@@ -143,20 +210,20 @@ class DistillConfig:
     """Distillation (tier 2): when conversation segments become observation logs."""
 
     # A session with no request for this long is idle and gets distilled (debounced).
-    idle_timeout_seconds: float = 60.0
+    idle_timeout_seconds: float = setting(60.0, low=0, high=604_800)
     # Largest segment one observer call reads, in estimated tokens; more undistilled tokens
     # than this after a turn distil at once, without waiting for idle.
-    segment_max_tokens: int = 16_000
+    segment_max_tokens: int = setting(16_000, low=1)
     # The first distillation of a session waits for this many messages ...
-    first_segment_min_messages: int = 5
+    first_segment_min_messages: int = setting(5, low=1)
     # ... and this many estimated tokens.
-    first_segment_min_tokens: int = 64
+    first_segment_min_tokens: int = setting(64, low=0)
     # Tool outputs longer than this are replaced by an annotation in the observer's input.
-    tool_output_max_chars: int = 4000
+    tool_output_max_chars: int = setting(4000, low=1)
     # Unarchived generation-0 logs of a session that trigger a reflector call ...
-    meta_threshold: int = 20
+    meta_threshold: int = setting(20, low=1)
     # ... which consolidates all but this many of the newest.
-    recent_segments_to_keep: int = 5
+    recent_segments_to_keep: int = setting(5, low=0)
     # Which registered curator writes observation logs: "llm" (the worker model; falls back
     # to "extractive" when no worker is usable) or "extractive" (deterministic, no LLM).
     observer: str = "llm"
@@ -170,18 +237,18 @@ class BudgetConfig:
     # compressing to sending the full raw conversation: the layer-0 cap is
     # max(target / input price per token, 40K tokens). MISSION's example prices the read at
     # Sonnet's $3/Mtok input rate (33K, so the 40K floor); see economics.layer0_cap.
-    target_cache_read_cost_per_turn: float = 0.10
+    target_cache_read_cost_per_turn: float = setting(0.10, low=0)
     # Pins the layer-0 cap (tokens); 0 disables it; null computes it from the target.
-    max_layer0_tokens: int | None = None
+    max_layer0_tokens: int | None = setting(None, low=0)
     # Spend (USD) per local day; 0 means no budget. Projected overspend compresses earlier
     # and delays upstream calls.
-    daily_budget_usd: float = 0.0
+    daily_budget_usd: float = setting(0.0, low=0)
     # Longest delay added before one upstream call when spend is projected past the budget.
-    max_delay_seconds: float = 30.0
+    max_delay_seconds: float = setting(30.0, low=0, high=3600)
     # The share of the model's context window the client is told its prompt uses, at most:
     # larger prompts are reported scaled down so the harness never auto-compacts on its own
     # (Lore's accounting keeps the real numbers). 0 or 1 reports the real usage.
-    client_usage_share: float = 0.5
+    client_usage_share: float = setting(0.5, low=0, high=1)
 
 
 @attrs.define
@@ -190,14 +257,14 @@ class RecallConfig:
     tool: bool = True
     # Recall rounds the gateway runs inside one client turn; past them the turn ends with
     # what the model said.
-    max_rounds: int = 3
+    max_rounds: int = setting(3, low=0, high=20)
     # Ask the worker model for 2-3 rephrasings of each recall query and search them too
     # (at half weight), waiting at most expandTimeoutSeconds. "auto": when a worker is
     # configured (worker.model, worker.upstream or worker.apiKey: a model chosen for
     # background work); "always": also with the session's own model and credentials (every
     # recall then waits for a call of the main model and pays for it); "never".
     expand: RecallExpand = "auto"
-    expand_timeout_seconds: float = 3.0
+    expand_timeout_seconds: float = setting(3.0, low=0.01, high=600)
 
 
 @attrs.define
@@ -208,18 +275,18 @@ class ModelConfig:
     longest shipped prefix that matches this one (or the documented default).
     """
 
-    input: float | None = None
-    output: float | None = None
-    cache_read: float | None = None
+    input: float | None = setting(None, low=0)
+    output: float | None = setting(None, low=0)
+    cache_read: float | None = setting(None, low=0)
     # Cache write with the 5-minute TTL (OpenAI: the input price, writes are not billed extra).
-    cache_write: float | None = None
+    cache_write: float | None = setting(None, low=0)
     # Cache write with the 1-hour TTL, where the provider has one.
-    cache_write_hour: float | None = None
-    context_window: int | None = None
-    max_input_tokens: int | None = None
-    max_output_tokens: int | None = None
+    cache_write_hour: float | None = setting(None, low=0)
+    context_window: int | None = setting(None, low=1)
+    max_input_tokens: int | None = setting(None, low=1)
+    max_output_tokens: int | None = setting(None, low=1)
     # How long an unused prompt-cache entry lives upstream.
-    cache_ttl_seconds: int | None = None
+    cache_ttl_seconds: int | None = setting(None, low=0)
 
 
 @attrs.define
@@ -349,10 +416,14 @@ def structure_section(raw: Any, cls: type, path: str) -> Any:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: expected an object, got {type(raw).__name__}")
     try:
-        return _CONVERTER.structure(dict(raw), cls)
+        value = _CONVERTER.structure(dict(raw), cls)
     except Exception as exc:
         lines = _error_lines(exc, "$." + path, _field_names(cls))
         raise ConfigError("; ".join(lines) or f"{path}: {exc}") from None
+    problems = range_problems(value, path)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return value
 
 
 # ---------------------------------------------------------------------------------------------

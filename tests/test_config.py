@@ -117,3 +117,115 @@ def test_every_config_key_is_documented():
         ]
     missing += [var for var in ENV_OVERRIDES if f"`{var}`" not in doc]
     assert not missing, f"undocumented configuration keys: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"server": {"port": 99999}}, "server.port: must be between 1 and 65535, got 99999"),
+        ({"server": {"port": 0}}, "server.port: must be between 1 and 65535, got 0"),
+        ({"distill": {"metaThreshold": -3}}, "distill.metaThreshold: must be at least 1, got -3"),
+        (
+            {"distill": {"idleTimeoutSeconds": -1.0}},
+            "distill.idleTimeoutSeconds: must be between 0 and 604800",
+        ),
+        ({"budget": {"clientUsageShare": 1.5}}, "budget.clientUsageShare: must be between 0 and 1, got 1.5"),
+        ({"budget": {"maxLayer0Tokens": -1}}, "budget.maxLayer0Tokens: must be at least 0, got -1"),
+        ({"models": {"claude-x": {"input": -2.0}}}, "models.claude-x.input: must be at least 0, got -2.0"),
+        (
+            {"upstream": {"connectTimeoutSeconds": 0}},
+            "upstream.connectTimeoutSeconds: must be between 0.01 and 3600",
+        ),
+    ],
+)
+def test_numbers_out_of_range_name_the_key_and_the_range(tmp_path, data, message):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, data)
+    assert message in str(info.value)
+
+
+def test_every_range_problem_is_reported_at_once_and_bounds_are_inclusive(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, {"server": {"port": 70000}, "store": {"flushIntervalMs": -5}})
+    assert "server.port:" in str(info.value) and "store.flushIntervalMs:" in str(info.value)
+    config = load(
+        tmp_path, {"server": {"port": 65535}, "budget": {"clientUsageShare": 0, "maxLayer0Tokens": None}}
+    )
+    assert config.server.port == 65535 and config.budget.max_layer0_tokens is None
+
+
+def test_an_environment_value_out_of_range_names_the_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"server\.port: must be between 1 and 65535, got 123456"):
+        load(tmp_path, {}, env={"LORE_PORT": "123456"})
+
+
+def test_plugin_sections_get_the_same_range_check(tmp_path):
+    from lore_core.config import setting
+
+    @attrs.define
+    class Ranged:
+        pool_size: int = setting(4, low=1, high=64)
+
+    with pytest.raises(ConfigError, match=r"my-plugin\.poolSize: must be between 1 and 64, got 0"):
+        load(tmp_path, {"my-plugin": {"poolSize": 0}}, sections={"my-plugin": Ranged})
+    assert (
+        load(tmp_path, {"my-plugin": {"poolSize": 64}}, sections={"my-plugin": Ranged})
+        .section("my-plugin")
+        .pool_size
+        == 64
+    )
+
+
+def test_every_numeric_setting_has_a_range_and_the_docs_show_it():
+    """Each int/float field of a core section declares its range, and the reference's range
+    column says the same."""
+    import re
+    from pathlib import Path
+
+    from lore_core.config import CORE_SECTIONS, _camel, field_range
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    cells = dict(re.findall(r"^\| `([^`]+)` \| [^|]* \| ([^|]*) \|", doc, flags=re.M))
+    wrong = []
+    for section, cls in CORE_SECTIONS.items():
+        key, cls = (section, cls) if attrs.has(cls) else (f"{section}.<prefix>", typing.get_args(cls)[1])
+        for field in attrs.fields(attrs.resolve_types(cls)):
+            numeric = any(t in (int, float) for t in (field.type, *typing.get_args(field.type)))
+            bounds = field_range(field)
+            name = f"{key}.{_camel(field.name)}"
+            if numeric and bounds is None:
+                wrong.append(f"{name}: no range")
+                continue
+            if bounds is None:
+                continue
+
+            def text(v):
+                return f"{v:g}" if isinstance(v, float) else str(v)
+
+            if bounds.low is not None and bounds.high is not None:
+                expected = f"{text(bounds.low)} to {text(bounds.high)}"
+            elif bounds.low is not None:
+                expected = f"≥ {text(bounds.low)}"
+            else:
+                expected = f"≤ {text(bounds.high)}"
+            if cells.get(name, "").strip() != expected:
+                wrong.append(f"{name}: docs say {cells.get(name)!r}, code {expected!r}")
+    assert not wrong, wrong
+
+
+def test_lore_serve_with_a_port_out_of_range_says_so_without_a_traceback(tmp_path):
+    """`server.port: 99999` used to crash `lore serve` with a traceback at bind time."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"server": {"port": 99999}}))
+    env = {"LORE_CONFIG": str(path), "PATH": "", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "lore_core.cli", "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == "lore: configuration error: server.port: must be between 1 and 65535, got 99999"
+    )

@@ -20,13 +20,6 @@ def lore_config_sections() -> dict[str, type]:
 
 
 @hookimpl
-def lore_configure(config: LoreConfig) -> None:
-    # Ranges are checked here, once the file is read, so a bad value stops start-up with
-    # the key's path rather than surfacing at the first embedding.
-    _settings(config).check()
-
-
-@hookimpl
 def lore_register_embedders(register: Callable[[str, EmbedderFactory], None]) -> None:
     register(LocalEmbedder.name, make_embedder)
 

@@ -57,9 +57,11 @@ def test_every_field_has_a_default(tmp_path: Path) -> None:
 def test_unknown_keys_and_out_of_range_values_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"embed-local\.batchsize: unknown key"):
         config_from(tmp_path, {"embed-local": {"batchsize": 8}})
-    config = config_from(tmp_path, {"embed-local": {"maxTokens": 1000}})
+    # The kernel's loader checks the ranges the section declares (lore_core.config.setting).
     with pytest.raises(ConfigError, match=r"embed-local\.maxTokens: must be between 8 and 512, got 1000"):
-        make_plugin_manager().hook.lore_configure(config=config)
+        config_from(tmp_path, {"embed-local": {"maxTokens": 1000}})
+    with pytest.raises(ConfigError, match=r"embed-local\.queueSize: must be between 1 and 1024, got 0"):
+        EmbedLocalConfig(queue_size=0).check()
 
 
 def test_importing_the_plugin_loads_no_heavy_dependency() -> None:
