@@ -247,3 +247,81 @@ def cli_token(config: LoreConfig, data_dirs: Iterable[Path] = ()) -> str | None:
         if token:
             return token
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Session commands belong to the session's owner
+# ---------------------------------------------------------------------------------------------
+
+#: Request headers that carry a client's provider credentials.
+CREDENTIAL_HEADERS = ("x-api-key", "authorization", "api-key", "x-goog-api-key")
+#: Sessions whose owner is remembered at most (the oldest are forgotten first).
+MAX_OWNED_SESSIONS = 100_000
+
+
+@attrs.define
+class _Owner:
+    credential: bytes
+    # The session's first message (a digest): a request that carries it carries the
+    # session's own history.
+    first_message: bytes | None
+
+
+class SessionOwners:
+    """Who may send a session its ``/lore:`` commands: the credentials of its first request.
+
+    Any local process can put a session id of its choosing on a request, so a command is
+    only obeyed from the credentials (a keyed hash of the provider key or bearer token, kept
+    in memory, never stored) the session was first seen with. Credentials that change inside
+    a session (an OAuth token refreshed) take it over only with a request that carries the
+    session's own first message, which a stranger guessing the id does not have. After a
+    restart the first request seen binds the session again.
+    """
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._owners: dict[str, _Owner] = {}
+
+    def _credential(self, headers: Mapping[str, str]) -> bytes:
+        presented = "\0".join(headers.get(name, "") for name in CREDENTIAL_HEADERS)
+        return hmac.digest(self._key, presented.encode(), "sha256")
+
+    def _first_message(self, first: str | None) -> bytes | None:
+        if first is None:
+            return None
+        return hmac.digest(self._key, first.encode(), "sha256")
+
+    def _bind(self, session_id: str, credential: bytes, first: bytes | None) -> None:
+        self._owners[session_id] = _Owner(credential, first)
+        if len(self._owners) > MAX_OWNED_SESSIONS:
+            del self._owners[next(iter(self._owners))]
+
+    def _claim(self, session_id: str, headers: Mapping[str, str], first_message: str | None) -> bool:
+        credential = self._credential(headers)
+        first = self._first_message(first_message)
+        owner = self._owners.get(session_id)
+        if owner is None:
+            self._bind(session_id, credential, first)
+            return True
+        if hmac.compare_digest(owner.credential, credential):
+            if owner.first_message is None:
+                owner.first_message = first
+            return True
+        if owner.first_message is not None and first is not None:
+            if hmac.compare_digest(owner.first_message, first):
+                owner.credential = credential
+                return True
+        return False
+
+    def request_seen(self, session_id: str, headers: Mapping[str, str], first_message: str | None) -> None:
+        """A model request of the session (not a command): binds a session seen for the
+        first time to its credentials; hands it over to new credentials that carry its
+        first message. ``first_message``: the text of the request's first message."""
+        self._claim(session_id, headers, first_message)
+
+    def may_command(self, session_id: str, headers: Mapping[str, str], first_message: str | None) -> bool:
+        """Whether a command sent with these headers may act on the session. A session seen
+        for the first time becomes the sender's. ``first_message``: the text of the
+        request's first message, ``None`` when the command is the only message (then it
+        proves nothing about the history)."""
+        return self._claim(session_id, headers, first_message)

@@ -78,9 +78,13 @@ def create_app(gateway: Gateway) -> Quart:
             return None
         gateway.stats["requests_refused"] += 1
         if request.path.startswith(access.PROTECTED_PREFIXES):
-            return _json(refusal.status, {"error": refusal.message})
-        codec = gateway.registry.codec_for_path(request.path) if request.method == "POST" else None
-        return _error(codec, refusal.status, refusal.message)
+            refused = _json(refusal.status, {"error": refusal.message})
+        else:
+            codec = gateway.registry.codec_for_path(request.path) if request.method == "POST" else None
+            refused = _error(codec, refusal.status, refusal.message)
+        # The body is never read: the connection cannot carry another request after it.
+        refused.headers["Connection"] = "close"
+        return refused
 
     @app.before_websocket
     async def _guard_websocket() -> Response | None:
@@ -137,6 +141,12 @@ def create_app(gateway: Gateway) -> Quart:
 # ---------------------------------------------------------------------------------------------
 
 
+COMMAND_REFUSED = (
+    "Lore did not run this command: this session was started with other credentials (API key "
+    "or login), and only those may change or read its memory settings. Nothing was changed."
+)
+
+
 async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     try:
         body, decoded, raw, spans = await _read_json_body(gateway)
@@ -155,12 +165,22 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
     harness, session_id, project = gateway.identify(ctx)
     await gateway.amnesia.load(session_id)  # cached after the session's first request
     command = find_command(view)
+    # The request's first message: carrying it shows a request has the session's history
+    # (a command sent alone shows nothing).
+    with_history = bool(view.messages) and (command is None or len(view.messages) > 1)
+    first_message = view.messages[0].text if with_history else None
     if command is not None:
-        # A /lore: command is answered by the gateway; the model never sees it.
-        gateway.stats["commands_answered"] += 1
-        answer = await gateway.answer_command(command, session_id, view)
+        # A /lore: command is answered by the gateway; the model never sees it. Only the
+        # session's own credentials may change or read it (any process can name a session).
+        if command.name == "help" or gateway.owners.may_command(session_id, headers, first_message):
+            gateway.stats["commands_answered"] += 1
+            answer = await gateway.answer_command(command, session_id, view)
+        else:
+            gateway.stats["commands_refused"] += 1
+            answer = COMMAND_REFUSED
         body, content_type = codec.render_response(answer, view.model, view.stream)
         return Response(body, status=200, content_type=content_type)
+    gateway.owners.request_seen(session_id, headers, first_message)
     if _is_compaction(harness, ctx):
         answer = await gateway.distiller.compaction_summary(session_id)
         if answer is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pluggy
 
-from lore_core.access import TokenKeeper
+from lore_core.access import SessionOwners, TokenKeeper
 from lore_core.amnesia import Amnesia
 from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.commands import SlashCommand, help_text, status_text
@@ -66,6 +66,8 @@ class Gateway:
         self.config = config
         # Who may talk to the gateway (lore_core/access.py): made or read at start.
         self.tokens = TokenKeeper(config)
+        # Whose /lore: commands each session obeys (in memory only).
+        self.owners = SessionOwners()
         self.pm = pm
         self.registry = registry
         self.upstream = UpstreamClient(config.upstream)

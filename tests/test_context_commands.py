@@ -169,6 +169,59 @@ def test_amnesia_keeps_a_stretch_of_the_session_out_of_the_store_across_a_restar
     assert len(fake_upstream.api_requests()) == 5
 
 
+def test_a_command_from_other_credentials_changes_nothing(
+    gateway: ThreadedServer, fake_upstream: FakeUpstream
+) -> None:
+    """Any local process can name a session: /lore:amnesia from another API key is refused
+    and changes nothing; the owner's own key (and a refreshed key that carries the
+    session's history) is obeyed."""
+    session = {"x-lore-session": "owned-session"}
+
+    def client(key: str) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0, default_headers=session)
+
+    history: list[dict[str, Any]] = [{"role": "user", "content": "the owner's first words"}]
+    fake_upstream.enqueue(Reply(text="owner answer"))
+    first = client("sk-ant-owner").messages.create(model=MODEL, max_tokens=50, messages=history)
+    history.append({"role": "assistant", "content": first.content[0].text})
+
+    # A stranger guessing the session id: alone, and with a made-up history.
+    for messages in (
+        [{"role": "user", "content": "/lore:amnesia on"}],
+        [
+            {"role": "user", "content": "a guessed first message"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "/lore:amnesia on"},
+        ],
+    ):
+        answer = client("sk-ant-stranger").messages.create(model=MODEL, max_tokens=50, messages=messages)
+        assert answer.content[0].text.startswith("Lore did not run this command")
+        status = client("sk-ant-stranger").messages.create(
+            model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "/lore:status"}]
+        )
+        assert "Lore did not run this command" in status.content[0].text  # spend is not shown either
+    assert not gateway.gateway.amnesia.is_on("owned-session")
+    assert gateway.gateway.stats["commands_refused"] == 4
+    assert (
+        "/lore:amnesia on|off"
+        in client("sk-ant-stranger")
+        .messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "/lore:help"}])
+        .content[0]
+        .text
+    )  # help reads nothing of the session
+
+    # The owner's key is obeyed ...
+    command = [*history, {"role": "user", "content": "/lore:amnesia on"}]
+    on = client("sk-ant-owner").messages.create(model=MODEL, max_tokens=50, messages=command)
+    assert on.content[0].text.startswith("Lore amnesia is ON")
+    # ... and so is a refreshed key that carries the session's own history.
+    command = [*command, {"role": "assistant", "content": on.content[0].text}]
+    command.append({"role": "user", "content": "/lore:amnesia off"})
+    off = client("sk-ant-refreshed").messages.create(model=MODEL, max_tokens=50, messages=command)
+    assert off.content[0].text.startswith("Lore amnesia is OFF")
+    assert len(fake_upstream.api_requests()) == 1  # no command reached the provider
+
+
 def test_throttle_delays_when_spend_is_projected_past_the_daily_budget(
     start_gateway: Callable[..., ThreadedServer],
     fake_upstream: FakeUpstream,
