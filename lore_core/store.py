@@ -722,8 +722,10 @@ def records_from_exchange(
     }
     # Each tool result's record names the tool and the command or path of its call (the
     # call is earlier in the same history), so its passages can say where they came from.
+    # Only the new messages' results need it: the source is read from the call (masked)
+    # when one is recorded, not for every call in the history on every turn.
     calls = {
-        b.tool_call_id: (b.tool_name, call_source(mask_deep(b.tool_input)))
+        b.tool_call_id: b
         for msg in logical
         for b in msg.blocks
         if b.type == TOOL_CALL and b.tool_call_id and b.tool_name
@@ -751,9 +753,10 @@ def records_from_exchange(
         for out in blocks:
             call = calls.get(out.get("tool_call_id")) if out["type"] == TOOL_RESULT else None
             if call is not None:
-                out.setdefault("tool_name", call[0])
-                if call[1]:
-                    out["tool_source"] = call[1]
+                out.setdefault("tool_name", call.tool_name)
+                source = call_source(mask_deep(call.tool_input))
+                if source:
+                    out["tool_source"] = source
         return StoredMessage(
             id=ident,
             session_id=exchange.session_id,
