@@ -442,17 +442,31 @@ def _stream_response(
     except UnsupportedEncoding:
         decoder = None
 
+    finished = False
+
+    def finish() -> None:
+        nonlocal finished
+        if not finished:
+            finished = True
+            exchange.response = assembler.result()
+            gateway.exchange_finished(exchange)
+
     async def relay() -> AsyncIterator[bytes]:
         nonlocal decoder
         try:
             async for chunk in upstream.aiter_raw():
-                yield chunk
+                # Read before it is relayed: the exchange finishes (and is journaled) before
+                # the client has the terminal event, so an answer the client has in full is
+                # never lost, whenever the gateway dies.
                 if decoder is not None:
                     try:
                         assembler.feed(decoder.decompress(chunk))
                     except Exception:
                         log.exception("%s assembler failed; the stream is still relayed", codec.api)
                         decoder = None
+                    if decoder is not None and assembler.done:
+                        finish()
+                yield chunk
         except asyncio.CancelledError:
             exchange.client_disconnected = True
             raise
@@ -463,11 +477,10 @@ def _stream_response(
             # cut stream look complete.
             raise UpstreamStreamBroken(str(exc)) from None
         finally:
-            exchange.response = assembler.result()
             # Closing the upstream response also cancels the upstream request when the
             # client went away mid-stream.
             await asyncio.shield(upstream.aclose())
-            gateway.exchange_finished(exchange)
+            finish()
 
     response = Response(relay(), status=upstream.status_code, headers=response_headers(upstream.headers))
     response.timeout = None  # Quart would cut streams after 60 s while still reporting 200
@@ -600,6 +613,11 @@ async def _read_body(gateway: Gateway) -> bytes:
     return b"".join(chunks)
 
 
+#: Python's JSON parser gives up past its recursion limit (about 1,000 levels); no API
+#: request nests anywhere near that.
+TOO_DEEP = "the request body nests too deeply to be a model request"
+
+
 async def _read_json_body(
     gateway: Gateway,
 ) -> tuple[bytes, bytes, dict[str, Any], tuple[str, dict[str, tuple[int, int]]] | None]:
@@ -623,10 +641,14 @@ async def _read_json_body(
         return body, decoded, raw, (text, spans)
     except ValueError:
         pass  # json.loads says what is wrong, or parses what loads_object does not cover
+    except RecursionError:
+        raise ClientError(400, TOO_DEEP) from None
     try:
         raw = json.loads(decoded)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ClientError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ClientError(400, TOO_DEEP) from None
     if not isinstance(raw, dict):
         raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
     return body, decoded, raw, None

@@ -160,6 +160,10 @@ class StoreConfig:
     # Messages held in memory while the store fails (disk full, locked file); past this the
     # oldest pending writes are dropped and counted on /health, so memory stays bounded.
     max_pending_messages: int = setting(200_000, low=1)
+    # Flush each journal append to the disk before the response completes: survives a power
+    # loss too, at a few ms per exchange (without it, a crashed or killed process loses
+    # nothing; see lore_core/journal.py).
+    fsync: bool = False
 
 
 @attrs.define

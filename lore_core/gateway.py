@@ -37,6 +37,7 @@ from lore_core.interfaces import (
     Harness,
     RequestContext,
 )
+from lore_core.journal import Journal
 from lore_core.model import Exchange, RequestView
 from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.proxy import UpstreamClient
@@ -77,7 +78,9 @@ class Gateway:
         self._harnesses = sorted(registry.harnesses.values(), key=lambda h: h.name)
         # The store is opened in start(); every finished exchange is queued to it.
         self.store = choose_store(config, registry.stores)
-        self.writer = StoreWriter(self.store, config.store)
+        journal_dir = self.store.journal_dir
+        journal = Journal(journal_dir, fsync=config.store.fsync) if journal_dir is not None else None
+        self.writer = StoreWriter(self.store, config.store, journal)
         # Background LLM work (distillation, curation) borrows each session's credentials,
         # held in memory only, or uses the worker configured in .lore.json.
         self.price_table = PriceTable.from_config(config)

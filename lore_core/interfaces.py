@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -44,6 +45,12 @@ class StreamAssembler(Protocol):
     def feed(self, chunk: bytes) -> None: ...
 
     def result(self) -> AssistantMessage: ...
+
+    @property
+    def done(self) -> bool:
+        """The API's terminal event was fed: nothing after it changes :meth:`result`. The
+        relay finishes (and journals) the exchange before it passes that event on."""
+        ...
 
 
 class Codec(Protocol):
@@ -151,6 +158,11 @@ class Store(Protocol):
 
     #: Registered backend name (``"duckdb"``, ``"memory"``, ...).
     name: str
+    #: Where the kernel keeps this store's write-ahead journal (:mod:`lore_core.journal`):
+    #: records acknowledged to clients and not yet committed, replayed at the next start.
+    #: Beside the store's own files; ``None`` for a store that keeps nothing across a
+    #: restart (then there is nothing to protect).
+    journal_dir: Path | None
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
 """The store writer: finished exchanges go through an async queue, in batches, off the hot path.
 
-``submit`` only appends to a queue (the response to the client never waits for the store).
-A background task wakes on the first queued exchange, waits at most
-``store.flushIntervalMs`` for more, turns them into records (message ids, masking) in a
-worker thread and hands the store one :class:`~lore_core.store.WriteBatch`. So an exchange
-whose response finished is durable within about the flush interval plus one write, and
-``stop`` flushes everything on a clean shutdown.
+``submit`` turns a finished exchange into records (message ids, masking: only the messages
+the session's previous exchanges did not have, a fraction of a millisecond), appends them to
+the journal (:mod:`lore_core.journal`) and queues them; the response to the client never
+waits for the store. A background task wakes on the first queued batch, waits at most
+``store.flushIntervalMs`` for more and hands the store one merged
+:class:`~lore_core.store.WriteBatch`. So an exchange is in the store within about the flush
+interval plus one write; until then the journal holds it, and a gateway killed in between
+replays it at its next start. ``stop`` flushes everything on a clean shutdown.
 
 Store failures never reach the proxy. The first failure makes the writer *degraded*: one
 error line in the log, the reason on ``/health``; the batch stays pending and is retried with
@@ -20,17 +22,18 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
 from lore_core.interfaces import Store, StoreFactory
+from lore_core.journal import Journal, JournalError
 from lore_core.model import Exchange
 from lore_core.store import ChainMemo, StoreUnavailable, WriteBatch, records_from_exchange
 
 log = logging.getLogger("lore.store")
 
-#: Exchanges turned into records per write at most, so one write stays short.
+#: Exchanges' batches merged into one write at most, so one write stays short.
 MAX_BATCH_EXCHANGES = 2000
 #: Message ids remembered as stored, so a resent history is not even converted to rows.
 KNOWN_IDS = 500_000
@@ -40,11 +43,14 @@ _BACKOFF = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 class StoreWriter:
     """Owns the store for the gateway: opens it, writes batches, reports its health."""
 
-    def __init__(self, store: Store, config: StoreConfig) -> None:
+    def __init__(self, store: Store, config: StoreConfig, journal: Journal | None = None) -> None:
         self.store = store
         self.flush_interval = max(0.0, config.flush_interval_ms / 1000.0)
         self.max_pending = max(1, config.max_pending_messages)
-        self._queue: asyncio.Queue[Exchange] | None = None
+        #: Where submitted records wait until the store commits them (None: not kept).
+        self.journal = journal
+        self.journal_error: str | None = None
+        self._queue: asyncio.Queue[WriteBatch] | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending = WriteBatch()
         self._known: OrderedDict[str, None] = OrderedDict()
@@ -77,7 +83,34 @@ class StoreWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         await self._try_open()
+        self._replay_journal()
         self._task = asyncio.create_task(self._run(), name="lore-store-writer")
+
+    def _replay_journal(self) -> None:
+        """What an earlier run acknowledged but did not commit becomes pending again (the
+        store skips what it has: writes are idempotent)."""
+        if self.journal is None:
+            return
+        try:
+            batches = self.journal.open()
+        except JournalError as exc:
+            self._journal_failed(str(exc))
+            self.journal = None
+            return
+        for batch in batches:
+            self._pending.extend(batch)
+        if batches:
+            self._pending = self._pending.merged()
+            for m in self._pending.messages:
+                self._known[m.id] = None
+            log.warning(
+                "store: replaying %d exchanges (%d messages) the last run acknowledged but had not written",
+                len(batches),
+                len(self._pending.messages),
+            )
+            assert self._idle is not None
+            self._idle.clear()
+            self._wakeup.set()
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Flush everything queued, then close the store."""
@@ -98,6 +131,10 @@ class StoreWriter:
             except Exception as exc:
                 log.error("store: closing %s failed: %s", self.store.name, exc)
             self._opened = False
+        if self.journal is not None:
+            # Everything written: nothing to replay. Otherwise the journal stays for the
+            # next start.
+            self.journal.close(committed=not self.queued and self.error is None)
 
     async def _drain(self) -> None:
         assert self._queue is not None
@@ -111,14 +148,40 @@ class StoreWriter:
     # -- the hot path's side ---------------------------------------------------------------
 
     def submit(self, exchange: Exchange) -> None:
-        """Queue a finished exchange. Never blocks, never raises into the proxy."""
+        """Turn a finished exchange into records, journal and queue them. Never waits for
+        the store, never raises into the proxy."""
         if self._queue is None:
             return
         self.stats["exchanges"] += 1
-        self._queue.put_nowait(exchange)
+        try:
+            batch = records_from_exchange(exchange, self._known, self._chains)
+        except Exception:
+            log.exception("store: could not turn an exchange of session %s into records", exchange.session_id)
+            return
+        # Known from now on: the session's next exchange resends these and must not queue
+        # them again. Dropped pending messages are forgotten again (_bound_pending).
+        for m in batch.messages:
+            self._known[m.id] = None
+        while len(self._known) > KNOWN_IDS:
+            self._known.popitem(last=False)
+        if self.journal is not None:
+            try:
+                self.journal.append(batch)
+            except (OSError, JournalError) as exc:
+                self._journal_failed(f"appending to the journal failed: {_one_line(exc)}")
+            else:
+                if self.journal_error is not None:
+                    log.warning("store: the journal works again")
+                    self.journal_error = None
+        self._queue.put_nowait(batch)
         if self._idle is not None:
             self._idle.clear()
         self._wakeup.set()
+
+    def _journal_failed(self, reason: str) -> None:
+        if self.journal_error != reason:
+            log.error("store: %s (exchanges are kept in memory until written)", reason)
+        self.journal_error = reason
 
     @property
     def queued(self) -> int:
@@ -178,18 +241,18 @@ class StoreWriter:
             await self._flush_locked()
 
     async def _flush_locked(self) -> None:
-        exchanges = self._collect()
-        if exchanges:
-            try:
-                # _known is only changed under the lock, after the conversion finished.
-                batch = await asyncio.to_thread(_convert, exchanges, self._known, self._chains)
-            except Exception:
-                log.exception("store: could not turn %d exchanges into records; skipped", len(exchanges))
-                batch = WriteBatch()
-            self._pending.extend(batch)
+        assert self._queue is not None
+        batches = self._collect()
+        if batches:
+            for queued in batches:
+                self._pending.extend(queued)
             self._pending = self._pending.merged()
             self._bound_pending()
+        # Everything journaled so far is pending now (or written): once this write commits,
+        # the journal's segments up to here can go.
+        sealed = self.journal.seal() if self.journal is not None and not self._queue.qsize() else None
         if not self._pending:
+            self._release_journal(sealed)
             self._mark_idle()
             return
         batch = self._pending
@@ -199,10 +262,7 @@ class StoreWriter:
             self._degrade(f"writing to the {self.store.name} store failed: {_one_line(exc)}")
             return
         self._pending = WriteBatch()
-        for m in batch.messages:
-            self._known[m.id] = None
-        while len(self._known) > KNOWN_IDS:
-            self._known.popitem(last=False)
+        self._release_journal(sealed)
         self.stats["messages_written"] += int(added or 0)
         if added:
             for listener in self.listeners:
@@ -215,9 +275,13 @@ class StoreWriter:
         self._recovered()
         self._mark_idle()
 
-    def _collect(self) -> list[Exchange]:
+    def _release_journal(self, sealed: int | None) -> None:
+        if self.journal is not None and sealed is not None:
+            self.journal.release(sealed)
+
+    def _collect(self) -> list[WriteBatch]:
         assert self._queue is not None
-        out: list[Exchange] = []
+        out: list[WriteBatch] = []
         while len(out) < MAX_BATCH_EXCHANGES:
             try:
                 out.append(self._queue.get_nowait())
@@ -237,7 +301,10 @@ class StoreWriter:
     def _bound_pending(self) -> None:
         extra = len(self._pending.messages) - self.max_pending
         if extra > 0:
-            # Oldest first: the newest messages are the ones the next turn resends anyway.
+            # Oldest first: the newest messages are the ones the next turn resends anyway
+            # (and is let to store them again: they are not known any more).
+            for m in self._pending.messages[:extra]:
+                self._known.pop(m.id, None)
             del self._pending.messages[:extra]
             self.stats["dropped_messages"] += extra
             log.error("store: %d pending messages dropped (the store has been failing)", extra)
@@ -279,7 +346,7 @@ class StoreWriter:
 
     @property
     def degraded(self) -> bool:
-        return self.error is not None
+        return self.error is not None or self.journal_error is not None
 
     def health(self) -> dict[str, Any]:
         try:
@@ -289,22 +356,13 @@ class StoreWriter:
         return {
             "backend": self.store.name,
             "status": "degraded" if self.degraded else "ok",
-            "error": self.error,
+            "error": self.error or self.journal_error,
             "queued": self.queued,
             "flush_interval_ms": round(self.flush_interval * 1000),
             **self.stats,
             "store": backend,
+            "journal": self.journal.health() if self.journal is not None else None,
         }
-
-
-def _convert(exchanges: list[Exchange], known: Container[str], chains: ChainMemo) -> WriteBatch:
-    batch = WriteBatch()
-    for exchange in exchanges:
-        try:
-            batch.extend(records_from_exchange(exchange, known, chains))
-        except Exception:
-            log.exception("store: could not turn an exchange of session %s into records", exchange.session_id)
-    return batch
 
 
 def _one_line(exc: BaseException) -> str:

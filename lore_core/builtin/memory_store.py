@@ -16,6 +16,7 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -56,6 +57,8 @@ def tokens(text: str) -> list[str]:
 class MemoryStore:
     name = "memory"
     schema_version = 1
+    #: Nothing survives a restart, so there is nothing to journal.
+    journal_dir: Path | None = None
 
     def __init__(self, config: LoreConfig | None = None) -> None:
         self._projects: dict[str, Project] = {}

@@ -220,6 +220,11 @@ class AnthropicAssembler:
         self._message = AssistantMessage()
         self._blocks: dict[int, dict[str, Any]] = {}
         self._partial_json: dict[int, str] = {}
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
 
     def feed(self, chunk: bytes) -> None:
         for _event, data in self._sse.feed(chunk):
@@ -270,8 +275,10 @@ class AnthropicAssembler:
                     setattr(msg.usage, attr, usage[key])
         elif kind == "message_stop":
             msg.complete = True
+            self._done = True
         elif kind == "error":
             msg.error = str((ev.get("error") or {}).get("message", "stream error"))
+            self._done = True
 
     def result(self) -> AssistantMessage:
         blocks = []

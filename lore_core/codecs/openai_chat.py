@@ -190,6 +190,10 @@ class OpenAIChatAssembler:
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
 
+    @property
+    def done(self) -> bool:
+        return self._message.complete
+
     def feed(self, chunk: bytes) -> None:
         for _event, data in self._sse.feed(chunk):
             if data.strip() == "[DONE]":

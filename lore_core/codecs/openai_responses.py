@@ -242,6 +242,10 @@ class OpenAIResponsesAssembler:
         self._meta: dict[str, Any] = {}
         self._error: str | None = None
 
+    @property
+    def done(self) -> bool:
+        return self._final is not None
+
     def feed(self, chunk: bytes) -> None:
         for _event, data in self._sse.feed(chunk):
             try:

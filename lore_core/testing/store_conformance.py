@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,6 +172,10 @@ class StoreConformance:
             assert await store.search("anything") == []
             assert store.health()["ok"] is True
             assert isinstance(store.name, str) and store.name
+            # Where the kernel's journal goes: a directory of its own (not an existing file),
+            # or None for a store that keeps nothing across a restart.
+            journal = store.journal_dir
+            assert journal is None or (isinstance(journal, Path) and not journal.is_file())
 
         self.run(make_store, body)
 

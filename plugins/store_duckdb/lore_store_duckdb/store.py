@@ -183,6 +183,8 @@ class DuckDBStore:
         self.index_path = Path(str(self.path) + ".fts")
         # Chunk vectors per embedding model (see vectors.py); derived, like the index.
         self.vector_path = Path(str(self.path) + ".vec")
+        # The kernel's write-ahead journal (lore_core.journal) lives beside the database.
+        self.journal_dir: Path | None = Path(str(self.path) + ".journal")
         self._con: duckdb.DuckDBPyConnection | None = None
         self._write_lock = threading.Lock()
         self._index: _Index | None = None
