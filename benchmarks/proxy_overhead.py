@@ -18,6 +18,11 @@ include that contention. This is a benchmark, not a test; run it by hand::
 
     python benchmarks/proxy_overhead.py            # about a minute
     python benchmarks/proxy_overhead.py --help     # counts, sizes, concurrency, ...
+
+Before and after a change, in one run: ``--baseline-src DIR`` starts a second gateway from
+another source tree (``git worktree add /tmp/before <commit>``; its ``lore_core`` and
+plugins are imported from there, the installed dependencies are shared) and measures it in
+the same alternating rounds, as a third target beside direct and the gateway.
 """
 
 from __future__ import annotations
@@ -147,6 +152,8 @@ BODIES = {"small": small_body, "large": large_body}
 class Servers:
     upstream: str
     gateway: str
+    # A second gateway from another source tree (--baseline-src), "" when none.
+    baseline: str = ""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     # Process ids of the servers this run started, by target ("direct", "gateway").
     pids: dict[str, int] = field(default_factory=dict)
@@ -165,10 +172,14 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
     # Output goes to a file, not a pipe: a pipe nobody reads would block the server.
     with open(log_path, "wb") as log:
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
+        )
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
@@ -211,33 +222,50 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
                 running.pids["direct"] = proc.pid
                 _wait_ready(proc, running.upstream + "/__health", log)
             if not running.gateway:
-                port = free_port()
-                config = work / "lore.json"
-                config.write_text(args.gateway_config)
-                home = work / "home"
-                env = {
-                    **os.environ,
-                    # Keep the gateway away from the user's own config and data.
-                    "HOME": str(home),
-                    "XDG_CONFIG_HOME": str(home / ".config"),
-                    "XDG_DATA_HOME": str(home / ".local" / "share"),
-                    "XDG_CACHE_HOME": str(home / ".cache"),
-                    "LORE_CONFIG": str(config),
-                    "LORE_UPSTREAM_ANTHROPIC": running.upstream,
-                    "LORE_UPSTREAM_OPENAI": running.upstream,
-                    "LORE_PORT": str(port),
-                    "LORE_HOST": "127.0.0.1",
-                }
-                log = work / "gateway.log"
-                proc = _spawn([sys.executable, "-m", "lore_core.cli", "serve"], env, log)
-                running.processes.append(proc)
-                running.gateway = f"http://127.0.0.1:{port}"
-                running.pids["gateway"] = proc.pid
-                _wait_ready(proc, running.gateway + "/health", log)
+                running.gateway = _start_gateway(args, running, work / "gateway", "gateway")
+            if args.baseline_src:
+                running.baseline = _start_gateway(args, running, work / "baseline", "baseline")
             yield running
         finally:
             for proc in reversed(running.processes):
                 _stop(proc)
+
+
+def _start_gateway(args: argparse.Namespace, running: Servers, work: Path, name: str) -> str:
+    """``lore serve`` in its own process, home and data directory; ``name`` "baseline" runs
+    the source tree of ``--baseline-src`` instead of this one."""
+    work.mkdir(parents=True)
+    port = free_port()
+    config = work / "lore.json"
+    config.write_text(args.gateway_config)
+    home = work / "home"
+    env = {
+        **os.environ,
+        # Keep the gateway away from the user's own config and data.
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "LORE_CONFIG": str(config),
+        "LORE_UPSTREAM_ANTHROPIC": running.upstream,
+        "LORE_UPSTREAM_OPENAI": running.upstream,
+        "LORE_PORT": str(port),
+        "LORE_HOST": "127.0.0.1",
+    }
+    if name == "baseline":
+        # Its kernel and plugins shadow the installed ones (entry points name modules, which
+        # are then imported from here).
+        src = Path(args.baseline_src).resolve()
+        paths = [str(src), *(str(p) for p in sorted((src / "plugins").iterdir()) if p.is_dir())]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    log = work / "gateway.log"
+    # Not started in this checkout: ``python -m`` puts the working directory first on the path.
+    proc = _spawn([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=work)
+    running.processes.append(proc)
+    url = f"http://127.0.0.1:{port}"
+    running.pids[name] = proc.pid
+    _wait_ready(proc, url + "/health", log)
+    return url
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +341,7 @@ class Cell:
     concurrency: int
     direct: Samples
     gateway: Samples
+    baseline: Samples | None = None
 
 
 async def measure(
@@ -320,6 +349,8 @@ async def measure(
 ) -> Cell:
     body = BODIES[size](stream)
     urls = {"direct": srv.upstream + "/v1/messages", "gateway": srv.gateway + "/v1/messages"}
+    if srv.baseline:
+        urls["baseline"] = srv.baseline + "/v1/messages"
     results = {name: Samples() for name in urls}
     sessions = {name: _session(concurrency) for name in urls}
     try:
@@ -343,7 +374,7 @@ async def measure(
     finally:
         for session in sessions.values():
             await session.close()
-    return Cell(size, stream, concurrency, results["direct"], results["gateway"])
+    return Cell(size, stream, concurrency, results["direct"], results["gateway"], results.get("baseline"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,6 +417,9 @@ def table(cells: list[Cell], stream: bool) -> str:
         "gw CPU/req",
         "errors",
     )
+    with_baseline = any(c.baseline is not None for c in cells)
+    if with_baseline:
+        head += ("before p50", "added vs before", "before CPU/req")
     rows = [head]
     for c in cells:
         if c.stream != stream:
@@ -407,9 +441,13 @@ def table(cells: list[Cell], stream: bool) -> str:
                 f"{throughput(c.direct):.0f}",
                 f"{throughput(c.gateway):.0f}",
                 cpu_per_request(c.gateway),
-                str(c.direct.errors + c.gateway.errors),
+                str(c.direct.errors + c.gateway.errors + (c.baseline.errors if c.baseline else 0)),
             )
         )
+        if with_baseline:
+            b50 = percentile(c.baseline.times, 50) if c.baseline else math.nan
+            before_cpu = cpu_per_request(c.baseline) if c.baseline else "-"
+            rows[-1] += (f"{b50:.2f}", f"{g50 - b50:+.2f}", before_cpu)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = [f"{'streaming: time to first byte' if stream else 'non-streaming: ' + metric} (ms)"]
     for n, row in enumerate(rows):
@@ -455,6 +493,11 @@ def report(cells: list[Cell], args: argparse.Namespace, gateway: str) -> str:
         f"{TARGET_ADDED_TTFB_MS:g} ms (added = gateway - direct). Loopback only: no real network in it.",
         "gw CPU/req: ms of CPU the gateway process used per request (its cost with no queueing).",
     ]
+    if args.baseline_src:
+        out.append(
+            f"before: a second gateway from {args.baseline_src} in the same rounds; "
+            "added vs before = gateway p50 - before p50."
+        )
     return "\n".join(out)
 
 
@@ -500,6 +543,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--upstream-url", help="use this running fake upstream instead of starting one")
     parser.add_argument(
+        "--baseline-src",
+        help="also measure a gateway run from this source tree (a git worktree of an earlier commit)",
+    )
+    parser.add_argument(
         "--gateway-url", help="use this running gateway (pointed at --upstream-url) instead of starting one"
     )
     args = parser.parse_args(argv)
@@ -510,6 +557,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         json.loads(args.gateway_config)
     except ValueError as exc:
         parser.error(f"--gateway-config is not JSON: {exc}")
+    if args.baseline_src and not (Path(args.baseline_src) / "lore_core").is_dir():
+        parser.error(f"--baseline-src {args.baseline_src}: no lore_core there")
     if args.gateway_url and not args.upstream_url:
         parser.error("--gateway-url needs --upstream-url (the upstream that gateway forwards to)")
     return args

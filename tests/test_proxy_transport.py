@@ -285,6 +285,21 @@ def test_websocket_upgrade_on_responses_is_answered_426(gateway):
         ),
         ("/v1/chat/completions", b"{oops", {"content-type": "application/json"}, 400, "not valid JSON"),
         ("/v1/responses", b'"a string"', {"content-type": "application/json"}, 400, "must be a JSON object"),
+        # 20,000 levels of nesting: past the JSON parser's recursion limit (was a 500).
+        (
+            "/v1/messages",
+            b'{"model": "x", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}",
+            {"content-type": "application/json"},
+            400,
+            "nests too deeply",
+        ),
+        (
+            "/v1/responses",
+            b"[" * 20_000 + b"]" * 20_000,
+            {"content-type": "application/json"},
+            400,
+            "too deeply",
+        ),
     ],
 )
 def test_bad_input_gets_a_4xx_in_the_api_shape_and_the_gateway_keeps_serving(
