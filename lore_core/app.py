@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 from quart import Quart, Response, request, websocket
+from werkzeug.exceptions import HTTPException
 
 from lore_core import access
 from lore_core.api import api as lore_api
@@ -29,7 +30,12 @@ from lore_core.context.overflow import (
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
-from lore_core.jsonbody import append_to_array, loads_object
+from lore_core.jsonbody import (
+    append_to_array,
+    loads_object,
+    may_hold_lone_surrogates,
+    replace_lone_surrogates,
+)
 from lore_core.model import TEXT, AssistantMessage, Block, Exchange, RequestView
 from lore_core.proxy import (
     BadUpstreamURL,
@@ -61,6 +67,9 @@ def create_app(gateway: Gateway) -> Quart:
     # The gateway enforces its own body limit (with an API-shaped 413) and streams may
     # legitimately run for many minutes.
     app.config.update(MAX_CONTENT_LENGTH=None, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=300)
+    # No automatic OPTIONS answers (an empty text/html 200): an OPTIONS request goes to the
+    # routes below like any other method, and is answered in JSON.
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.extensions["lore"] = gateway
     app.register_blueprint(lore_api)  # /lore/api: the local read API for the CLI
 
@@ -126,12 +135,26 @@ def create_app(gateway: Gateway) -> Quart:
     @app.route("/<path:path>", methods=ALL_METHODS)
     async def proxy(path: str) -> Response:
         path = "/" + path
+        if path.startswith(access.PROTECTED_PREFIXES):
+            # The local API's namespace is never a provider's path: /lore/api/v1/models was
+            # forwarded upstream, with the gateway token in its Authorization header.
+            return _json(404, {"error": f"no route for {request.method} {path}"})
         codec = gateway.registry.codec_for_path(path) if request.method == "POST" else None
         if codec is not None:
             return await proxy_api(gateway, codec, path)
         if path.startswith("/v1/") or "/v1/" in path:
             return await proxy_passthrough(gateway, path)
         return _error(None, 404, f"no route for {request.method} {path}")
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        # What Quart refuses itself (a method no route takes: TRACE, made-up ones) is JSON
+        # too, not its HTML page.
+        status = exc.code or 400
+        message = f"{exc.name}: {request.method} {request.path}"
+        if request.path.startswith(access.PROTECTED_PREFIXES):
+            return _json(status, {"error": message})
+        return _error(None, status, message)
 
     return app
 
@@ -307,13 +330,15 @@ async def proxy_api(gateway: Gateway, codec: Codec, path: str) -> Response:
             context_limit=limit,
             usage_share=share,
         )
-        return await _loop_response(loop, upstream, is_sse)
+        return await _loop_response(gateway, loop, upstream, is_sse)
     if is_sse:
         return _stream_response(gateway, codec, upstream, exchange)
     return await _buffered_response(gateway, codec, upstream, exchange)
 
 
-async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, is_sse: bool) -> Response:
+async def _loop_response(
+    gateway: Gateway, loop: proxy_loop.RecallLoop, upstream: httpx.Response, is_sse: bool
+) -> Response:
     """The answer through the recall loop (which also scales the usage the client sees)."""
     # The loop relays decoded bytes, rewritten where it must: no content-encoding or length.
     headers = [
@@ -328,6 +353,7 @@ async def _loop_response(loop: proxy_loop.RecallLoop, upstream: httpx.Response, 
     try:
         status, body, new_headers = await loop.buffered(upstream)
     except httpx.HTTPError as exc:
+        gateway.upstream.note_failure(loop.exchange.upstream, f"a response broke off: {exc}")
         loop.exchange.status = 502
         loop.finished(loop.exchange)
         return _error(loop.codec, 502, f"the upstream {loop.exchange.upstream} broke off its response: {exc}")
@@ -349,7 +375,8 @@ def _with_added_tools(
     if len(view.tools) <= len(own) or any(a is not b for a, b in zip(own, view.tools, strict=False)):
         return None
     text, members = spans
-    return append_to_array(text, members["tools"], view.tools[len(own) :]).encode("utf-8")
+    # surrogatepass: the client's own bytes again, also where they encode a lone surrogate.
+    return append_to_array(text, members["tools"], view.tools[len(own) :]).encode("utf-8", "surrogatepass")
 
 
 def _context_limit(gateway: Gateway, model: str | None) -> int:
@@ -448,7 +475,13 @@ def _stream_response(
         nonlocal finished
         if not finished:
             finished = True
-            exchange.response = assembler.result()
+            try:
+                exchange.response = assembler.result()
+            except Exception as exc:
+                # A stream of the wrong shape: relayed as it came, recorded without its answer.
+                log.warning(
+                    "%s: the upstream's stream could not be read (%s: %s)", codec.api, type(exc).__name__, exc
+                )
             gateway.exchange_finished(exchange)
 
     async def relay() -> AsyncIterator[bytes]:
@@ -461,8 +494,15 @@ def _stream_response(
                 if decoder is not None:
                     try:
                         assembler.feed(decoder.decompress(chunk))
-                    except Exception:
-                        log.exception("%s assembler failed; the stream is still relayed", codec.api)
+                    except Exception as exc:
+                        # The upstream's events are of a shape the assembler cannot read:
+                        # the stream is still relayed, only its record is lost.
+                        log.warning(
+                            "%s: the upstream's stream could not be read (%s: %s); relayed as is",
+                            codec.api,
+                            type(exc).__name__,
+                            exc,
+                        )
                         decoder = None
                     if decoder is not None and assembler.done:
                         finish()
@@ -473,6 +513,7 @@ def _stream_response(
         except httpx.HTTPError as exc:
             log.warning("upstream stream from %s broke off: %s", exchange.upstream, exc)
             gateway.stats["upstream_errors"] += 1
+            gateway.upstream.note_failure(exchange.upstream, f"a stream broke off: {exc}")
             # Abort the client's connection too: ending the response cleanly would make a
             # cut stream look complete.
             raise UpstreamStreamBroken(str(exc)) from None
@@ -529,6 +570,7 @@ async def _buffered_response(
     try:
         raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
     except httpx.HTTPError as exc:
+        gateway.upstream.note_failure(exchange.upstream, f"a response broke off: {exc}")
         return _upstream_failed(
             gateway, codec, exchange, f"the upstream {exchange.upstream} broke off its response: {exc}"
         )
@@ -544,6 +586,9 @@ async def _buffered_response(
                 exchange.response = codec.parse_response(payload)
         except (ValueError, UnsupportedEncoding):
             log.warning("%s: a 200 response was not JSON; relayed as is", codec.api)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            # The upstream's JSON is of the wrong shape: its bytes are still the answer.
+            log.warning("%s: a 200 response could not be read (%s); relayed as is", codec.api, exc)
     elif upstream.status_code in OVERFLOW_STATUSES:
         try:
             error_body = decode_body(raw, upstream.headers.get("content-encoding"))
@@ -636,8 +681,13 @@ async def _read_json_body(
         raise ClientError(400, "the request body is empty; expected a JSON object")
     try:
         # Decoded as json.loads decodes bytes.
-        text = decoded.decode(json.detect_encoding(decoded), "surrogatepass")
+        encoding = json.detect_encoding(decoded)
+        text = decoded.decode(encoding, "surrogatepass")
         raw, spans = loads_object(text)
+        if may_hold_lone_surrogates(text, decoded, encoding):
+            # What the gateway reads, stores and hashes must be valid Unicode; the bytes
+            # forwarded stay the client's (the provider judges them).
+            raw = replace_lone_surrogates(raw)
         return body, decoded, raw, (text, spans)
     except ValueError:
         pass  # json.loads says what is wrong, or parses what loads_object does not cover
@@ -651,7 +701,7 @@ async def _read_json_body(
         raise ClientError(400, TOO_DEEP) from None
     if not isinstance(raw, dict):
         raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
-    return body, decoded, raw, None
+    return body, decoded, replace_lone_surrogates(raw), None
 
 
 def _is_compaction(harness: object, ctx: RequestContext) -> bool:

@@ -18,6 +18,8 @@ class Decoder(Protocol):
 
 
 class _Identity:
+    eof = True
+
     def decompress(self, data: bytes) -> bytes:
         return data
 
@@ -28,6 +30,10 @@ class _Brotli:
 
     def decompress(self, data: bytes) -> bytes:
         return self._d.process(data)
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._d.is_finished())
 
 
 class _Chain:
@@ -40,6 +46,10 @@ class _Chain:
         for decoder in self._decoders:
             data = decoder.decompress(data)
         return data
+
+    @property
+    def eof(self) -> bool:
+        return all(getattr(d, "eof", True) for d in self._decoders)
 
 
 def _one(name: str) -> Decoder:
@@ -71,8 +81,13 @@ def decode_body(body: bytes, content_encoding: str | None) -> bytes:
         decoder = decoder_for(content_encoding)
         if isinstance(decoder, _Identity):
             return body
-        return decoder.decompress(body)
+        data = decoder.decompress(body)
     except UnsupportedEncoding:
         raise
     except Exception as exc:
         raise ValueError(f"body is not valid {content_encoding}: {exc}") from None
+    # The decoders return what they could of a stream cut short (a gzip body without its
+    # trailer decodes to the whole JSON): a whole body must be a whole stream.
+    if not getattr(decoder, "eof", True):
+        raise ValueError(f"body is not valid {content_encoding}: the compressed data ends early")
+    return data

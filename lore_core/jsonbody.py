@@ -67,3 +67,59 @@ def append_to_array(text: str, span: tuple[int, int], items: list[Any]) -> str:
     assert text[start] == "[" and text[end - 1] == "]", "not the span of an array"
     added = "".join(", " + json.dumps(item, ensure_ascii=False) for item in items)
     return text[: end - 1] + added + text[end - 1 :]
+
+
+# A lone surrogate (half of a UTF-16 pair) reaches a parsed body as an escape, ``\ud83d``
+# (JavaScript's JSON.stringify writes one for a string cut mid-emoji), or as UTF-8-style
+# bytes that the "surrogatepass" decoding reads. Python strings hold it, but UTF-8 cannot:
+# every hash, journal line and store write of such text raises.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_ENCODED_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def may_hold_lone_surrogates(text: str, data: bytes, encoding: str) -> bool:
+    """Whether the JSON ``text`` (decoded from ``data`` as ``encoding``) can parse to a
+    string with a lone surrogate. Cheap for UTF-8: two substring checks are what almost
+    every body costs (a regular expression over all of ``text`` would cost more than
+    parsing it)."""
+    if "\\u" in text and _ESCAPED_SURROGATE.search(text):
+        return True
+    if encoding != "utf-8":
+        return _LONE_SURROGATE.search(text) is not None
+    return b"\xed" in data and _ENCODED_SURROGATE.search(data) is not None
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def replace_lone_surrogates(value: Any) -> Any:
+    """``value`` (parsed JSON) with each lone surrogate in its strings, member names too,
+    replaced by U+FFFD. Containers are changed in place; iterative, so any depth the parser
+    accepted works."""
+    if isinstance(value, str):
+        return clean_text(value)
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                if isinstance(item, str):
+                    node[i] = clean_text(item)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+        elif isinstance(node, dict):
+            renamed = False
+            for key, item in list(node.items()):
+                if isinstance(item, str):
+                    node[key] = clean_text(item)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+                renamed = renamed or clean_text(key) is not key
+            if renamed:  # rare: rebuilt, so that the members keep their order
+                items = list(node.items())
+                node.clear()
+                node.update((clean_text(key), item) for key, item in items)
+    return value

@@ -30,7 +30,7 @@ import json
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -425,15 +425,39 @@ def mask_secrets(text: str) -> str:
     return _mask_hinted(text)
 
 
+def map_json(value: Any, leaf: Callable[[Any], Any], drop: frozenset[str] = frozenset()) -> Any:
+    """A copy of the JSON ``value`` with ``leaf`` applied to every scalar and the members
+    named in ``drop`` left out of every object. Iterative: a request body may nest as deep
+    as the JSON parser accepts (~1,000 levels), which a recursive copy cannot follow."""
+    if not isinstance(value, list | dict):
+        return leaf(value)
+    root: Any = [] if isinstance(value, list) else {}
+    stack = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        pairs = enumerate(source) if isinstance(source, list) else source.items()
+        for key, item in pairs:
+            if isinstance(target, dict) and key in drop:
+                continue
+            if isinstance(item, list | dict):
+                copy: Any = [] if isinstance(item, list) else {}
+                stack.append((item, copy))
+            else:
+                copy = leaf(item)
+            if isinstance(target, list):
+                target.append(copy)
+            else:
+                target[key] = copy
+    return root
+
+
+def _mask_scalar(value: Any) -> Any:
+    return mask_secrets(value) if isinstance(value, str) else value
+
+
 def mask_deep(value: Any) -> Any:
     """:func:`mask_secrets` applied to every string inside a JSON value."""
-    if isinstance(value, str):
-        return mask_secrets(value)
-    if isinstance(value, list):
-        return [mask_deep(v) for v in value]
-    if isinstance(value, dict):
-        return {k: mask_deep(v) for k, v in value.items()}
-    return value
+    return map_json(value, _mask_scalar)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,10 +469,10 @@ _VOLATILE_KEYS = frozenset({"cache_control", "citations", "signature", "status",
 
 
 def _strip_volatile(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_volatile(v) for k, v in value.items() if k not in _VOLATILE_KEYS}
-    if isinstance(value, list):
-        return [_strip_volatile(v) for v in value]
+    return map_json(value, _same, _VOLATILE_KEYS)
+
+
+def _same(value: Any) -> Any:
     return value
 
 
@@ -600,14 +624,10 @@ class ChainMemo:
 _MAX_RAW_STRING = 2048
 
 
-def _elide(value: Any) -> Any:
+def _elided_and_masked(value: Any) -> Any:
     if isinstance(value, str) and len(value) > _MAX_RAW_STRING:
         return f"[{len(value)} chars elided]"
-    if isinstance(value, list):
-        return [_elide(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _elide(v) for k, v in value.items()}
-    return value
+    return _mask_scalar(value)
 
 
 def block_record(block: Block, masked_text: str | None = None) -> dict[str, Any]:
@@ -627,7 +647,7 @@ def block_record(block: Block, masked_text: str | None = None) -> dict[str, Any]
     if block.is_error:
         out["is_error"] = True
     if block.type in (IMAGE, OTHER) and block.raw is not None:
-        out["raw"] = mask_deep(_elide(_strip_volatile(block.raw)))
+        out["raw"] = map_json(block.raw, _elided_and_masked, _VOLATILE_KEYS)
     return out
 
 

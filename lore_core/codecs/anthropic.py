@@ -5,7 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lore_core.codecs import as_int, loads_or, new_id, sse_event, status_error_kind
+from lore_core.codecs import (
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    loads_or,
+    new_id,
+    sse_event,
+    status_error_kind,
+    well_formed,
+)
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -35,8 +45,8 @@ def parse_block(raw: Any) -> Block:
     if kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
         return Block(
             TOOL_CALL,
-            tool_name=raw.get("name"),
-            tool_call_id=raw.get("id"),
+            tool_name=as_str(raw.get("name")),
+            tool_call_id=as_str(raw.get("id")),
             tool_input=raw.get("input"),
             wire_type=kind,
             raw=raw,
@@ -54,8 +64,8 @@ def parse_block(raw: Any) -> Block:
         return Block(
             TOOL_RESULT,
             text=text,
-            tool_call_id=raw.get("tool_use_id"),
-            is_error=bool(raw.get("is_error")),
+            tool_call_id=as_str(raw.get("tool_use_id")),
+            is_error=raw.get("is_error") is True,
             wire_type=kind,
             raw=raw,
         )
@@ -112,7 +122,7 @@ class AnthropicMessagesCodec:
 
     def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
         messages = []
-        for item in raw.get("messages") or []:
+        for item in as_list(raw.get("messages")):
             if isinstance(item, dict):
                 messages.append(
                     Message(
@@ -153,14 +163,16 @@ class AnthropicMessagesCodec:
         return out
 
     def parse_response(self, raw: dict[str, Any]) -> AssistantMessage:
-        return AssistantMessage(
-            blocks=parse_content(raw.get("content")),
-            usage=parse_usage(raw.get("usage")),
-            stop_reason=raw.get("stop_reason"),
-            model=raw.get("model"),
-            response_id=raw.get("id"),
-            complete=raw.get("type") != "error",
-            error=(raw.get("error") or {}).get("message") if raw.get("type") == "error" else None,
+        return well_formed(
+            AssistantMessage(
+                blocks=parse_content(raw.get("content")),
+                usage=parse_usage(raw.get("usage")),
+                stop_reason=raw.get("stop_reason"),
+                model=as_str(raw.get("model")),
+                response_id=as_str(raw.get("id")),
+                complete=raw.get("type") != "error",
+                error=(raw.get("error") or {}).get("message") if raw.get("type") == "error" else None,
+            )
         )
 
     def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
@@ -239,16 +251,16 @@ class AnthropicAssembler:
         kind = ev.get("type")
         msg = self._message
         if kind == "message_start":
-            start = ev.get("message") or {}
-            msg.model = start.get("model")
-            msg.response_id = start.get("id")
+            start = as_dict(ev.get("message"))
+            msg.model = as_str(start.get("model"))
+            msg.response_id = as_str(start.get("id"))
             msg.usage = parse_usage(start.get("usage"))
         elif kind == "content_block_start":
-            self._blocks[as_int(ev.get("index"))] = dict(ev.get("content_block") or {})
+            self._blocks[as_int(ev.get("index"))] = dict(as_dict(ev.get("content_block")))
         elif kind == "content_block_delta":
             index = as_int(ev.get("index"))
             block = self._blocks.setdefault(index, {"type": "text", "text": ""})
-            delta = ev.get("delta") or {}
+            delta = as_dict(ev.get("delta"))
             dtype = delta.get("type")
             if dtype == "text_delta":
                 block["text"] = block.get("text", "") + str(delta.get("text", ""))
@@ -261,10 +273,10 @@ class AnthropicAssembler:
             elif dtype == "signature_delta":
                 block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
         elif kind == "message_delta":
-            delta = ev.get("delta") or {}
+            delta = as_dict(ev.get("delta"))
             if delta.get("stop_reason"):
                 msg.stop_reason = delta["stop_reason"]
-            usage = ev.get("usage") or {}
+            usage = as_dict(ev.get("usage"))
             for key, attr in (
                 ("output_tokens", "output_tokens"),
                 ("input_tokens", "input_tokens"),
@@ -277,7 +289,7 @@ class AnthropicAssembler:
             msg.complete = True
             self._done = True
         elif kind == "error":
-            msg.error = str((ev.get("error") or {}).get("message", "stream error"))
+            msg.error = str(as_dict(ev.get("error")).get("message", "stream error"))
             self._done = True
 
     def result(self) -> AssistantMessage:
@@ -288,4 +300,4 @@ class AnthropicAssembler:
                 raw["input"] = loads_or(self._partial_json[index], {})
             blocks.append(parse_block(raw))
         self._message.blocks = blocks
-        return self._message
+        return well_formed(self._message)

@@ -6,7 +6,17 @@ import json
 import time
 from typing import Any
 
-from lore_core.codecs import as_int, loads_or, new_id, sse_event, status_error_kind
+from lore_core.codecs import (
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    loads_or,
+    new_id,
+    sse_event,
+    status_error_kind,
+    well_formed,
+)
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -36,11 +46,11 @@ def _content_blocks(content: Any, as_tool_result_of: str | None = None) -> list[
             if as_tool_result_of is not None:
                 blocks.append(Block(TOOL_RESULT, text=text, tool_call_id=as_tool_result_of, raw=part))
             else:
-                blocks.append(Block(TEXT, text=text, wire_type=part.get("type"), raw=part))
+                blocks.append(Block(TEXT, text=text, wire_type=as_str(part.get("type")), raw=part))
         elif part.get("type") in ("image_url", "input_image", "input_audio", "file"):
-            blocks.append(Block(IMAGE, wire_type=part.get("type"), raw=part))
+            blocks.append(Block(IMAGE, wire_type=as_str(part.get("type")), raw=part))
         else:
-            blocks.append(Block(OTHER, wire_type=part.get("type"), raw=part))
+            blocks.append(Block(OTHER, wire_type=as_str(part.get("type")), raw=part))
     return blocks
 
 
@@ -49,14 +59,14 @@ def _tool_call_blocks(calls: Any) -> list[Block]:
     for call in calls if isinstance(calls, list) else []:
         if not isinstance(call, dict):
             continue
-        fn = call.get("function") or {}
+        fn = as_dict(call.get("function"))
         blocks.append(
             Block(
                 TOOL_CALL,
-                tool_name=fn.get("name"),
-                tool_call_id=call.get("id"),
+                tool_name=as_str(fn.get("name")),
+                tool_call_id=as_str(call.get("id")),
                 tool_input=loads_or(fn.get("arguments"), {}),
-                wire_type=call.get("type", "function"),
+                wire_type=as_str(call.get("type", "function")),
                 raw=call,
             )
         )
@@ -66,7 +76,7 @@ def _tool_call_blocks(calls: Any) -> list[Block]:
 def parse_message(raw: dict[str, Any]) -> Message:
     role = str(raw.get("role", ""))
     if role == "tool":
-        blocks = _content_blocks(raw.get("content"), as_tool_result_of=raw.get("tool_call_id"))
+        blocks = _content_blocks(raw.get("content"), as_tool_result_of=as_str(raw.get("tool_call_id")))
     else:
         blocks = _content_blocks(raw.get("content")) + _tool_call_blocks(raw.get("tool_calls"))
     return Message(role=role, blocks=blocks, raw=raw)
@@ -111,7 +121,7 @@ class OpenAIChatCodec:
     def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
         messages = [
             parse_message(m) if isinstance(m, dict) else Message(role="", raw=m)
-            for m in raw.get("messages") or []
+            for m in as_list(raw.get("messages"))
         ]
         tools = raw.get("tools")
         return RequestView(
@@ -135,13 +145,15 @@ class OpenAIChatCodec:
         choices = raw.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
         message = choice.get("message") or {}
-        return AssistantMessage(
-            blocks=_content_blocks(message.get("content")) + _tool_call_blocks(message.get("tool_calls")),
-            usage=parse_usage(raw.get("usage")),
-            stop_reason=choice.get("finish_reason"),
-            model=raw.get("model"),
-            response_id=raw.get("id"),
-            complete="error" not in raw,
+        return well_formed(
+            AssistantMessage(
+                blocks=_content_blocks(message.get("content")) + _tool_call_blocks(message.get("tool_calls")),
+                usage=parse_usage(raw.get("usage")),
+                stop_reason=choice.get("finish_reason"),
+                model=as_str(raw.get("model")),
+                response_id=as_str(raw.get("id")),
+                complete="error" not in raw,
+            )
         )
 
     def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
@@ -208,27 +220,31 @@ class OpenAIChatAssembler:
 
     def _apply(self, ev: dict[str, Any]) -> None:
         msg = self._message
-        msg.response_id = msg.response_id or ev.get("id")
-        msg.model = msg.model or ev.get("model")
+        msg.response_id = msg.response_id or as_str(ev.get("id"))
+        msg.model = msg.model or as_str(ev.get("model"))
         if isinstance(ev.get("usage"), dict):
             msg.usage = parse_usage(ev["usage"])
         if "error" in ev:
-            msg.error = str((ev.get("error") or {}).get("message", "stream error"))
-        for choice in ev.get("choices") or []:
+            msg.error = str(as_dict(ev.get("error")).get("message", "stream error"))
+        # Each field read as the type it must have: events of another shape are relayed as
+        # they came and read as absent here.
+        for choice in as_list(ev.get("choices")):
             if not isinstance(choice, dict) or as_int(choice.get("index")) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
                 self._text.append(delta["content"])
-            for call in delta.get("tool_calls") or []:
+            for call in as_list(delta.get("tool_calls")):
+                if not isinstance(call, dict):
+                    continue
                 slot = self._calls.setdefault(
                     as_int(call.get("index")), {"id": None, "name": "", "arguments": ""}
                 )
-                slot["id"] = call.get("id") or slot["id"]
-                fn = call.get("function") or {}
-                slot["name"] += fn.get("name") or ""
-                slot["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
+                slot["id"] = as_str(call.get("id")) or slot["id"]
+                fn = as_dict(call.get("function"))
+                slot["name"] += as_str(fn.get("name")) or ""
+                slot["arguments"] += as_str(fn.get("arguments")) or ""
+            if as_str(choice.get("finish_reason")):
                 msg.stop_reason = choice["finish_reason"]
 
     def result(self) -> AssistantMessage:
@@ -244,4 +260,4 @@ class OpenAIChatAssembler:
                 )
             )
         self._message.blocks = blocks
-        return self._message
+        return well_formed(self._message)

@@ -6,7 +6,17 @@ import json
 import time
 from typing import Any
 
-from lore_core.codecs import as_int, loads_or, new_id, sse_event, status_error_kind
+from lore_core.codecs import (
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    loads_or,
+    new_id,
+    sse_event,
+    status_error_kind,
+    well_formed,
+)
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -60,8 +70,8 @@ def parse_item(raw: Any) -> Message:
         args = raw.get("arguments", raw.get("input", raw.get("action")))
         block = Block(
             TOOL_CALL,
-            tool_name=raw.get("name", kind),
-            tool_call_id=raw.get("call_id", raw.get("id")),
+            tool_name=as_str(raw.get("name", kind)),
+            tool_call_id=as_str(raw.get("call_id", raw.get("id"))),
             tool_input=loads_or(args, {}),
             wire_type=kind,
             raw=raw,
@@ -73,14 +83,18 @@ def parse_item(raw: Any) -> Message:
             text = "\n".join(b.text for b in _content_blocks(output))
         else:
             text = output if isinstance(output, str) else json.dumps(output)
-        block = Block(TOOL_RESULT, text=text, tool_call_id=raw.get("call_id"), wire_type=kind, raw=raw)
+        block = Block(
+            TOOL_RESULT, text=text, tool_call_id=as_str(raw.get("call_id")), wire_type=kind, raw=raw
+        )
         return Message(role="tool", blocks=[block], raw=raw)
     if kind == "reasoning":
         summary = "\n".join(str(s.get("text", "")) for s in raw.get("summary") or [] if isinstance(s, dict))
         return Message(
             role="assistant", blocks=[Block(THINKING, text=summary, wire_type=kind, raw=raw)], raw=raw
         )
-    return Message(role=str(raw.get("role", "")), blocks=[Block(OTHER, wire_type=kind, raw=raw)], raw=raw)
+    return Message(
+        role=str(raw.get("role", "")), blocks=[Block(OTHER, wire_type=as_str(kind), raw=raw)], raw=raw
+    )
 
 
 def render_item(msg: Message) -> Any:
@@ -130,7 +144,7 @@ class OpenAIResponsesCodec:
                 Message(role="user", blocks=[Block(TEXT, text=items, wire_type="input_text")], raw=None)
             ]
         else:
-            messages = [parse_item(item) for item in items or []]
+            messages = [parse_item(item) for item in as_list(items)]
         instructions = raw.get("instructions")
         tools = raw.get("tools")
         return RequestView(
@@ -167,14 +181,16 @@ class OpenAIResponsesCodec:
     def parse_response(self, raw: dict[str, Any]) -> AssistantMessage:
         status = raw.get("status")
         error = raw.get("error")
-        return AssistantMessage(
-            blocks=_output_blocks(raw.get("output") or []),
-            usage=parse_usage(raw.get("usage")),
-            stop_reason=status if isinstance(status, str) else None,
-            model=raw.get("model"),
-            response_id=raw.get("id"),
-            complete=status in (None, "completed", "incomplete") and not error,
-            error=(error or {}).get("message") if isinstance(error, dict) else None,
+        return well_formed(
+            AssistantMessage(
+                blocks=_output_blocks(raw.get("output") or []),
+                usage=parse_usage(raw.get("usage")),
+                stop_reason=status if isinstance(status, str) else None,
+                model=as_str(raw.get("model")),
+                response_id=as_str(raw.get("id")),
+                complete=status in (None, "completed", "incomplete") and not error,
+                error=(error or {}).get("message") if isinstance(error, dict) else None,
+            )
         )
 
     def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
@@ -259,23 +275,23 @@ class OpenAIResponsesAssembler:
         kind = ev.get("type", "")
         index = as_int(ev.get("output_index"))
         if kind in ("response.created", "response.in_progress"):
-            self._meta = ev.get("response") or {}
+            self._meta = as_dict(ev.get("response"))
         elif kind == "response.output_item.added":
-            self._items[index] = dict(ev.get("item") or {})
+            self._items[index] = dict(as_dict(ev.get("item")))
         elif kind == "response.output_text.delta":
             self._text[index] = self._text.get(index, "") + str(ev.get("delta", ""))
         elif kind == "response.function_call_arguments.delta":
             self._args[index] = self._args.get(index, "") + str(ev.get("delta", ""))
         elif kind == "response.output_item.done":
-            self._items[index] = dict(ev.get("item") or {})
+            self._items[index] = dict(as_dict(ev.get("item")))
             self._text.pop(index, None)
             self._args.pop(index, None)
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
-            final = self._codec.parse_response(ev.get("response") or {})
+            final = self._codec.parse_response(as_dict(ev.get("response")))
             final.complete = kind != "response.failed"
             self._final = final
         elif kind == "error":
-            self._error = str(ev.get("message") or (ev.get("error") or {}).get("message", "stream error"))
+            self._error = str(ev.get("message") or as_dict(ev.get("error")).get("message", "stream error"))
 
     def result(self) -> AssistantMessage:
         if self._final is not None:
@@ -289,10 +305,12 @@ class OpenAIResponsesAssembler:
                 item["arguments"] = self._args[index]
             items.append(item)
         meta = self._meta
-        return AssistantMessage(
-            blocks=_output_blocks(items),
-            model=meta.get("model"),
-            response_id=meta.get("id"),
-            complete=False,
-            error=self._error,
+        return well_formed(
+            AssistantMessage(
+                blocks=_output_blocks(items),
+                model=as_str(meta.get("model")),
+                response_id=as_str(meta.get("id")),
+                complete=False,
+                error=self._error,
+            )
         )

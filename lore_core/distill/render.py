@@ -31,7 +31,7 @@ from lore_core.distill.facts import find_error_lines, find_paths
 from lore_core.distill.inputs import DistillInput
 from lore_core.housekeeping import strip_housekeeping
 from lore_core.model import IMAGE, TEXT, TOOL_CALL, TOOL_RESULT
-from lore_core.store import mask_secrets
+from lore_core.store import map_json, mask_secrets
 
 DEFAULT_TOOL_OUTPUT_MAX_CHARS = 4000
 # Roles whose messages are instructions to the model, not events of the session.
@@ -96,19 +96,20 @@ def annotate_output(tool: str, text: str, is_error: bool, max_chars: int) -> str
     return "\n".join(parts)[:max_chars]
 
 
-def _short_value(value: Any) -> Any:
-    """Tool input with long strings (file contents, edit strings) cut down to their head."""
-    if isinstance(value, str):
-        value = mask_secrets(value)
-        if len(value) > TOOL_INPUT_VALUE_CHARS:
-            lines = value.count("\n") + 1
-            return value[: TOOL_INPUT_VALUE_CHARS - 60] + f"… [+{len(value)} chars, {lines} lines]"
+def _short_string(value: Any) -> Any:
+    if not isinstance(value, str):
         return value
-    if isinstance(value, Mapping):
-        return {k: _short_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_short_value(v) for v in value]
+    value = mask_secrets(value)
+    if len(value) > TOOL_INPUT_VALUE_CHARS:
+        lines = value.count("\n") + 1
+        return value[: TOOL_INPUT_VALUE_CHARS - 60] + f"… [+{len(value)} chars, {lines} lines]"
     return value
+
+
+def _short_value(value: Any) -> Any:
+    """Tool input with long strings (file contents, edit strings) cut down to their head
+    (a copy made without recursion: tool input may nest as deep as the JSON parser allows)."""
+    return map_json(value, _short_string)
 
 
 def render_tool_input(tool_input: Any, max_chars: int) -> str:

@@ -31,10 +31,10 @@ from typing import Any
 import attrs
 import httpx
 
-from lore_core.codecs import loads_or, new_id
+from lore_core.codecs import as_dict, as_list, loads_or, new_id
 from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.interfaces import Codec
-from lore_core.model import TEXT, TOOL_CALL, Exchange, Message, RequestView
+from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Exchange, Message, RequestView
 from lore_core.recall.tool import (
     TOOL_NAME,
     add_recall_tool,
@@ -473,6 +473,57 @@ class RoundResult:
 Sender = Callable[[bytes], Awaitable[httpx.Response]]
 
 
+def _fed(assembler: Any, data: bytes, api: str) -> Any:
+    """Feed the round's assembler (it records the answer). One that cannot read the stream
+    is replaced by :class:`_StoppedAssembler` for the rest of it: the stream is still
+    relayed, only the record of it is lost."""
+    try:
+        assembler.feed(data)
+    except Exception as exc:
+        log.warning(
+            "%s: the upstream's stream could not be read (%s: %s); relayed as is",
+            api,
+            type(exc).__name__,
+            exc,
+        )
+        return _StoppedAssembler(assembler)
+    return assembler
+
+
+class _StoppedAssembler:
+    """A failed assembler, fed nothing more: its result is what it had read."""
+
+    def __init__(self, failed: Any) -> None:
+        self._failed = failed
+
+    def feed(self, data: bytes) -> None:
+        pass
+
+    def result(self) -> AssistantMessage:
+        return self._failed.result()
+
+
+def _result(assembler: Any, api: str) -> AssistantMessage:
+    """The answer the round's assembler read; an empty one when it cannot say (a stream of
+    the wrong shape: relayed as it came, recorded without its answer)."""
+    try:
+        return assembler.result()
+    except Exception as exc:
+        log.warning("%s: the upstream's stream could not be read (%s: %s)", api, type(exc).__name__, exc)
+        return AssistantMessage()
+
+
+def _read_event(shape: Any, name: str, text: str, raw: bytes) -> bytes:
+    """What the client gets for one upstream event: the shape's rewrite, or, for an event
+    the shape cannot read (an upstream's malformed JSON of the wrong shape), the event as it
+    came: the stream is the upstream's to get wrong, never the gateway's to break."""
+    try:
+        return shape.event(name, text, raw)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        log.warning("an upstream stream event could not be read (%s); relayed as it came", exc)
+        return raw
+
+
 class RecallLoop:
     """Relays one client request's answer, running recall rounds in between."""
 
@@ -657,14 +708,24 @@ class RecallLoop:
                     self.finished(exchange)
                     return response.status_code, raw, None
                 break  # a follow-up that went wrong: answer with what the model said
-            exchange.response = self.codec.parse_response(payload)
-            exchange.status = response.status_code
-            self.finished(exchange)
-            if response.status_code != 200:
+            try:
+                exchange.response = self.codec.parse_response(payload)
+                result = shape.add_round(payload) if response.status_code == 200 else None
+            except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+                # JSON of the wrong shape: the upstream's bytes are the answer (a follow-up's
+                # are dropped: the client gets what the model said before it).
+                log.warning("%s: an answer could not be read (%s); relayed as is", self.api, exc)
+                exchange.status = response.status_code
+                self.finished(exchange)
                 if round_no == 0:
                     return response.status_code, raw, None
                 break
-            result = shape.add_round(payload)
+            exchange.status = response.status_code
+            self.finished(exchange)
+            if result is None:
+                if round_no == 0:
+                    return response.status_code, raw, None
+                break
             if not self.active or not result.recall_calls:
                 if round_no == 0 and not self._needs_scaling(payload):
                     # Nothing to change: the upstream's own bytes.
@@ -705,17 +766,17 @@ class RecallLoop:
                 try:
                     async for chunk in response.aiter_raw():
                         data = decoder.decompress(chunk) if decoder is not None else chunk
-                        assembler.feed(data)
+                        assembler = _fed(assembler, data, self.api)
                         out = b"".join(
-                            shape.event(name, text, raw) for name, text, raw in splitter.feed(data)
+                            _read_event(shape, name, text, raw) for name, text, raw in splitter.feed(data)
                         )
                         if out:
                             yield out
                     if decoder is not None:
                         tail = decoder.flush() if hasattr(decoder, "flush") else b""
                         if tail:
-                            assembler.feed(tail)
-                            out = b"".join(shape.event(n, t, r) for n, t, r in splitter.feed(tail))
+                            assembler = _fed(assembler, tail, self.api)
+                            out = b"".join(_read_event(shape, n, t, r) for n, t, r in splitter.feed(tail))
                             if out:
                                 yield out
                 except asyncio.CancelledError:
@@ -725,10 +786,17 @@ class RecallLoop:
                     log.warning("upstream stream from %s broke off: %s", exchange.upstream, exc)
                     raise UpstreamStreamBroken(str(exc)) from None
                 finally:
-                    exchange.response = assembler.result()
+                    exchange.response = _result(assembler, self.api)
                     await asyncio.shield(response.aclose())
                     self.finished(exchange)
-                result = shape.end_round()
+                try:
+                    result = shape.end_round()
+                except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+                    # A round of the wrong shape: no recall continues it.
+                    log.warning(
+                        "%s: the upstream's stream could not be read (%s); no recall round", self.api, exc
+                    )
+                    result = RoundResult(ok=False)
                 if not self.active or not result.recall_calls or not result.ok:
                     break
                 step = await self._next_round(result, round_no)
@@ -756,7 +824,13 @@ class RecallLoop:
                     break
                 round_no += 1
                 shape.next_round()
-            yield shape.finish()
+            try:
+                closing = shape.finish()
+            except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+                # The stream ends as the upstream's did, without the events the shape held.
+                log.warning("%s: the upstream's stream could not be closed (%s)", self.api, exc)
+                closing = b""
+            yield closing
             await self._remember_loop(shape.final_text())
         except asyncio.CancelledError:
             exchange.client_disconnected = True
@@ -984,7 +1058,7 @@ class _AnthropicStream:
             return raw
         kind = ev.get("type", name)
         if kind == "message_start":
-            message = ev.get("message") or {}
+            message = as_dict(ev.get("message"))
             usage = message.get("usage")
             if self.round > 0:
                 return b""
@@ -997,7 +1071,7 @@ class _AnthropicStream:
             return raw
         if kind == "content_block_start":
             index = _int(ev.get("index"))
-            block = dict(ev.get("content_block") or {})
+            block = dict(as_dict(ev.get("content_block")))
             self.blocks[index] = block
             if block.get("type") == "tool_use":
                 self.result.order.append(block.get("id"))
@@ -1016,7 +1090,7 @@ class _AnthropicStream:
             return self._rewrite(name, ev, index, raw)
         if kind == "content_block_delta":
             index = _int(ev.get("index"))
-            self._track_delta(index, ev.get("delta") or {})
+            self._track_delta(index, as_dict(ev.get("delta")))
             return self._rewrite(name, ev, index, raw)
         if kind == "content_block_stop":
             index = _int(ev.get("index"))
@@ -1024,9 +1098,9 @@ class _AnthropicStream:
                 self.open_recall = None
             return self._rewrite(name, ev, index, raw)
         if kind == "message_delta":
-            delta = ev.get("delta") or {}
+            delta = as_dict(ev.get("delta"))
             self.stop_reason = delta.get("stop_reason") or self.stop_reason
-            usage = ev.get("usage") or {}
+            usage = as_dict(ev.get("usage"))
             self.output_tokens += _int(usage.get("output_tokens"))
             self.delta_usage = dict(usage)
             self.held_raw.append(raw)
@@ -1076,7 +1150,7 @@ class _AnthropicStream:
             except ValueError:
                 continue
             if isinstance(ev, dict):
-                self._track_delta(_int(ev.get("index")), ev.get("delta") or {})
+                self._track_delta(_int(ev.get("index")), as_dict(ev.get("delta")))
 
     def end_round(self) -> RoundResult:
         if self.round > 0 or any(v is None for v in self.index_map.values()):
@@ -1217,11 +1291,11 @@ class _ChatStream:
                 return b""
             ev = dict(ev, usage=None)
             changed = True
-        choices = ev.get("choices") or []
+        choices = as_list(ev.get("choices"))
         for choice in choices:
             if not isinstance(choice, dict) or _int(choice.get("index")) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
                 self.text.append(delta["content"])
                 if delta["content"]:
@@ -1269,7 +1343,7 @@ class _ChatStream:
     def _without_finish(self, ev: dict[str, Any]) -> bytes:
         # Anything else in the finish chunk is relayed; the finish itself waits for the end.
         choice = dict(ev["choices"][0])
-        delta = choice.get("delta") or {}
+        delta = as_dict(choice.get("delta"))
         if not delta or delta == {"content": ""} or delta == {}:
             return b""
         rest = dict(ev, choices=[dict(choice, finish_reason=None)])
@@ -1286,8 +1360,8 @@ class _ChatStream:
             if piece.startswith("\0"):
                 try:
                     ev = json.loads(piece[1:])
-                    for choice in ev.get("choices") or []:
-                        content = (choice.get("delta") or {}).get("content")
+                    for choice in as_list(ev.get("choices")):
+                        content = as_dict(choice.get("delta")).get("content")
                         if isinstance(content, str) and _int(choice.get("index")) == 0:
                             out.append(content)
                 except (ValueError, AttributeError):
@@ -1433,14 +1507,14 @@ class _ResponsesStream:
         if kind in ("response.created", "response.in_progress"):
             if self.round > 0:
                 return b""
-            self.first_response = self.first_response or dict(ev.get("response") or {})
+            self.first_response = self.first_response or dict(as_dict(ev.get("response")))
             self._seq(ev)
             return raw
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             self.terminal = ev
             self.terminal_raw = raw
             self.terminal_name = name or kind
-            usage = (ev.get("response") or {}).get("usage")
+            usage = as_dict(ev.get("response")).get("usage")
             if isinstance(usage, dict):
                 self.output_tokens += _int(usage.get("output_tokens"))
             return b""
@@ -1449,7 +1523,7 @@ class _ResponsesStream:
             return raw if self.round == 0 and self.identity else sse(name, ev)
         index = _int(ev.get("output_index"))
         if kind == "response.output_item.added":
-            item = ev.get("item") or {}
+            item = as_dict(ev.get("item"))
             if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
                 self.result.order.append(item.get("call_id"))
                 if (
@@ -1467,12 +1541,12 @@ class _ResponsesStream:
             if client != index:
                 self.identity = False
         if kind == "response.output_item.done":
-            self.items[index] = ev.get("item") or {}
+            self.items[index] = as_dict(ev.get("item"))
         client = self.out_map.get(index, index)
         if client is None:
             return b""
         if kind == "response.output_item.done":
-            self.visible_items.append(ev.get("item") or {})
+            self.visible_items.append(as_dict(ev.get("item")))
         if self.round == 0 and self.identity:
             self._seq(ev)
             return raw
@@ -1549,7 +1623,7 @@ class _ResponsesStream:
         if self.terminal is None:
             return b""
         ev = copy.deepcopy(self.terminal)
-        response = ev.get("response") or {}
+        response = as_dict(ev.get("response"))
         if self.first_response and self.first_response.get("id"):
             response["id"] = self.first_response["id"]
         changed = self.round > 0 or not self.identity
