@@ -506,9 +506,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if isinstance(reader, _ApiReader):
             health = data["health"]
             print(f"gateway: running at {reader.url} ({health['status']}, up {health['uptime_seconds']} s)")
-            writer = health.get("store") or {}
-            if writer.get("error"):
-                print(f"store:   DEGRADED: {writer['error']}")
+            for problem in health.get("degraded") or []:
+                print(f"DEGRADED {problem}")
             worker = health.get("worker") or {}
             target = worker.get("target") or {}
             where = (

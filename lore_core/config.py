@@ -176,6 +176,9 @@ class EmbeddingConfig:
     batch_size: int = setting(64, low=1, high=4096)
     # Passages embedded per item at most; a longer item keeps its first ones and its last.
     max_chunks_per_item: int = setting(16, low=1, high=4096)
+    # A batch the embedder has not answered within this fails (said on /health, retried
+    # with backoff): a hung embedder never stops indexing for good.
+    batch_timeout_seconds: float = setting(600.0, low=0.1, high=86_400)
 
 
 WorkerAPI = Literal["", "anthropic-messages", "openai-chat", "openai-responses"]

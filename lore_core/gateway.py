@@ -129,6 +129,7 @@ class Gateway:
                 self.embedder,
                 batch_size=config.embedding.batch_size,
                 max_chunks=config.embedding.max_chunks_per_item,
+                batch_timeout=config.embedding.batch_timeout_seconds,
                 store_ready=lambda: self.writer.opened,
             )
             self.writer.listeners.append(self.indexer.notify)
@@ -422,10 +423,27 @@ class Gateway:
 
     # -- reporting ---------------------------------------------------------------------------
 
+    def degraded(self) -> list[str]:
+        """What does not work right now, one line each; empty when everything does. Traffic
+        flows in every case: these are what the memory (or an upstream) lacks meanwhile."""
+        out = []
+        store = self.writer.health()
+        if store["status"] != "ok":
+            out.append(f"store: {store['error']}")
+        if self.indexer is not None and self.indexer.error is not None:
+            out.append(f"vector index: {self.indexer.error}")
+        worker = self.worker.status()
+        if worker["state"] == "circuit_open":
+            out.append(f"worker: {worker['reason']}")
+        out += [f"upstream {origin}: {reason}" for origin, reason in self.upstream.failing.items()]
+        return out
+
     def health(self) -> dict[str, Any]:
+        degraded = self.degraded()
         return {
-            # "degraded": the proxy passes traffic but the store fails (see "store").
-            "status": "degraded" if self.writer.degraded else "ok",
+            # "degraded": the proxy passes traffic, but something in "degraded" fails.
+            "status": "degraded" if degraded else "ok",
+            "degraded": degraded,
             "version": _version("lore-core"),
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "upstreams": dict(self.upstream.defaults),

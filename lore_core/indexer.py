@@ -79,6 +79,7 @@ class VectorIndexer:
         max_chunks: int = DEFAULT_MAX_CHUNKS,
         interval: float = 2.0,
         store_ready: Callable[[], bool] | None = None,
+        batch_timeout: float = 600.0,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -86,6 +87,7 @@ class VectorIndexer:
         self.batch_size = max(1, batch_size)
         self.max_chunks = max(1, max_chunks)
         self.interval = interval
+        self.batch_timeout = batch_timeout
         self._store_ready = store_ready or (lambda: True)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -252,7 +254,13 @@ class VectorIndexer:
         started = time.monotonic()
         pieces = await asyncio.to_thread(self._passages_of, items)
         texts = [p.text for passages in pieces for p in passages]
-        vectors = await self.embedder.embed(texts) if texts else []
+        try:
+            async with asyncio.timeout(self.batch_timeout):
+                vectors = await self.embedder.embed(texts) if texts else []
+        except TimeoutError:
+            raise RuntimeError(
+                f"the embedder did not answer a batch of {len(texts)} passages within {self.batch_timeout:g}s"
+            ) from None
         if len(vectors) != len(texts):
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
         done: list[ItemVectors] = []

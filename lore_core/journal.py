@@ -97,6 +97,7 @@ class Journal:
         self.directory = directory
         self.fsync = fsync
         self._fd: int | None = None
+        self._opened = False
         self._lock_fd: int | None = None
         self._segment = 0
         self.stats: dict[str, int] = {
@@ -144,6 +145,7 @@ class Journal:
                 log.warning("journal %s: %d bytes at its end were cut short by a crash; ignored", path, torn)
         self.stats["replayed_batches"] = len(batches)
         self._segment = segments[-1][0] if segments else 0
+        self._opened = True
         self._start_segment()
         return batches
 
@@ -160,24 +162,47 @@ class Journal:
         self.stats["segment_bytes"] = 0
 
     def append(self, batch: WriteBatch) -> None:
-        """Append one batch (one ``write`` call; flushed to disk with ``fsync``)."""
+        """Append one batch (one ``write`` call; flushed to disk with ``fsync``). A failed
+        append (disk full, say) leaves no part of its frame behind: frames appended after it,
+        once the disk has room again, must not sit behind a torn one that ends the replay."""
         if self._fd is None:
-            raise JournalError("the journal is not open")
+            if not self._opened:
+                raise JournalError("the journal is not open")
+            self._start_segment()  # the last one could not be created or was given up
+        assert self._fd is not None
         frame = encode(batch)
-        written = 0
-        while written < len(frame):
-            written += os.write(self._fd, frame[written:])
-        if self.fsync:
-            os.fsync(self._fd)
+        try:
+            written = 0
+            while written < len(frame):
+                written += os.write(self._fd, frame[written:])
+            if self.fsync:
+                os.fsync(self._fd)
+        except OSError:
+            self._cut_back()
+            raise
         self.stats["appended"] += 1
         self.stats["segment_bytes"] += len(frame)
 
+    def _cut_back(self) -> None:
+        """Undo a failed append: truncate the segment to its last whole frame, or, when even
+        that fails, leave the segment (its replay stops at the torn frame, after every whole
+        one) and append to a new one from the next append on."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self.stats["segment_bytes"])
+        except OSError:
+            os.close(self._fd)
+            self._fd = None
+
     def seal(self) -> int:
-        """End the current segment (new appends go to a fresh one); returns its number.
+        """End the current segment (the next append starts a fresh one); returns its number.
         :meth:`release` deletes it once everything in it is committed."""
         sealed = self._segment
         if self.stats["segment_bytes"]:
-            self._start_segment()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self.stats["segment_bytes"] = 0
         else:
             sealed -= 1  # the current segment is empty: nothing to seal
         return sealed
@@ -185,8 +210,8 @@ class Journal:
     def release(self, upto: int) -> None:
         """Delete the segments numbered ``upto`` and below: the store has their records."""
         for number, path in self._segments():
-            if number > upto or number == self._segment:
-                continue
+            if number > upto or (number == self._segment and self._fd is not None):
+                continue  # the segment still taking appends
             try:
                 path.unlink()
             except FileNotFoundError:
@@ -197,6 +222,7 @@ class Journal:
     def close(self, committed: bool) -> None:
         """Stop appending; ``committed``: the store has every record, delete every segment
         (else they stay for the next start to replay)."""
+        self._opened = False
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

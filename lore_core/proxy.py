@@ -39,6 +39,7 @@ HOP_BY_HOP = frozenset(
 LORE_HEADER_PREFIX = "x-lore-"
 UPSTREAM_URL_HEADER = "x-lore-upstream-url"
 RETRY_STATUSES = frozenset({502, 503, 504})
+MAX_FAILING_ORIGINS = 32
 
 
 class UpstreamError(Exception):
@@ -153,6 +154,16 @@ class UpstreamClient:
             "anthropic": validate_base_url(config.anthropic),
             "openai": validate_base_url(config.openai),
         }
+        # Origin -> why its last request failed, until one succeeds again (for /health).
+        self.failing: dict[str, str] = {}
+
+    def note_failure(self, url: str, reason: str) -> None:
+        """Remember that ``url``'s origin failed (bounded: clients may name any upstream)."""
+        origin = _parsed_url(url)[1]
+        self.failing.pop(origin, None)
+        self.failing[origin] = reason
+        while len(self.failing) > MAX_FAILING_ORIGINS:
+            del self.failing[next(iter(self.failing))]
 
     async def start(self) -> None:
         cfg = self.config
@@ -220,13 +231,19 @@ class UpstreamClient:
             except (TimeoutError, httpx.ReadTimeout, httpx.PoolTimeout):
                 reason = f"no response headers within {cfg.header_timeout_seconds:g}s"
             except httpx.HTTPError as exc:
+                self.note_failure(url, f"{exc.__class__.__name__}: {exc}")
                 raise UpstreamError(origin, f"{exc.__class__.__name__}: {exc}") from exc
             else:
                 if response.status_code not in RETRY_STATUSES or last:
+                    if response.status_code < 500:
+                        self.failing.pop(origin, None)
+                    else:
+                        self.failing[origin] = f"answered HTTP {response.status_code}"
                     return response
                 reason = f"HTTP {response.status_code}"
                 await response.aclose()
             if last:
+                self.note_failure(url, reason)
                 raise UpstreamError(origin, reason)
             delay = cfg.retry_backoff_seconds * (2**attempt) * (0.5 + random.random())
             log.warning(

@@ -51,6 +51,7 @@ class StoreWriter:
         self.journal = journal
         self.journal_error: str | None = None
         self._queue: asyncio.Queue[WriteBatch] | None = None
+        self._queued_messages = 0  # in the batches on _queue (not yet collected)
         self._task: asyncio.Task[None] | None = None
         self._pending = WriteBatch()
         self._known: OrderedDict[str, None] = OrderedDict()
@@ -60,6 +61,13 @@ class StoreWriter:
         self._stopping = False
         self._failures = 0
         self._idle: asyncio.Event | None = None
+        # Batches submitted (or replayed), taken into _pending, and taken when the last write
+        # committed: a reader waits for what was submitted before it, not for an empty queue,
+        # which steady traffic never leaves (every wait_idle would time out).
+        self._submitted = 0
+        self._taken = 0
+        self._written = 0
+        self._progress = asyncio.Event()
         self._wakeup = asyncio.Event()
         # Set by a reader waiting for the write (wait_idle): the batching pause ends.
         self._urgent = asyncio.Event()
@@ -99,6 +107,8 @@ class StoreWriter:
             return
         for batch in batches:
             self._pending.extend(batch)
+        self._submitted += len(batches)
+        self._taken += len(batches)
         if batches:
             self._pending = self._pending.merged()
             for m in self._pending.messages:
@@ -119,7 +129,7 @@ class StoreWriter:
             try:
                 await asyncio.wait_for(self._drain(), timeout)
             except TimeoutError:
-                log.error("store: shutdown flush timed out; %d exchanges not written", self.queued)
+                log.error("store: shutdown flush timed out; %d messages not written", self.queued)
             self._task.cancel()
             try:
                 await self._task
@@ -174,6 +184,8 @@ class StoreWriter:
                     log.warning("store: the journal works again")
                     self.journal_error = None
         self._queue.put_nowait(batch)
+        self._queued_messages += len(batch.messages)
+        self._submitted += 1
         if self._idle is not None:
             self._idle.clear()
         self._wakeup.set()
@@ -185,16 +197,29 @@ class StoreWriter:
 
     @property
     def queued(self) -> int:
-        return (self._queue.qsize() if self._queue else 0) + len(self._pending.messages)
+        """Messages submitted and not yet written."""
+        return self._queued_messages + len(self._pending.messages)
 
     async def wait_idle(self, timeout: float = 10.0) -> None:
-        """Wait until everything submitted so far is written (recall, ``/lore/api``, tests).
-        A reader waiting is a reason to write now: the writer skips what is left of its
-        batching pause (``store.flushIntervalMs``), so a recall right after a turn waits for
-        one write, not for the interval."""
-        if self._idle is not None and not self._idle.is_set():
-            self._urgent.set()
-            await asyncio.wait_for(self._idle.wait(), timeout)
+        """Wait until everything submitted so far is written (recall, ``/lore/api``, tests);
+        what is submitted meanwhile is not waited for. A reader waiting is a reason to write
+        now: the writer skips what is left of its batching pause (``store.flushIntervalMs``),
+        so a recall right after a turn waits for one write, not for the interval. Raises
+        ``TimeoutError`` after ``timeout`` seconds."""
+        target = self._submitted
+        if self._queue is None or self._written >= target:
+            return
+        self._urgent.set()
+        async with asyncio.timeout(timeout):
+            while self._written < target:
+                await self._progress.wait()
+
+    def _advance(self) -> None:
+        """Everything taken into ``_pending`` so far is written (or was nothing): wake the
+        readers waiting for it."""
+        self._written = self._taken
+        self._progress.set()
+        self._progress = asyncio.Event()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep up to ``seconds`` for more exchanges to share a write, unless a reader is
@@ -253,6 +278,7 @@ class StoreWriter:
         sealed = self.journal.seal() if self.journal is not None and not self._queue.qsize() else None
         if not self._pending:
             self._release_journal(sealed)
+            self._advance()
             self._mark_idle()
             return
         batch = self._pending
@@ -263,6 +289,7 @@ class StoreWriter:
             return
         self._pending = WriteBatch()
         self._release_journal(sealed)
+        self._advance()
         self.stats["messages_written"] += int(added or 0)
         if added:
             for listener in self.listeners:
@@ -284,9 +311,12 @@ class StoreWriter:
         out: list[WriteBatch] = []
         while len(out) < MAX_BATCH_EXCHANGES:
             try:
-                out.append(self._queue.get_nowait())
+                batch = self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 break
+            out.append(batch)
+            self._queued_messages -= len(batch.messages)
+        self._taken += len(out)
         return out
 
     def _mark_idle(self) -> None:

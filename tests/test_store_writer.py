@@ -81,3 +81,37 @@ def test_steady_traffic_gets_one_write_per_interval_and_loses_nothing() -> None:
     assert min(gaps) >= INTERVAL_MS / 1000 - 0.001, gaps
     sessions = {s.id for s in asyncio.run(store.list_sessions(limit=1000))}
     assert sessions == {f"s-{i}" for i in range(120)}
+
+
+def test_a_reader_under_steady_traffic_waits_for_what_came_before_it() -> None:
+    """Under steady traffic the queue is never empty after a write. A reader (recall, the
+    distiller, ``/lore/api``) waits for the write that holds what was submitted before it,
+    not for an empty queue: that never came, and every wait ran into its timeout."""
+    traffic = 1000  # an exchange every 5 ms, about 5 s of it
+
+    async def go() -> tuple[int, list[str]]:
+        store = SlowStore(write_seconds=INTERVAL_MS / 4000)
+        writer = StoreWriter(store, StoreConfig(flush_interval_ms=INTERVAL_MS))
+        await writer.start()
+        sent = 0
+
+        async def steady() -> None:
+            nonlocal sent
+            for i in range(traffic):
+                writer.submit(exchange([text("user", f"q {i}")], answer(f"a {i}"), session=f"s-{i}"))
+                sent += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(steady())
+        await asyncio.sleep(0.05)
+        writer.submit(exchange([text("user", "mine")], answer("yes"), session="s-reader"))
+        await writer.wait_idle(timeout=60.0)
+        returned_after = sent
+        mine = [m.text for m in await store.session_messages("s-reader")]
+        await task
+        await writer.stop()
+        return returned_after, mine
+
+    returned_after, mine = asyncio.run(go())
+    assert mine == ["mine", "yes"]
+    assert returned_after < traffic  # it did not wait for the traffic to end

@@ -53,6 +53,7 @@ class SpendBook:
         self._loaded_days: set[dt.date] = set()
         self._loaded_sessions: set[str] = set()
         self._lock = asyncio.Lock()
+        self._last_error: str | None = None  # logged once, not once per save
 
     async def load_today(self) -> bool:
         """Add today's stored spend to the tracker (once); returns whether it is loaded."""
@@ -76,13 +77,21 @@ class SpendBook:
                 except Exception as exc:
                     log.warning("could not save the spend of %s: %s", day, exc)
                     self.costs.unsaved_day(day, usd)
+            # After one failure the rest wait for the next call: a failing store (a full
+            # disk) is not tried, and logged, once per session.
+            error: Exception | None = None
             for session_id, usd in sessions.items():
-                try:
-                    await self._load_session(session_id)
-                    await self._add(session_id, SESSION_SPEND_KEY, usd)
-                except Exception as exc:
-                    log.warning("could not save the spend of session %s: %s", session_id, exc)
-                    self.costs.unsaved_session(session_id, usd)
+                if error is None:
+                    try:
+                        await self._load_session(session_id)
+                        await self._add(session_id, SESSION_SPEND_KEY, usd)
+                        continue
+                    except Exception as exc:
+                        error = exc
+                self.costs.unsaved_session(session_id, usd)
+            if error is not None and str(error) != self._last_error:
+                log.warning("could not save the spend of sessions (tried again later): %s", error)
+            self._last_error = str(error) if error is not None else None
 
     async def _add(self, state_id: str, key: str, usd: float) -> None:
         """Read, add, write back: this gateway is the store's only writer."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -148,7 +149,8 @@ def test_corrupted_database_degrades_but_traffic_flows(
     start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     db = tmp_path / "corrupt.duckdb"
-    db.write_bytes(b"this is not a database\x00" * 4096)
+    garbage = b"this is not a database\x00" * 4096
+    db.write_bytes(garbage)
     server = start_gateway(env={"LORE_DB_PATH": str(db)})
     fake_upstream.enqueue(Reply(text="still answering"))
     assert "still answering" in post(server.url, "hello", "s-corrupt", {"x-api-key": API_KEY})
@@ -158,10 +160,23 @@ def test_corrupted_database_degrades_but_traffic_flows(
         "not a readable DuckDB database" in health["store"]["error"]
         or "cannot open" in health["store"]["error"]
     )
+    assert any(line.startswith("store: ") for line in health["degraded"])
     # The read API says so in JSON rather than failing opaquely.
     with pytest.raises(urllib.error.HTTPError) as info:
         get_json(server.url + "/lore/api/sessions")
     assert info.value.code == 503
+    server.stop()
+    # Nothing is lost: the file is left as it was (for the user to recover), and what was
+    # answered meanwhile waits in the journal. With the file moved aside, the next start
+    # creates a new database and replays it.
+    assert db.read_bytes() == garbage
+    db.rename(tmp_path / "corrupt.duckdb.broken")
+    restarted = start_gateway(env={"LORE_DB_PATH": str(db)})
+    texts = poll(
+        lambda: [m["text"] for m in get_json(restarted.url + "/lore/api/sessions/s-corrupt")["messages"]],
+        "the journal to be replayed",
+    )
+    assert texts == ["hello", "still answering"]
 
 
 def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
@@ -243,3 +258,67 @@ def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstre
     missing, hits = read_store(db, check)
     assert missing == [], f"{len(missing)} of {len(durable)} durable exchanges lost"
     assert hits >= len(durable)  # the index caught up from DuckDB after the crash
+
+
+def test_a_full_disk_degrades_then_everything_is_written_once(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The disk fills up under a running gateway (a file size limit set on its process, so
+    no special filesystem is needed: every write past the files' current sizes fails), then
+    has room again. Clients are answered throughout, /health says why the store is degraded,
+    and once writes work again every exchange is in the store exactly once."""
+    db = tmp_path / "full" / "lore.duckdb"
+    port = free_port()
+    config = tmp_path / "lore.json"
+    config.write_text(json.dumps({"store": {"flushIntervalMs": 50}}))
+    env = {
+        **os.environ,
+        "LORE_CONFIG": str(config),
+        "LORE_DB_PATH": str(db),
+        "LORE_PORT": str(port),
+        "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
+        "HOME": str(tmp_path / "home"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    log = (tmp_path / "gateway.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "lore_core.cli", "serve"], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+
+    def health() -> dict[str, Any]:
+        return httpx.get(url + "/health", timeout=10).json()["store"]
+
+    def ask(i: int) -> None:
+        # Long enough that each write grows the files past any limit set between writes.
+        post(url, f"disk probe {i} " + "words to store " * 200, f"disk-{i}", stream=i % 2 == 1)
+
+    try:
+        wait_for_http(url + "/health", timeout=60)
+        for i in range(4):
+            ask(i)
+        poll(lambda: health()["messages_written"] == 8 and health()["queued"] == 0, "the first writes")
+        largest = max(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file())
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (largest, resource.RLIM_INFINITY))
+        for i in range(4, 24):
+            ask(i)  # raises unless answered in full
+        degraded = poll(lambda: (h := health())["status"] == "degraded" and h, "the store to degrade")
+        assert "File too large" in degraded["error"]
+        # What could not be written waits in memory (and was answered all the same).
+        assert degraded["queued"] > 0 and degraded["messages_written"] + degraded["queued"] == 48
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        poll(lambda: health()["messages_written"] == 48 and health()["queued"] == 0, "the queued writes")
+        ask(24)  # the journal is written again too
+        poll(lambda: health()["status"] == "ok", "the store to report it works again")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+    async def check(store: DuckDBStore) -> dict[int, list[str]]:
+        return {i: [m.text for m in await store.session_messages(f"disk-{i}")] for i in range(25)}
+
+    for i, texts in read_store(db, check).items():
+        assert len(texts) == 2 and texts[0].startswith(f"disk probe {i} "), (i, texts)
