@@ -7,7 +7,8 @@ tool calls, errors, delays, compression, or a connection that drops mid-stream. 
 answer is the text ``pong``.
 
 Run it in a thread (``FakeUpstream().start()``) or as a process
-(``python -m lore_core.testing.fake_upstream --port N``) for benchmarks.
+(``python -m lore_core.testing.fake_upstream --port N``) for benchmarks; ``--echo`` answers
+every request with its own last user text (:func:`echo_responder`).
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class FakeUpstream:
         self._runner: web.AppRunner | None = None
         self._stopped = threading.Event()
         self.disconnects = 0  # streams the client abandoned
+        # False keeps nothing: a long benchmark run would otherwise hold every body it saw.
+        self.keep_records = True
 
     # -- scripting ---------------------------------------------------------------------------
 
@@ -194,7 +197,8 @@ class FakeUpstream:
             headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers],
             body=body,
         )
-        self.requests.append(rec)
+        if self.keep_records:
+            self.requests.append(rec)
         path = request.path
         if request.method == "HEAD":
             return web.Response(status=200)
@@ -224,7 +228,8 @@ class FakeUpstream:
         if reply.compress:
             data = _compress_all(reply.compress, data)
             headers["content-encoding"] = reply.compress
-        self.responses_sent.append(data)
+        if self.keep_records:
+            self.responses_sent.append(data)
         if reply.drop_after_bytes is not None:
             response = web.StreamResponse(status=200, headers=headers)
             response.content_length = len(data)
@@ -247,7 +252,8 @@ class FakeUpstream:
         # Recorded before each write: by the time a client has read the end of the stream,
         # the record already holds every byte of it.
         sent = bytearray()
-        self.responses_sent.append(sent)
+        if self.keep_records:
+            self.responses_sent.append(sent)
         include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
         try:
             for count, event in enumerate(_sse_events(api, reply, model, include_usage)):
@@ -670,12 +676,59 @@ class _StreamCompressor:
         return self._c.flush()
 
 
+# ---------------------------------------------------------------------------------------------
+# Echo: answers that name their question
+# ---------------------------------------------------------------------------------------------
+
+ECHO_PREFIX = "answer to "
+
+
+def last_user_text(payload: Any) -> str:
+    """The text of the last user message of a Messages, Chat Completions or Responses body."""
+    if not isinstance(payload, dict):
+        return ""
+    items = payload.get("messages")
+    if items is None:
+        items = payload.get("input")
+    if isinstance(items, str):
+        return items
+    for item in reversed(items if isinstance(items, list) else []):
+        if not isinstance(item, dict) or item.get("role") != "user":
+            continue
+        content = item.get("content")
+        if isinstance(content, str):
+            return content
+        parts = content if isinstance(content, list) else []
+        return "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+    return ""
+
+
+def echo_responder(text_chunks: int = 2, chunk_delay: float = 0.0) -> Callable[[RecordedRequest], Reply]:
+    """Answer every request with ``answer to <its last user text>``: each answer is as unique
+    as its question, so a client (or a store) can tell which request it belongs to."""
+
+    def respond(req: RecordedRequest) -> Reply:
+        try:
+            words = last_user_text(req.json)
+        except ValueError:
+            words = ""
+        return Reply(text=ECHO_PREFIX + words, text_chunks=text_chunks, chunk_delay=chunk_delay)
+
+    return respond
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run the loopback fake upstream.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--echo", action="store_true", help="answer 'answer to <last user text>'")
+    parser.add_argument("--text-chunks", type=int, default=2, help="text deltas per streamed answer")
+    parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE events")
     args = parser.parse_args()
     fake = FakeUpstream(args.host, args.port)
+    fake.keep_records = False  # nobody can read them from another process
+    if args.echo:
+        fake.responder = echo_responder(args.text_chunks, args.chunk_delay)
     print(f"fake upstream on {fake.url}", flush=True)
     web.run_app(fake.make_app(), host=args.host, port=fake.port, access_log=None, print=None)
 
