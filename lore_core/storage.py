@@ -35,8 +35,10 @@ log = logging.getLogger("lore.store")
 
 #: Exchanges' batches merged into one write at most, so one write stays short.
 MAX_BATCH_EXCHANGES = 2000
-#: Message ids remembered as stored, so a resent history is not even converted to rows.
-KNOWN_IDS = 500_000
+#: Message ids remembered as stored, so a resent history is not even converted to rows
+#: (~140 bytes each; a session whose ids were forgotten has its next resend converted and
+#: skipped by the store instead).
+KNOWN_IDS = 100_000
 _BACKOFF = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 

@@ -554,3 +554,23 @@ def test_idle_conversations_and_sessions_are_forgotten():
 
     manager, threads = asyncio.run(run())
     assert threads == 1 and manager.sessions == {}
+
+
+def test_sessions_are_bounded_by_count_too(monkeypatch: pytest.MonkeyPatch):
+    """Past ``MAX_SESSIONS`` the least recently seen sessions are forgotten (a soak sees
+    thousands of sessions well within the idle time)."""
+    monkeypatch.setattr(M, "MAX_SESSIONS", 3)
+    now = [0.0]
+
+    async def run():
+        manager = ContextManager(config(), PriceTable(), await memory_store(), LAYERS, clock=lambda: now[0])
+        for i in range(5):
+            now[0] += 1
+            await turn(manager, view_of([], messages=[{"role": "user", "content": f"hi {i}"}]), sid=f"s{i}")
+        now[0] += 1
+        await turn(manager, view_of([], messages=[{"role": "user", "content": "again"}]), sid="s0")
+        manager.sweep()
+        return manager
+
+    manager = asyncio.run(run())
+    assert sorted(manager.sessions) == ["s0", "s3", "s4"]

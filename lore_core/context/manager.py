@@ -85,6 +85,10 @@ URGENT_INTERVAL_SECONDS = 30.0
 THREAD_IDLE_SECONDS = 3600.0
 #: ... and a session idle this long too (its forceMinLayer is read from the store again).
 SESSION_IDLE_SECONDS = 6 * 3600.0
+#: Sessions kept at most (least recently seen dropped first): each holds its last request's
+#: measured messages (~20 KiB), and a gateway may see thousands of sessions within the idle
+#: time (a forgotten session is measured again on its next request).
+MAX_SESSIONS = 1_000
 #: Every this many requests, idle state is swept.
 SWEEP_EVERY = 256
 #: Threads kept per session (least recently seen dropped first).
@@ -448,12 +452,20 @@ class ContextManager:
         now = self._clock() if now is None else now
         for sid, state in list(self.sessions.items()):
             if now - state.last_seen > SESSION_IDLE_SECONDS:
-                del self.sessions[sid]
-                self._urgent_at.pop(sid, None)
+                self._forget(sid)
                 continue
             for key, thread in list(state.threads.items()):
                 if now - thread.last_seen > THREAD_IDLE_SECONDS and key != state.main:
                     del state.threads[key]
+        extra = len(self.sessions) - MAX_SESSIONS
+        if extra > 0:
+            by_age = sorted(self.sessions.items(), key=lambda item: item[1].last_seen)
+            for sid, _ in by_age[:extra]:
+                self._forget(sid)
+
+    def _forget(self, session_id: str) -> None:
+        del self.sessions[session_id]
+        self._urgent_at.pop(session_id, None)
 
     async def plan(self, view: RequestView, ctx: CompositionContext) -> Composition:
         """Choose this request's layer and composition (see the module docstring)."""

@@ -52,6 +52,7 @@ from lore_core.store import (
     StoreUnavailable,
     WriteBatch,
 )
+from lore_store_duckdb import lance
 from lore_store_duckdb.schema import SCHEMA_VERSION, migrate
 from lore_store_duckdb.vectors import VectorIndex
 
@@ -811,8 +812,6 @@ class _Index:
     def _ensure_table(self) -> Any:
         if self._table is not None:
             return self._table
-        import lancedb  # ~2 s to import: only when the index is first needed
-
         meta = self._con.cursor()
         try:
             row = meta.execute("SELECT value FROM lore_meta WHERE key = 'fts_watermark'").fetchone()
@@ -822,7 +821,7 @@ class _Index:
         watermark = int(row[0]) if row else 0
         self._fts_ready = False
         try:
-            db = lancedb.connect(str(self.path))
+            db = lance.connect(self.path)
             tables = set(db.list_tables().tables)
             stale = [t for t in _OLD_INDEX_TABLES if t in tables]
             if _INDEX_TABLE in tables and (rules is None or rules[0] != PASSAGE_RULES):
@@ -857,7 +856,7 @@ class _Index:
             shutil.rmtree(self.path, ignore_errors=True)
             self._fts_ready = False
             self.unmerged, self.pending_since = 0, None
-            db = lancedb.connect(str(self.path))
+            db = lance.connect(self.path)
             table = db.create_table(_INDEX_TABLE, schema=_INDEX_SCHEMA)
             watermark = 0
         self._db, self._table, self.watermark = db, table, watermark

@@ -40,6 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from lore_core.store import ItemVectors, VectorDimensionError
+from lore_store_duckdb import lance
 
 log = logging.getLogger("lore.store.duckdb")
 
@@ -143,9 +144,7 @@ class VectorIndex:
 
     def _connect(self) -> Any:
         if self._db is None:
-            import lancedb  # ~2 s to import: only when vectors are first used
-
-            self._db = lancedb.connect(str(self.path))
+            self._db = lance.connect(self.path)
         return self._db
 
     def _info(self, model: str) -> dict[str, Any] | None:
