@@ -46,7 +46,7 @@ from pathlib import Path
 
 import aiohttp
 
-from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.net import free_port, spawn_logged, stop_process, wait_until_serving
 
 # The targets the gateway is held to (added on top of the direct figure, at the median).
 TARGET_ADDED_P50_MS = 2.0
@@ -172,36 +172,6 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _spawn(
-    argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
-) -> subprocess.Popen[bytes]:
-    # Output goes to a file, not a pipe: a pipe nobody reads would block the server.
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
-        )
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    def exited() -> BaseException | None:
-        if proc.poll() is None:
-            return None
-        return RuntimeError(f"exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-
-    wait_for_http(url, timeout=30, error=exited)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
 @contextlib.contextmanager
 def servers(args: argparse.Namespace) -> Iterator[Servers]:
     """The fake upstream and the gateway in their own processes, always stopped at the end."""
@@ -212,7 +182,7 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
             if not running.upstream:
                 port = free_port()
                 log = work / "fake-upstream.log"
-                proc = _spawn(
+                proc = spawn_logged(
                     [sys.executable, "-m", "lore_core.testing.fake_upstream", "--port", str(port)],
                     dict(os.environ),
                     log,
@@ -220,7 +190,7 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
                 running.processes.append(proc)
                 running.upstream = f"http://127.0.0.1:{port}"
                 running.pids["direct"] = proc.pid
-                _wait_ready(proc, running.upstream + "/__health", log)
+                wait_until_serving(proc, running.upstream + "/__health", log)
             if not running.gateway:
                 running.gateway = _start_gateway(args, running, work / "gateway", "gateway")
             if args.baseline_src:
@@ -228,7 +198,7 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
             yield running
         finally:
             for proc in reversed(running.processes):
-                _stop(proc)
+                stop_process(proc)
 
 
 def _start_gateway(args: argparse.Namespace, running: Servers, work: Path, name: str) -> str:
@@ -260,11 +230,11 @@ def _start_gateway(args: argparse.Namespace, running: Servers, work: Path, name:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     log = work / "gateway.log"
     # Not started in this checkout: ``python -m`` puts the working directory first on the path.
-    proc = _spawn([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=work)
+    proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=work)
     running.processes.append(proc)
     url = f"http://127.0.0.1:{port}"
     running.pids[name] = proc.pid
-    _wait_ready(proc, url + "/health", log)
+    wait_until_serving(proc, url + "/health", log)
     return url
 
 

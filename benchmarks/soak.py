@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.net import free_port, spawn_logged, stop_process, wait_until_serving
 from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_duckdb, run_load, verify
 
 MIB = 1024 * 1024
@@ -72,34 +72,6 @@ class Servers:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
 
-def _spawn(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    # Output goes to a file, not a pipe: a pipe nobody reads would block the server.
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(
-            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
-        )
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    def exited() -> BaseException | None:
-        if proc.poll() is None:
-            return None
-        return RuntimeError(f"exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-
-    wait_for_http(url, timeout=60, error=exited)
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    return proc.returncode
-
-
 @contextlib.contextmanager
 def servers(args: argparse.Namespace) -> Iterator[Servers]:
     """The echoing fake provider and the gateway in their own processes, always stopped."""
@@ -110,10 +82,10 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
             log = run.work / "fake-upstream.log"
             argv = [sys.executable, "-m", "lore_core.testing.fake_upstream", "--port", str(port), "--echo"]
             argv += ["--text-chunks", str(args.text_chunks), "--chunk-delay", str(args.chunk_delay)]
-            fake = _spawn(argv, dict(os.environ), log, run.work)
+            fake = spawn_logged(argv, dict(os.environ), log, run.work)
             run.processes.append(fake)
             run.upstream = f"http://127.0.0.1:{port}"
-            _wait_ready(fake, run.upstream + "/__health", log)
+            wait_until_serving(fake, run.upstream + "/__health", log)
 
             home = run.work / "home"
             config = run.work / "lore.json"
@@ -135,15 +107,17 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
                 "LORE_HOST": "127.0.0.1",
             }
             run.gateway_log = run.work / "gateway.log"
-            gateway = _spawn([sys.executable, "-m", "lore_core.cli", "serve"], env, run.gateway_log, run.work)
+            gateway = spawn_logged(
+                [sys.executable, "-m", "lore_core.cli", "serve"], env, run.gateway_log, run.work
+            )
             run.processes.append(gateway)
             run.gateway_proc = gateway
             run.gateway = f"http://127.0.0.1:{port}"
-            _wait_ready(gateway, run.gateway + "/health", run.gateway_log)
+            wait_until_serving(gateway, run.gateway + "/health", run.gateway_log)
             yield run
         finally:
             for proc in reversed(run.processes):
-                _stop(proc)
+                stop_process(proc)
 
 
 def get_health(url: str) -> dict[str, Any]:
@@ -471,7 +445,7 @@ def run_all(args: argparse.Namespace) -> int:
         hwm = proc_status(pid, "VmHWM")
         end_health = get_health(srv.gateway)
         stopping = time.monotonic()
-        exit_code = _stop(srv.gateway_proc, timeout=120)
+        exit_code = stop_process(srv.gateway_proc, timeout=120)
         stop_seconds = time.monotonic() - stopping
         levels, errors = log_problems(srv.gateway_log)
         if args.keep_logs:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -53,3 +56,39 @@ def get_json(url: str, timeout: float = 10.0) -> Any:
     request = urllib.request.Request(url, headers=api_headers())
     with urllib.request.urlopen(request, timeout=timeout) as resp:
         return json.loads(resp.read())
+
+
+def spawn_logged(
+    argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a server process (benchmarks) with its output in ``log_path``: a file, not a
+    pipe, since a pipe nobody reads would block the server."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
+        )
+
+
+def wait_until_serving(
+    proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout: float = 60.0
+) -> None:
+    """Poll ``url`` until ``proc`` answers; fail with the end of its log if it exits first."""
+
+    def exited() -> BaseException | None:
+        if proc.poll() is None:
+            return None
+        return RuntimeError(f"exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+
+    wait_for_http(url, timeout=timeout, error=exited)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
