@@ -22,7 +22,7 @@ from lore_core.distill.prompts import OBSERVER_MARKER
 from lore_core.store import main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import observer_responder, request_texts
-from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.net import free_port, spawn_logged, wait_until_serving
 from lore_core.testing.poll import poll
 
 duckdb_store = pytest.importorskip("lore_store_duckdb.store")
@@ -120,12 +120,9 @@ def test_sigkill_mid_distillation_neither_loses_nor_duplicates(fake_upstream: Fa
             ).json()
 
     def serve(log_name: str) -> subprocess.Popen[bytes]:
-        log = (tmp_path / log_name).open("w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lore_core.cli", "serve"], env=env, stdout=log, stderr=log
-        )
-        log.close()
-        wait_for_http(url + "/health", timeout=60)
+        log = tmp_path / log_name
+        proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log)
+        wait_until_serving(proc, url + "/health", log)
         return proc
 
     proc = serve("gateway-1.log")

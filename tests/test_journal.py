@@ -24,7 +24,7 @@ from lore_core.journal import Journal, encode, read_segment
 from lore_core.storage import StoreWriter
 from lore_core.store import WriteBatch, records_from_exchange
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
-from lore_core.testing.net import free_port, wait_for_http
+from lore_core.testing.net import free_port, spawn_logged, wait_until_serving
 from lore_core.testing.poll import poll
 from lore_core.testing.store_conformance import answer, exchange, text
 
@@ -231,12 +231,9 @@ def test_sigkill_before_the_write_loses_no_answered_exchange(
     url = f"http://127.0.0.1:{port}"
 
     def serve(name: str) -> subprocess.Popen[bytes]:
-        log = (tmp_path / name).open("w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lore_core.cli", "serve"], env=env, stdout=log, stderr=log
-        )
-        log.close()
-        wait_for_http(url + "/health", timeout=60)
+        log = tmp_path / name
+        proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log)
+        wait_until_serving(proc, url + "/health", log)
         return proc
 
     proc = serve("gateway-1.log")
