@@ -2,7 +2,7 @@
 prompt strategies against a simulated provider cache, side by side in one run.
 
 **Generated session** (the default). The session is generated deterministically
-(:mod:`lore_core.context.simulate`: prompts, file reads, test runs with failures, greps,
+(:mod:`lore_core.testing.simulate`: prompts, file reads, test runs with failures, greps,
 diffs, edits; harness reminders), in the shape Claude Code sends to the Anthropic Messages
 API, with a ~3.6K-token system prompt and 24 tool definitions (~18K tokens, as large as
 Claude Code's own). Every model call of the session (after the user's prompt and after each
@@ -88,13 +88,10 @@ from transcripts import _claude_block as claude_block
 
 from lore_core.builtin.context_layers import LAYERS
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
-from lore_core.codecs.openai_responses import OpenAIResponsesCodec
 from lore_core.config import LoreConfig
 from lore_core.context import compose as C
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import ModelInfo, PriceTable
-from lore_core.context.simulate import Turn, coding_session, requests
 from lore_core.context.tokens import TokenCounter
 from lore_core.distill.extractive import extractive_observe
 from lore_core.distill.inputs import DistillInput, ObservationInput
@@ -106,8 +103,11 @@ from lore_core.distill.scheduler import TOOL_WAIT_FACTOR, _previous_text, _row, 
 from lore_core.distill.segment import split_segments
 from lore_core.interfaces import CompositionContext
 from lore_core.model import AssistantMessage, Exchange, RequestView, Usage
-from lore_core.store import StoredDistillation, distillation_id
-from lore_core.worker import WorkerResult
+from lore_core.storage.records import StoredDistillation, distillation_id
+from lore_core.testing.simulate import Turn, coding_session, requests
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
+from lore_core.worker.client import WorkerResult
 
 MODEL = "claude-sonnet-4-5"
 SESSION = "bench-session"

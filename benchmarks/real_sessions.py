@@ -66,8 +66,8 @@ from transcripts import (
 )
 
 from lore_core.gateway import Gateway
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply, ToolCall
+from lore_core.testing.server import ThreadedServer
 
 CLAUDE_MODEL = "claude-sonnet-4-5"
 CODEX_MODEL = "gpt-5"

@@ -5,7 +5,7 @@ Latency. For each level (10k, 100k, 1M stored messages, generated from the vocab
 outputs of 1-3.5K characters, 5% long outputs of ~10K, about two passages per message in
 all) a DuckDB store is bulk-loaded (``store.write`` of 100K-message batches; the writer
 queue is measured by ``store.py``), its full-text index brought current (every message cut
-into its passages, :mod:`lore_core.passages`), and every passage the indexer would embed
+into its passages, :mod:`lore_core.storage.passages`), and every passage the indexer would embed
 given a vector through ``store.write_vectors``, then compacted and indexed as the gateway's
 indexer leaves it (IVF-PQ past 50K vectors). The vectors are random unit vectors of the
 model's size (384): embedding 2M passages with the model would take hours on a laptop, and
@@ -53,11 +53,11 @@ import numpy as np
 from lore_store_duckdb import vectors as duckdb_vectors
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.indexer import embedded_passages, item_passages
-from lore_core.passages import message_passages
+from lore_core.recall.indexer import embedded_passages, item_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
-from lore_core.store import ItemVectors, StoredMessage, WriteBatch
+from lore_core.storage.passages import message_passages
+from lore_core.storage.records import ItemVectors, StoredMessage, WriteBatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The store benchmark's text generator.

@@ -4,7 +4,7 @@ For each question of the shipped LongMemEval-S subset (``benchmarks/data/longmem
 haystack (~50 chat sessions, ~500 turns) is stored in a fresh, empty DuckDB store (the
 ``store-duckdb`` plugin, through ``Store.write`` with the records the gateway would make of
 each session) and embedded into the store's vector index by the gateway's own background
-indexer (``lore_core.indexer``, with the on-device embedder of ``embed-local``), then the
+indexer (``lore_core.recall.indexer``, with the on-device embedder of ``embed-local``), then the
 product's recall engine answers the question text with scope ``project``, three ways:
 
 * ``bm25``: ``store_recall_engine`` without an embedder: the store's full-text (BM25) source,
@@ -53,14 +53,14 @@ from pathlib import Path
 from typing import Any
 
 from lore_core.config import EmbeddingConfig
-from lore_core.indexer import VectorIndexer
 from lore_core.model import TEXT, Block, Exchange, Message, RequestView
-from lore_core.passages import split_key
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
 from lore_core.recall.ids import Kind, parse_id
+from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.sources import StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
-from lore_core.store import WriteBatch, logical_messages, records_from_exchange
+from lore_core.storage.passages import split_key
+from lore_core.storage.records import WriteBatch, logical_messages, records_from_exchange
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "longmemeval"
 METHODS = ("bm25", "vector", "hybrid")

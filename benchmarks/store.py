@@ -37,7 +37,7 @@ from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.config import StoreConfig
 from lore_core.model import TEXT, AssistantMessage, Block, Exchange, Message, RequestView, Usage
-from lore_core.storage import StoreWriter
+from lore_core.storage.writer import StoreWriter
 
 LEVELS = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 PER_EXCHANGE = 20

@@ -120,7 +120,7 @@ class ServerConfig:
     max_body_bytes: int = setting(64 * 1024 * 1024, low=1)
     # Seconds a clean shutdown waits for in-flight streams and background flushes.
     shutdown_grace_seconds: float = setting(10.0, low=0, high=3600)
-    # The gateway token (lore_core/access.py); empty: the one in the data directory, made at
+    # The gateway token (lore_core/http/access.py); empty: the one in the data directory, made at
     # first start. repr=False: configuration objects are printed in errors and logs.
     token: str = attrs.field(default="", repr=False)
     # Host names (besides loopback names and addresses) requests may be addressed to.
@@ -162,7 +162,7 @@ class StoreConfig:
     max_pending_messages: int = setting(200_000, low=1)
     # Flush each journal append to the disk before the response completes: survives a power
     # loss too, at a few ms per exchange (without it, a crashed or killed process loses
-    # nothing; see lore_core/journal.py).
+    # nothing; see lore_core/storage/journal.py).
     fsync: bool = False
 
 

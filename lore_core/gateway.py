@@ -17,8 +17,7 @@ from typing import Any
 
 import pluggy
 
-from lore_core.access import SessionOwners, TokenKeeper
-from lore_core.amnesia import Amnesia
+from lore_core.builtin.harness_support import fingerprint_session
 from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
@@ -27,8 +26,7 @@ from lore_core.context.overflow import Overflow, next_min_layer, overflow_in_str
 from lore_core.context.pricing import PriceTable
 from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
-from lore_core.harness import fingerprint_session
-from lore_core.indexer import VectorIndexer
+from lore_core.http.access import SessionOwners, TokenKeeper
 from lore_core.interfaces import (
     CompositionContext,
     Embedder,
@@ -37,15 +35,17 @@ from lore_core.interfaces import (
     Harness,
     RequestContext,
 )
-from lore_core.journal import Journal
 from lore_core.model import Exchange, RequestView
+from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, make_plugin_manager
-from lore_core.proxy import UpstreamClient
+from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.proxy_loop import RecallMemory
 from lore_core.recall.store_engine import store_recall_engine
-from lore_core.storage import StoreWriter, choose_store
-from lore_core.store import logical_messages
-from lore_core.worker import WorkerClient
+from lore_core.storage.amnesia import Amnesia
+from lore_core.storage.journal import Journal
+from lore_core.storage.records import logical_messages
+from lore_core.storage.writer import StoreWriter, choose_store
+from lore_core.worker.client import WorkerClient
 
 log = logging.getLogger("lore.gateway")
 
@@ -65,7 +65,7 @@ class Gateway:
 
     def __init__(self, config: LoreConfig, pm: pluggy.PluginManager, registry: Registry) -> None:
         self.config = config
-        # Who may talk to the gateway (lore_core/access.py): made or read at start.
+        # Who may talk to the gateway (lore_core/http/access.py): made or read at start.
         self.tokens = TokenKeeper(config)
         # Whose /lore: commands each session obeys (in memory only).
         self.owners = SessionOwners()
@@ -471,7 +471,7 @@ def load_settings(
 ) -> tuple[LoreConfig, pluggy.PluginManager, Registry]:
     """The installed plugins (they declare config sections), then the configuration: what a
     gateway is built from, and all ``lore run`` needs (it must not build a gateway: that
-    starts native threads, see :func:`lore_core.launcher.run_agent`)."""
+    starts native threads, see :func:`lore_core.cli.launcher.run_agent`)."""
     pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins)
     sections: dict[str, type] = {}
     for result in pm.hook.lore_config_sections():

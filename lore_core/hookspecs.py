@@ -118,7 +118,7 @@ def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
     ``factory(config)`` returns an object implementing :class:`~lore_core.interfaces.Store`;
     it must not open files until ``Store.open()`` is awaited. The backend used is chosen by
     ``store.backend`` in ``.lore.json``. A backend proves itself by passing the conformance
-    suite in :mod:`lore_core.testing.store_conformance`.
+    suite in :mod:`lore_core.testing.conformance.store`.
     """
 
 

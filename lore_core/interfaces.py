@@ -17,7 +17,7 @@ import attrs
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.model import AssistantMessage, RequestView
-    from lore_core.store import (
+    from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
         Project,
@@ -143,13 +143,13 @@ class Store(Protocol):
     """A storage backend: the temporal store (tier 1) that every later tier derives from.
 
     The full contract is written down as tests by the conformance suite in
-    :mod:`lore_core.testing.store_conformance`; a backend proves itself by passing it. Records
-    are the attrs classes of :mod:`lore_core.store`; message ids are computed by the kernel
-    (:func:`lore_core.store.message_id`), never by a backend, so every backend agrees.
+    :mod:`lore_core.testing.conformance.store`; a backend proves itself by passing it. Records
+    are the attrs classes of :mod:`lore_core.storage.records`; message ids are computed by the kernel
+    (:func:`lore_core.storage.records.message_id`), never by a backend, so every backend agrees.
 
     Methods are coroutines and must not block the event loop (run blocking I/O in a thread).
     Only one gateway writes at a time; all writes arrive through :meth:`write` from the
-    kernel's writer queue (:mod:`lore_core.storage`), except :meth:`set_state`.
+    kernel's writer queue (:mod:`lore_core.storage.writer`), except :meth:`set_state`.
 
     Later tiers (distillations, knowledge versions, entities, the event log) add their own
     methods here together with a schema migration; a backend that does not implement them
@@ -158,7 +158,7 @@ class Store(Protocol):
 
     #: Registered backend name (``"duckdb"``, ``"memory"``, ...).
     name: str
-    #: Where the kernel keeps this store's write-ahead journal (:mod:`lore_core.journal`):
+    #: Where the kernel keeps this store's write-ahead journal (:mod:`lore_core.storage.journal`):
     #: records acknowledged to clients and not yet committed, replayed at the next start.
     #: Beside the store's own files; ``None`` for a store that keeps nothing across a
     #: restart (then there is nothing to protect).
@@ -168,7 +168,7 @@ class Store(Protocol):
 
     async def open(self) -> None:
         """Open (creating and migrating the schema when needed). Raise
-        :class:`~lore_core.store.StoreUnavailable` with a one-line reason on failure."""
+        :class:`~lore_core.storage.records.StoreUnavailable` with a one-line reason on failure."""
 
     async def close(self) -> None:
         """Make everything written durable and release files and locks."""
@@ -182,7 +182,7 @@ class Store(Protocol):
         """Apply a batch atomically and durably; return how many new messages were stored.
 
         Idempotent: a message whose id is stored is skipped, sessions and projects are
-        upserted with :func:`lore_core.store.merge_session`. Raise on failure (the writer
+        upserted with :func:`lore_core.storage.records.merge_session`. Raise on failure (the writer
         keeps the batch and retries); a partial batch must never become visible."""
 
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
@@ -217,7 +217,7 @@ class Store(Protocol):
         limit: int = 10,
     ) -> list[SearchHit]:
         """BM25 full-text search over the passages of messages and distillations
-        (:mod:`lore_core.passages`: cut by the kernel's rules, so every backend indexes the
+        (:mod:`lore_core.storage.passages`: cut by the kernel's rules, so every backend indexes the
         same units), best first, one hit per passage: ``id`` the item, ``passage`` its index,
         ``text`` the passage's text, ``start``/``end`` and ``tool`` as the passage has them.
         A message is searchable as soon as :meth:`write` returned. An empty or
@@ -226,7 +226,7 @@ class Store(Protocol):
     async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Bring the full-text index fully up to date now and return the items it indexed;
         ``progress(done, total)`` as it goes. After the passage rules changed
-        (:data:`lore_core.passages.PASSAGE_RULES`) this is the rebuild (``lore reindex``)."""
+        (:data:`lore_core.storage.passages.PASSAGE_RULES`) this is the rebuild (``lore reindex``)."""
 
     # -- distillations (tier 2) ------------------------------------------------------------
 
@@ -265,7 +265,7 @@ class Store(Protocol):
     async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
         """Store the passage vectors of ``items`` (a prefix of what :meth:`pending_embeddings`
         returned, in order) and mark them embedded for ``model``; return vectors stored.
-        Raise :class:`~lore_core.store.VectorDimensionError` if ``dimensions`` differs from
+        Raise :class:`~lore_core.storage.records.VectorDimensionError` if ``dimensions`` differs from
         what the model's index holds. Searchable once it returned."""
 
     async def vector_search(

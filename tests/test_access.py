@@ -1,4 +1,4 @@
-"""Who may talk to the gateway (lore_core/access.py), through real sockets: the gateway
+"""Who may talk to the gateway (lore_core/http/access.py), through real sockets: the gateway
 token on the local API, the Host check against DNS rebinding, browser origins, remote
 peers. Each refused request reads, writes and spends nothing."""
 
@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from lore_core import access, cli
+from lore_core import cli
 from lore_core.config import default_data_dir
-from lore_core.server import ThreadedServer
+from lore_core.http import access
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.net import free_port
+from lore_core.testing.server import ThreadedServer
 
 BODY = {"model": "claude-test", "max_tokens": 20, "messages": [{"role": "user", "content": "hello heron"}]}
 CLIENT = {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01", "x-claude-code-session-id": "s-acc"}

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
-from lore_core.codecs.openai_chat import OpenAIChatCodec
-from lore_core.codecs.openai_responses import OpenAIResponsesCodec
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message
-from lore_core.sse import SSEParser
 from lore_core.testing.fake_upstream import Reply, ToolCall, _sse_events
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+from lore_core.wire.openai_chat.codec import OpenAIChatCodec
+from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
+from lore_core.wire.sse import SSEParser
 
 ANTHROPIC_BODY = {
     "model": "claude-opus-4-8",

@@ -222,7 +222,11 @@ def test_lore_serve_with_a_port_out_of_range_says_so_without_a_traceback(tmp_pat
     path.write_text(json.dumps({"server": {"port": 99999}}))
     env = {"LORE_CONFIG": str(path), "PATH": "", "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "lore_core.cli", "serve"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "lore_core.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert (

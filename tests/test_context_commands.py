@@ -15,10 +15,10 @@ import pytest
 from lore_core import cli
 from lore_core.context.commands import SlashCommand, find_command
 from lore_core.model import TEXT, TOOL_RESULT, Block, Message, RequestView
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
 from lore_core.testing.net import get_json
 from lore_core.testing.poll import poll
+from lore_core.testing.server import ThreadedServer
 
 MODEL = "claude-sonnet-4-6"
 

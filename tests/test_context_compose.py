@@ -12,16 +12,16 @@ import pytest
 
 from lore_core.builtin.context_layers import LAYERS, MAX_BREAKPOINTS
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
-from lore_core.codecs.openai_chat import OpenAIChatCodec
-from lore_core.codecs.openai_responses import OpenAIResponsesCodec
 from lore_core.config import LoreConfig
 from lore_core.context import compose as C
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
-from lore_core.context.simulate import anthropic_messages, chat_messages, coding_session, responses_items
 from lore_core.interfaces import CompositionContext
-from lore_core.store import StoredDistillation
+from lore_core.storage.records import StoredDistillation
+from lore_core.testing.simulate import anthropic_messages, chat_messages, coding_session, responses_items
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+from lore_core.wire.openai_chat.codec import OpenAIChatCodec
+from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
 
 SID = "session-compose"
 CODECS = {

@@ -9,9 +9,9 @@ import json
 
 import anthropic
 
-from lore_core.context.simulate import ToolStep, Turn, anthropic_messages
 from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.poll import poll
+from lore_core.testing.simulate import ToolStep, Turn, anthropic_messages
 
 SESSION = "ctx-gateway-1"
 WINDOW = 6_000
@@ -127,7 +127,7 @@ def test_an_openai_chat_session_past_its_window_keeps_every_tool_call_with_its_r
 ):
     import openai
 
-    from lore_core.context.simulate import chat_messages
+    from lore_core.testing.simulate import chat_messages
 
     fake_upstream.responder = realistic_usage
     config = {**CONFIG, "models": {"gpt-tiny": {"maxInputTokens": WINDOW, "contextWindow": WINDOW + 2_000}}}

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
-from lore_core.codecs.openai_chat import OpenAIChatCodec
 from lore_core.context import compose as C
-from lore_core.context.simulate import ToolStep, Turn, anthropic_messages, coding_session
 from lore_core.context.tokens import TokenCounter
 from lore_core.model import TOOL_CALL, TOOL_RESULT
-from lore_core.store import StoredDistillation
+from lore_core.storage.records import StoredDistillation
+from lore_core.testing.simulate import ToolStep, Turn, anthropic_messages, coding_session
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+from lore_core.wire.openai_chat.codec import OpenAIChatCodec
 
 SID = "session-layers"
 COUNTER = TokenCounter()
@@ -102,7 +102,7 @@ def test_a_user_message_carrying_tool_results_is_not_a_turn_start():
 
 
 def test_view_ids_are_the_store_ids():
-    from lore_core.store import chain_ids, logical_messages
+    from lore_core.storage.records import chain_ids, logical_messages
 
     view = view_of(session(3))
     ids = C.view_message_ids(SID, view.messages)

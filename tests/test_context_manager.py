@@ -11,18 +11,18 @@ import pytest
 
 from lore_core.builtin.context_layers import LAYERS
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
 from lore_core.config import LoreConfig, ModelConfig
 from lore_core.context import compose as C
 from lore_core.context import manager as M
 from lore_core.context.economics import compression_pays
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
-from lore_core.context.simulate import anthropic_messages, coding_session
 from lore_core.context.tokens import TokenCounter
 from lore_core.interfaces import CompositionContext
 from lore_core.model import AssistantMessage, Exchange, Usage
-from lore_core.store import FORCE_MIN_LAYER, StoredDistillation
+from lore_core.storage.records import FORCE_MIN_LAYER, StoredDistillation
+from lore_core.testing.simulate import anthropic_messages, coding_session
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
 SID = "session-manager"
 codec = AnthropicMessagesCodec()
@@ -446,8 +446,8 @@ def test_each_conversation_of_a_session_keeps_its_own_pinned_composition():
 
 
 def test_a_responses_request_continuing_server_state_is_never_composed():
-    from lore_core.codecs.openai_responses import OpenAIResponsesCodec
-    from lore_core.context.simulate import responses_items
+    from lore_core.testing.simulate import responses_items
+    from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
 
     responses = OpenAIResponsesCodec()
     raw = {"model": "gpt-4.1", "previous_response_id": "resp_1", "input": responses_items(TURNS[:30])}

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
 from lore_core.context import tokens
 from lore_core.context.tokens import (
     IMAGE_TOKENS,
@@ -35,6 +34,7 @@ from lore_core.model import (
     RequestView,
     Usage,
 )
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
 # ---------------------------------------------------------------------------------------------
 # The encoding
@@ -44,7 +44,7 @@ from lore_core.model import (
 def test_importing_the_gateway_does_not_import_tiktoken():
     code = (
         "import sys\n"
-        "import lore_core, lore_core.app, lore_core.cli, lore_core.gateway\n"
+        "import lore_core, lore_core.http.app, lore_core.cli.commands, lore_core.gateway\n"
         "import lore_core.context.tokens, lore_core.context.pricing, lore_core.context.economics\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tiktoken', 'tiktoken_ext')))\n"
     )

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from lore_core.distill.prompts import OBSERVER_MARKER
-from lore_core.store import main_branch
+from lore_core.storage.records import main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import free_port, spawn_logged, wait_until_serving
@@ -163,7 +163,7 @@ def test_sigkill_mid_distillation_neither_loses_nor_duplicates(fake_upstream: Fa
 
 def test_lore_distill_without_a_gateway_uses_the_store_directly(tmp_path: Path, monkeypatch, capsys):
     from lore_core import cli
-    from lore_core.testing.store_conformance import answer, batch_of, exchange, text, tool_call, tool_result
+    from lore_core.testing.builders import answer, batch_of, exchange, text, tool_call, tool_result
 
     db = tmp_path / "direct" / "lore.duckdb"
     (tmp_path / "lore.json").write_text("{}")

@@ -15,7 +15,7 @@ from lore_core.distill.reflector import SECTIONS, Reflector, missing_sections
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block
 from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.fake_worker import observer_responder, request_texts
-from lore_core.worker import NoWorker, WorkerClient, WorkerError
+from lore_core.worker.client import NoWorker, WorkerClient, WorkerError
 
 T0 = 1_790_000_000.0  # 2026-09-21 14:13:20 UTC
 APIS = ["anthropic-messages", "openai-chat", "openai-responses"]
@@ -101,7 +101,7 @@ def test_reflector_through_the_fake_worker(fake_upstream, api):
             "d1", "## 2026-09-21\n- 14:13 Decision: mock the clock in tests/test_a.py", T0, T0 + 60
         ),
         ObservationInput(
-            "d2", "## 2026-09-21\n- 15:00 fixed lore_core/worker.py retry", T0 + 2000, T0 + 2600
+            "d2", "## 2026-09-21\n- 15:00 fixed lore_core/worker/client.py retry", T0 + 2000, T0 + 2600
         ),
     ]
 
@@ -114,7 +114,7 @@ def test_reflector_through_the_fake_worker(fake_upstream, api):
     result = asyncio.run(go())
     assert missing_sections(result.text) == [] and result.provenance.warnings == []
     assert "Consolidated 2 observation logs" in result.text
-    assert "Decision: mock the clock" in result.text and "lore_core/worker.py" in result.text
+    assert "Decision: mock the clock" in result.text and "lore_core/worker/client.py" in result.text
     prov = result.provenance
     assert (prov.generation, prov.source_ids, prov.method) == (1, ["d1", "d2"], "llm")
     assert (prov.start, prov.end) == (T0, T0 + 2600)

@@ -19,7 +19,7 @@ PATHS = [
 ERRORS = [
     "E       AssertionError: expected 200, got 404",
     "FAILED tests/test_api.py::test_get_user - KeyError: 'user_id'",
-    "ModuleNotFoundError: No module named 'lore_core.api'",
+    "ModuleNotFoundError: No module named 'lore_core.http.api'",
 ]
 
 

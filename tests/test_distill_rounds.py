@@ -12,10 +12,10 @@ from lore_core.config import DistillConfig, WorkerConfig
 from lore_core.distill.prompts import REFLECTOR_MARKER
 from lore_core.distill.scheduler import DistillScheduler
 from lore_core.model import Message
+from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fake_worker import observer_responder, request_texts
-from lore_core.testing.store_conformance import answer, batch_of, exchange, text
-from lore_core.worker import WorkerClient
+from lore_core.worker.client import WorkerClient
 
 
 def make(fake: FakeUpstream, **distill: Any) -> tuple[MemoryStore, DistillScheduler, WorkerClient]:

@@ -15,12 +15,12 @@ import pytest
 
 from lore_core import cli
 from lore_core.distill.prompts import OBSERVER_MARKER, REFLECTOR_MARKER
-from lore_core.server import ThreadedServer
-from lore_core.store import StoredDistillation, main_branch
+from lore_core.storage.records import StoredDistillation, main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import free_port
 from lore_core.testing.poll import poll
+from lore_core.testing.server import ThreadedServer
 
 API_KEY = "sk-ant-api03-distill-" + "Zq9" * 10
 SESSION = "distill-s1"

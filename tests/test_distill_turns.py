@@ -20,11 +20,11 @@ from lore_core.distill.inputs import DistillInput
 from lore_core.distill.scheduler import DistillScheduler, policy_of
 from lore_core.distill.segment import split_segments
 from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Block, Exchange, Message
-from lore_core.store import main_branch
+from lore_core.storage.records import main_branch
+from lore_core.testing.builders import answer, batch_of, exchange, text, tool_result
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fake_worker import observer_responder
-from lore_core.testing.store_conformance import answer, batch_of, exchange, text, tool_result
-from lore_core.worker import WorkerClient
+from lore_core.worker.client import WorkerClient
 
 START = 1_790_000_000.0
 SEGMENT = 400  # estimated tokens: a dozen turns of the conversation below

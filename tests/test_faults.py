@@ -21,12 +21,12 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.distill.prompts import OBSERVER_MARKER
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import request_texts
 from lore_core.testing.net import api_headers
 from lore_core.testing.poll import poll
 from lore_core.testing.raw_upstream import RawUpstream, http_head
+from lore_core.testing.server import ThreadedServer
 from tests.test_distill_scheduler import DISTILL, Conversation, distillations, worker_requests
 from tests.test_vectors import TopicEmbedder
 

@@ -3,7 +3,7 @@
 Each test starts one gateway (real socket, the default DuckDB store and every installed
 plugin, distillation by the extractive observer so no example calls a model), seeds it
 through the proxy with three sessions (one per wire API, one long enough to distil) and one
-distillation, then sends generated requests: every route of ``lore_core/api.py`` and unknown
+distillation, then sends generated requests: every route of ``lore_core/http/api.py`` and unknown
 paths under ``/lore/api``, with random methods, path parameters (stored ids, unicode,
 ``..``, slashes, NULs, 4,000 characters), query strings (huge and negative numbers,
 non-numbers, unicode, repeated keys, raw percent-escapes that are not UTF-8) and bodies (JSON
@@ -38,9 +38,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
+from lore_core.testing.server import ThreadedServer
 
 #: What an HTTP request of a fuzz case is: method, path (already quoted), query pairs or a
 #: raw query string, body bytes and headers.
@@ -197,7 +197,7 @@ def methods(own: str) -> st.SearchStrategy[str]:
 
 @st.composite
 def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
-    """A request to one route of ``lore_core/api.py``."""
+    """A request to one route of ``lore_core/http/api.py``."""
     own, path, known = {
         "status": ("GET", "/lore/api/status", []),
         "sessions": ("GET", "/lore/api/sessions", ["project", "limit"]),

@@ -66,9 +66,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from lore_core.recall.tool import recall_tool, tool_name
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
+from lore_core.testing.server import ThreadedServer
 
 APIS = {
     "anthropic-messages": "/v1/messages",

@@ -33,9 +33,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lore_core.server import ThreadedServer
 from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
 from lore_core.testing.raw_upstream import RawUpstream, http_head
+from lore_core.testing.server import ThreadedServer
 
 PATHS = {
     "anthropic-messages": "/v1/messages",

@@ -34,7 +34,7 @@ def test_a_misspelled_hook_is_an_error():
 
 
 def test_duplicate_registrations_are_rejected():
-    from lore_core.codecs.anthropic import AnthropicMessagesCodec
+    from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
     class Again:
         @hookimpl
@@ -81,7 +81,7 @@ def test_blocking_a_builtin_plugin():
 def test_importing_the_kernel_pulls_in_no_heavy_dependency():
     heavy = ["duckdb", "lancedb", "onnxruntime", "tiktoken", "numpy", "pyarrow", "anthropic", "openai"]
     code = (
-        "import sys, lore_core, lore_core.app, lore_core.cli, lore_core.gateway;"
+        "import sys, lore_core, lore_core.http.app, lore_core.cli.commands, lore_core.gateway;"
         f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

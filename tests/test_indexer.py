@@ -15,16 +15,16 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.indexer import VectorIndexer, embedded_passages
 from lore_core.interfaces import EmbedderUnavailable
-from lore_core.passages import cut
+from lore_core.recall.indexer import VectorIndexer, embedded_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
-from lore_core.server import ThreadedServer
-from lore_core.store import ItemVectors, StoredDistillation, distillation_id
+from lore_core.storage.passages import cut
+from lore_core.storage.records import ItemVectors, StoredDistillation, distillation_id
+from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.net import api_headers
-from lore_core.testing.store_conformance import answer, batch_of, exchange, text
+from lore_core.testing.server import ThreadedServer
 from tests.test_vectors import BrokenEmbedder, TopicEmbedder
 
 

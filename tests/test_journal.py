@@ -20,13 +20,13 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import StoreConfig
-from lore_core.journal import Journal, encode, read_segment
-from lore_core.storage import StoreWriter
-from lore_core.store import WriteBatch, records_from_exchange
+from lore_core.storage.journal import Journal, encode, read_segment
+from lore_core.storage.records import WriteBatch, records_from_exchange
+from lore_core.storage.writer import StoreWriter
+from lore_core.testing.builders import answer, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.net import free_port, spawn_logged, wait_until_serving
 from lore_core.testing.poll import poll
-from lore_core.testing.store_conformance import answer, exchange, text
 
 HOUR_MS = 3_600_000
 
@@ -144,9 +144,9 @@ def test_a_journal_that_cannot_be_written_degrades_health_and_loses_nothing_in_m
 _FULL_DISK = """
 import resource, sys
 from pathlib import Path
-from lore_core.journal import Journal
-from lore_core.store import records_from_exchange
-from lore_core.testing.store_conformance import answer, exchange, text
+from lore_core.storage.journal import Journal
+from lore_core.storage.records import records_from_exchange
+from lore_core.testing.builders import answer, exchange, text
 
 def batch(i):
     user = text("user", f"turn {i} " + "x" * 900)
@@ -274,7 +274,7 @@ def test_sigkill_before_the_write_loses_no_answered_exchange(
 
 
 def test_one_gateway_at_a_time_per_journal(tmp_path: Path) -> None:
-    from lore_core.journal import JournalError
+    from lore_core.storage.journal import JournalError
 
     first = Journal(tmp_path / "j")
     first.open()

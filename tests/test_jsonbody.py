@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lore_core.jsonbody import append_to_array, loads_object
+from lore_core.wire.jsonbody import append_to_array, loads_object
 
 
 @pytest.mark.parametrize(

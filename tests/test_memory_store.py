@@ -8,7 +8,7 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import Store
-from lore_core.testing.store_conformance import StoreConformance
+from lore_core.testing.conformance.store import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):

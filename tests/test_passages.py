@@ -1,11 +1,11 @@
-"""The passage rules (lore_core/passages.py): where items are cut, what each passage says
+"""The passage rules (lore_core/storage/passages.py): where items are cut, what each passage says
 about where it came from, the events it records, and that every backend gets the same."""
 
 from __future__ import annotations
 
 import json
 
-from lore_core.passages import (
+from lore_core.storage.passages import (
     BUILD_ERROR,
     CODE_SEARCH,
     FAILED_COMMAND,
@@ -175,7 +175,7 @@ def test_passage_keys() -> None:
 
 
 def test_evidence_offset_points_at_the_line_that_shows_the_event() -> None:
-    from lore_core.passages import evidence_offset
+    from lore_core.storage.passages import evidence_offset
 
     body = (
         "\n".join(f"ok   pkg/integration_test{i}   (cached)" for i in range(15)) + "\n--- FAIL: TestX (0.1s)"

@@ -43,7 +43,7 @@ def test_example_harness_plugin_installs_and_is_used(tmp_path):
         import json, sys
         from lore_core.gateway import Gateway
         from lore_core.interfaces import RequestContext
-        from lore_core.codecs.openai_chat import OpenAIChatCodec
+        from lore_core.wire.openai_chat.codec import OpenAIChatCodec
         body = {"model": "gpt-5", "messages": [
             {"role": "system", "content": "Current working directory: /home/dev/shop"},
             {"role": "user", "content": "fix the cart"}]}

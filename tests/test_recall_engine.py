@@ -23,9 +23,9 @@ from lore_core.recall import (
 )
 from lore_core.recall.cascade import tokenize
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_CHARS
-from lore_core.store import StoredMessage, WriteBatch
+from lore_core.storage.records import StoredMessage, WriteBatch
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
-from lore_core.worker import WorkerClient
+from lore_core.worker.client import WorkerClient
 
 
 def run(coro):
@@ -554,7 +554,7 @@ def test_open_tries_every_opener_and_reports_failures():
 
 def test_store_source_over_the_memory_store_messages_and_distillations():
     from lore_core.builtin.memory_store import MemoryStore
-    from lore_core.store import StoredDistillation
+    from lore_core.storage.records import StoredDistillation
 
     async def go():
         store = MemoryStore()

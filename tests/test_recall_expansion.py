@@ -11,7 +11,7 @@ from lore_core.config import WorkerConfig
 from lore_core.recall.expansion import Expansion, expand_query, parse_rephrasings
 from lore_core.recall.prompts import EXPAND_MARKER, load_prompt
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
-from lore_core.worker import WorkerClient
+from lore_core.worker.client import WorkerClient
 
 QUERY = "flaky websocket reconnect test"
 

@@ -20,9 +20,9 @@ from lore_core.recall.engine import RecallResponse, RecallResult, distinct, grou
 from lore_core.recall.intent import parse
 from lore_core.recall.store_engine import recall, store_recall_engine
 from lore_core.recall.tool import MAX_RESULT_CHARS, TOOL_NAME, format_response, run_recall
-from lore_core.server import ThreadedServer
+from lore_core.testing.builders import batch_of, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
-from lore_core.testing.store_conformance import batch_of, exchange, text
+from lore_core.testing.server import ThreadedServer
 
 PROJECT = "/work/alpha"
 

@@ -524,8 +524,8 @@ def test_two_rounds_are_restored_together(gateway, fake_upstream, stream):
 
 
 def test_injecting_twice_keeps_one_recall_tool_and_stays_ours():
-    from lore_core.codecs.anthropic import AnthropicMessagesCodec
     from lore_core.recall.proxy_loop import inject_tool
+    from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
     raw = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [ANTHROPIC_TOOL]}
     view = AnthropicMessagesCodec().parse(raw, json.dumps(raw).encode())

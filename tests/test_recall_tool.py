@@ -27,7 +27,7 @@ from lore_core.recall.tool import (
     run_recall,
     tool_name,
 )
-from lore_core.worker import CODECS
+from lore_core.worker.client import CODECS
 
 APIS = [ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES]
 CLIENT_TOOL = {

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from lore_core import cli, plugins
-from lore_core.indexer import VectorIndexer
-from lore_core.passages import PASSAGE_RULES
+from lore_core.recall.indexer import VectorIndexer
+from lore_core.storage.passages import PASSAGE_RULES
+from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.net import free_port
-from lore_core.testing.store_conformance import answer, batch_of, exchange, text
 from tests.test_indexer import TopicsPlugin
 from tests.test_vectors import TopicEmbedder
 

@@ -17,8 +17,8 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.interfaces import RequestContext
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, echo_responder
+from lore_core.testing.server import ThreadedServer
 from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_duckdb, run_load, verify
 
 pytest.importorskip("lore_store_duckdb.store")

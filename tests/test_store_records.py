@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message, RequestView
-from lore_core.store import ChainMemo, chain_ids, logical_messages, records_from_exchange
+from lore_core.storage.records import ChainMemo, chain_ids, logical_messages, records_from_exchange
 
 
 def _exchange(messages: list[Message]) -> Exchange:
@@ -75,7 +75,7 @@ def test_the_chain_memo_gives_the_ids_of_chain_ids() -> None:
 
 
 def test_the_chain_memo_keeps_a_main_conversation_while_sub_agents_alternate(monkeypatch) -> None:
-    from lore_core import store as store_module
+    from lore_core.storage import records as store_module
 
     def history(prefix: str, n: int) -> list[Message]:
         return [

@@ -8,9 +8,9 @@ import itertools
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import StoreConfig
-from lore_core.storage import StoreWriter
-from lore_core.store import WriteBatch
-from lore_core.testing.store_conformance import answer, exchange, text
+from lore_core.storage.records import WriteBatch
+from lore_core.storage.writer import StoreWriter
+from lore_core.testing.builders import answer, exchange, text
 
 INTERVAL_MS = 100
 

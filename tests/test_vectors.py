@@ -15,8 +15,8 @@ from lore_core.interfaces import EmbedderUnavailable
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import recall, store_recall_engine
-from lore_core.store import ItemVectors, StoredDistillation, distillation_id
-from lore_core.testing.store_conformance import answer, batch_of, exchange, text
+from lore_core.storage.records import ItemVectors, StoredDistillation, distillation_id
+from lore_core.testing.builders import answer, batch_of, exchange, text
 
 # Topics of a tiny "embedding model": synonyms land on the same axis, so vector search finds
 # what full-text search cannot (no shared word).

@@ -16,7 +16,7 @@ from lore_core.config import WorkerConfig
 from lore_core.model import Usage
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
 from lore_core.testing.net import free_port
-from lore_core.worker import (
+from lore_core.worker.client import (
     CircuitOpen,
     NoWorker,
     WorkerClient,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
-from lore_core.codecs.openai_chat import OpenAIChatCodec
-from lore_core.codecs.openai_responses import OpenAIResponsesCodec
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Codec
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+from lore_core.wire.openai_chat.codec import OpenAIChatCodec
+from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
 
 
 @hookimpl

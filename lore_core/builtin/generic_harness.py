@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from lore_core.harness import find_project, header_project
+from lore_core.builtin.harness_support import find_project, header_project
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Harness, LaunchPlan, RequestContext
 

@@ -2,7 +2,7 @@
 
 It is the executable reading of the :class:`~lore_core.interfaces.Store` contract (it passes
 the same conformance suite as real backends) and the fallback when no persistent backend is
-installed. Search is a plain BM25 over the passages (:mod:`lore_core.passages`) of lower-cased
+installed. Search is a plain BM25 over the passages (:mod:`lore_core.storage.passages`) of lower-cased
 word tokens, and vector search a brute-force cosine over every passage vector; fine for
 thousands of messages, not for millions.
 """
@@ -24,8 +24,8 @@ import attrs
 from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import StoreFactory
-from lore_core.passages import Passage, cut_text, message_passages, passage_key
-from lore_core.store import (
+from lore_core.storage.passages import Passage, cut_text, message_passages, passage_key
+from lore_core.storage.records import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
     VECTOR_DISTILLATION,

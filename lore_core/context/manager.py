@@ -61,7 +61,7 @@ from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
 from lore_core.interfaces import CompositionContext, PromptLayer, Store
 from lore_core.model import Exchange, RequestView
-from lore_core.store import FORCE_MIN_LAYER, canonical_message
+from lore_core.storage.records import FORCE_MIN_LAYER, canonical_message
 
 log = logging.getLogger("lore.context")
 

@@ -18,7 +18,7 @@ from lore_core.distill.inputs import Distillation, DistillInput, Provenance
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.render import DEFAULT_TOOL_OUTPUT_MAX_CHARS, render_segment
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
-from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
+from lore_core.worker.client import WorkerClient, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.distill")
 
@@ -101,7 +101,7 @@ class ExtractiveObserver:
 class Observer:
     """The LLM observer, the default. Falls back to the extractive observer when the worker is
     unavailable (none configured, circuit open); a call that was attempted and failed raises
-    :class:`~lore_core.worker.WorkerError`, so the caller can try the segment again later
+    :class:`~lore_core.worker.client.WorkerError`, so the caller can try the segment again later
     rather than store a weaker log for good."""
 
     name = "observer"

@@ -5,7 +5,7 @@ sections current state, key decisions, technical changes and timeline (prompt:
 This module makes the call; choosing which observations to consolidate (all but the newest
 few once there are enough) and archiving them is the scheduler's and the store's job. There
 is no extractive fallback: without a worker, consolidation waits (the gen-0 logs stay
-usable as they are), so :class:`~lore_core.worker.WorkerUnavailable` propagates.
+usable as they are), so :class:`~lore_core.worker.client.WorkerUnavailable` propagates.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lore_core.distill.inputs import Distillation, ObservationInput, Provenance
 from lore_core.distill.observer import has_bullets, strip_fences
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
-from lore_core.worker import WorkerClient, WorkerError
+from lore_core.worker.client import WorkerClient, WorkerError
 
 SECTIONS = ("Current state", "Key decisions", "Technical changes", "Timeline")
 

@@ -60,7 +60,7 @@ from lore_core.distill.render import tool_names_of
 from lore_core.distill.segment import Segment, SegmentPolicy, message_sizes, split_segments
 from lore_core.interfaces import CuratorContext, CuratorFactory, Store
 from lore_core.model import TOOL_CALL, Exchange
-from lore_core.store import (
+from lore_core.storage.records import (
     StoredDistillation,
     StoredMessage,
     distillation_id,
@@ -68,7 +68,7 @@ from lore_core.store import (
     main_branch,
     message_key,
 )
-from lore_core.worker import WorkerClient, WorkerError, WorkerUnavailable
+from lore_core.worker.client import WorkerClient, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.distill")
 
@@ -429,7 +429,7 @@ class DistillScheduler:
         """Distil what is undistilled in the session now, then consolidate if due.
 
         ``reason == "turn"`` distils only full segments (the tail waits for idle). A worker
-        call that was attempted and failed raises :class:`~lore_core.worker.WorkerError`
+        call that was attempted and failed raises :class:`~lore_core.worker.client.WorkerError`
         after what was written before it stays written."""
         async with self._lock(session_id):
             backlog = self._backlog.get(session_id)

@@ -29,7 +29,6 @@ from typing import Any
 import attrs
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable
-from lore_core.passages import tags_of
 from lore_core.recall.cascade import DEFAULT_MIN_HITS, cascade_search, query_terms
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS, Completer, Expansion, expand_query
 from lore_core.recall.fusion import (
@@ -60,6 +59,7 @@ from lore_core.recall.sources import (
     TextSource,
     VectorSource,
 )
+from lore_core.storage.passages import tags_of
 
 log = logging.getLogger("lore.recall")
 
@@ -70,7 +70,7 @@ MAX_LIMIT = 50
 MAX_QUERY_CHARS = 2000
 # Each list fetches more than the final limit, so fusion has overlap to reward.
 FETCH_FACTOR = 3
-#: Meta key: the event tags of a result's passage(s) (:func:`lore_core.passages.tags_of`).
+#: Meta key: the event tags of a result's passage(s) (:func:`lore_core.storage.passages.tags_of`).
 TAGS = "tags"
 #: Passages of one item in one result at most (a long output matched all over would
 #: otherwise fill the answer alone).

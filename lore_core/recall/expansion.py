@@ -1,7 +1,7 @@
 """Optional LLM query expansion: 2-3 rephrasings of a recall query from the worker model.
 
 Expansion must never make recall worse than without it: it is bounded by a timeout (3 s by
-default), skipped at once when no worker is usable (:class:`~lore_core.worker.WorkerUnavailable`
+default), skipped at once when no worker is usable (:class:`~lore_core.worker.client.WorkerUnavailable`
 is raised without touching the network), and every failure becomes a one-line ``skipped``
 reason instead of an exception. The worker's answer is parsed leniently: the prompt asks for
 a JSON array, but models wrap it in code fences, prefix it with prose or answer with a
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import attrs
 
 from lore_core.recall.prompts import load_prompt
-from lore_core.worker import WorkerUnavailable
+from lore_core.worker.client import WorkerUnavailable
 
 DEFAULT_TIMEOUT_SECONDS = 3.0
 MAX_REPHRASINGS = 3
@@ -31,7 +31,7 @@ EXPAND_MAX_TOKENS = 300
 
 
 class Completer(Protocol):
-    """What expansion needs of :class:`lore_core.worker.WorkerClient`."""
+    """What expansion needs of :class:`lore_core.worker.client.WorkerClient`."""
 
     async def complete(
         self,

@@ -9,7 +9,7 @@ vector scores know nothing of. :func:`parse` reads four things out of a query:
 
 * a **session reference**: a quoted phrase (``"..."``) that the caller resolves against the
   project's session titles (:func:`title_match`); the quote is then no longer searched for;
-* **events**: the tags passages carry (:mod:`lore_core.passages`: ``#testfailure``,
+* **events**: the tags passages carry (:mod:`lore_core.storage.passages`: ``#testfailure``,
   ``#gitcommit``, ``#filecreated``, ...) that the question's words point at;
 * an **order**: ``first`` (earliest) or ``last`` (latest);
 * an **anchor**: ``after 'X'`` / ``before 'X'``, a quoted phrase whose occurrence in the
@@ -25,7 +25,7 @@ import re
 
 import attrs
 
-from lore_core import passages as P
+from lore_core.storage import passages as P
 
 FIRST = "first"
 LAST = "last"

@@ -31,8 +31,6 @@ from typing import Any
 import attrs
 import httpx
 
-from lore_core.codecs import as_dict, as_list, loads_or, new_id
-from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.interfaces import Codec
 from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Exchange, Message, RequestView
 from lore_core.recall.tool import (
@@ -44,6 +42,8 @@ from lore_core.recall.tool import (
     run_recall,
     tool_name,
 )
+from lore_core.wire.encoding import UnsupportedEncoding, decode_body, decoder_for
+from lore_core.wire.fields import as_dict, as_list, loads_or, new_id
 
 log = logging.getLogger("lore.recall.proxy")
 

@@ -19,10 +19,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from lore_core.passages import PASSAGE_RULES, Passage, cut_text, message_passages, passage_key, split_key
 from lore_core.recall.ids import Kind, Scope
+from lore_core.storage.passages import (
+    PASSAGE_RULES,
+    Passage,
+    cut_text,
+    message_passages,
+    passage_key,
+    split_key,
+)
 
-#: Meta keys of a passage hit (:mod:`lore_core.passages`): the item it belongs to (its key
+#: Meta keys of a passage hit (:mod:`lore_core.storage.passages`): the item it belongs to (its key
 #: without the passage index), the passage's index, its ``(start, end)`` characters in the
 #: item's text and the tool it came from.
 ITEM = "item"

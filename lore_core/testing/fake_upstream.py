@@ -29,8 +29,8 @@ import brotli
 import zstandard
 from aiohttp import web
 
-from lore_core.encoding import decode_body
 from lore_core.testing.net import free_port, wait_for_http
+from lore_core.wire.encoding import decode_body
 
 
 @attrs.define

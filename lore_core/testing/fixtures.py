@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from lore_core.gateway import Gateway
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream
+from lore_core.testing.server import ThreadedServer
 
 
 @pytest.fixture

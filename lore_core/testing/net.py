@@ -44,8 +44,8 @@ def api_headers() -> dict[str, str]:
     """The headers the gateway's local API needs: its token, as the CLI finds it (the
     configured one, else the data directory's file; tests run the gateway in-process with
     the same environment)."""
-    from lore_core.access import cli_token
     from lore_core.config import load_config
+    from lore_core.http.access import cli_token
 
     token = cli_token(load_config())
     return {"Authorization": f"Bearer {token}"} if token else {}

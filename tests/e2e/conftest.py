@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from lore_e2e_support import RecordingTap
 
-from lore_core.server import ThreadedServer
+from lore_core.testing.server import ThreadedServer
 
 
 @pytest.fixture

@@ -38,10 +38,10 @@ from lore_harness_claude.plugin import ClaudeCodeHarness
 from lore_harness_codex.plugin import CodexHarness
 from lore_harness_opencode.plugin import OpenCodeHarness
 
-from lore_core.launcher import gateway_files
-from lore_core.server import ThreadedServer
+from lore_core.cli.launcher import gateway_files
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import free_port
+from lore_core.testing.server import ThreadedServer
 
 pytestmark = pytest.mark.e2e
 

@@ -20,8 +20,8 @@ import pytest
 from lore_e2e_support import client_env, find_client, run_client
 from lore_harness_claude.plugin import ClaudeCodeHarness
 
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply, ToolCall
+from lore_core.testing.server import ThreadedServer
 
 pytestmark = pytest.mark.e2e
 

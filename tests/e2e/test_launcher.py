@@ -26,9 +26,8 @@ from typing import Any
 import pytest
 from lore_e2e_support import ClientResult, run_client, stop_background_gateway
 
-from lore_core import launcher
-from lore_core.interfaces import LaunchPlan
-from lore_core.launcher import (
+from lore_core.cli import launcher
+from lore_core.cli.launcher import (
     LaunchError,
     client_env,
     ensure_gateway,
@@ -38,6 +37,7 @@ from lore_core.launcher import (
     run_agent,
     temporary_files,
 )
+from lore_core.interfaces import LaunchPlan
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.net import free_port
 
@@ -163,7 +163,7 @@ def test_concurrent_runs_start_one_gateway(
 # run that path here too, directly, on the same stand-in client.
 PORTABLE = (
     "import os, sys\n"
-    "from lore_core.launcher import _run_with_handlers\n"
+    "from lore_core.cli.launcher import _run_with_handlers\n"
     "sys.exit(_run_with_handlers(sys.argv[1:], dict(os.environ)))\n"
 )
 PATHS = ["lore-run", "portable"]

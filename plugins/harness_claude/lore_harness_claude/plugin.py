@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lore_core import hookimpl
-from lore_core.harness import resolve_project
+from lore_core.builtin.harness_support import resolve_project
 from lore_core.interfaces import Harness, LaunchPlan, RequestContext
 
 SESSION_HEADER = "x-claude-code-session-id"

@@ -15,7 +15,6 @@ import httpx
 import pytest
 from lore_harness_claude.plugin import LAUNCH_ENV, ClaudeCodeHarness, session_from_user_id
 
-from lore_core.server import ThreadedServer
 from lore_core.testing.captured import (
     Captures,
     ExchangeRecorder,
@@ -24,6 +23,7 @@ from lore_core.testing.captured import (
     request_context,
 )
 from lore_core.testing.fake_upstream import FakeUpstream
+from lore_core.testing.server import ThreadedServer
 
 CAPTURES = Captures(Path(__file__).parent / "fixtures" / "claude_code_requests.json")
 CAPTURED_CWD = "/home/dev/clients/proj"

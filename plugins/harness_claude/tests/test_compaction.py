@@ -9,8 +9,8 @@ import httpx
 import pytest
 from lore_harness_claude.plugin import COMPACTION_MARKER
 
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
 from lore_core.testing.fake_upstream import Reply
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
 SESSION = "5d0c7a4e-compaction-test"
 HEADERS = {

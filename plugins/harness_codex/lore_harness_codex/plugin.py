@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from lore_core import hookimpl
-from lore_core.harness import header_project
+from lore_core.builtin.harness_support import header_project
 from lore_core.interfaces import Harness, LaunchPlan, RequestContext
 from lore_core.model import TEXT, RequestView
 

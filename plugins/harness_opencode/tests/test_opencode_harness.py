@@ -16,7 +16,6 @@ import httpx
 import pytest
 from lore_harness_opencode.plugin import CONFIG_ENV, LAUNCH_ENV, OpenCodeHarness, gateway_config
 
-from lore_core.server import ThreadedServer
 from lore_core.testing.captured import (
     Captures,
     ExchangeRecorder,
@@ -25,6 +24,7 @@ from lore_core.testing.captured import (
     request_context,
 )
 from lore_core.testing.fake_upstream import FakeUpstream
+from lore_core.testing.server import ThreadedServer
 
 CAPTURES = Captures(Path(__file__).parent / "fixtures" / "opencode_requests.json")
 CAPTURED_CWD = "/home/dev/clients/proj-opencode"

@@ -36,8 +36,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from lore_core.passages import PASSAGE_RULES, CallMemo, cut_text, message_passages, passage_key
-from lore_core.store import (
+from lore_core.storage.passages import PASSAGE_RULES, CallMemo, cut_text, message_passages, passage_key
+from lore_core.storage.records import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
     VECTOR_DISTILLATION,
@@ -121,7 +121,7 @@ _ARROW_MESSAGES = pa.schema(
         ("error", pa.string()),
     ]
 )
-#: The full-text index holds passages (lore_core.passages): one row per passage of a
+#: The full-text index holds passages (lore_core.storage.passages): one row per passage of a
 #: message or distillation, ``id`` the passage key, ``item_id`` the item as search shows it.
 _INDEX_SCHEMA = pa.schema(
     [
@@ -184,7 +184,7 @@ class DuckDBStore:
         self.index_path = Path(str(self.path) + ".fts")
         # Chunk vectors per embedding model (see vectors.py); derived, like the index.
         self.vector_path = Path(str(self.path) + ".vec")
-        # The kernel's write-ahead journal (lore_core.journal) lives beside the database.
+        # The kernel's write-ahead journal (lore_core.storage.journal) lives beside the database.
         self.journal_dir: Path | None = Path(str(self.path) + ".journal")
         self._con: duckdb.DuckDBPyConnection | None = None
         self._write_lock = threading.Lock()
@@ -323,7 +323,7 @@ class DuckDBStore:
                         "title": [x.title for x in batch.sessions],
                     }
                 )
-                # The same rule as lore_core.store.merge_session.
+                # The same rule as lore_core.storage.records.merge_session.
                 cur.execute(
                     """INSERT INTO sessions (id, project, harness, model, created_at, updated_at, title)
                     SELECT id, project, harness, model, created_at, updated_at, title FROM session_rows

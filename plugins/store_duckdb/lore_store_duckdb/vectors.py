@@ -3,7 +3,7 @@
 One table per embedding model, so a model change starts an index of its own (backfilled
 from DuckDB) and vectors of two models or two sizes are never compared. Each row is one
 passage of one item (a message or a distillation; knowledge and entities later; column
-``chunk`` is the passage's index, :mod:`lore_core.passages`) with the item's ``seq``, kind,
+``chunk`` is the passage's index, :mod:`lore_core.storage.passages`) with the item's ``seq``, kind,
 id, session and project, so searches filter by scope before ranking.
 
 What is embedded is derived, as for the full-text index, from a watermark per model over
@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lore_core.store import ItemVectors, VectorDimensionError
+from lore_core.storage.records import ItemVectors, VectorDimensionError
 from lore_store_duckdb import lance
 
 log = logging.getLogger("lore.store.duckdb")

@@ -9,7 +9,7 @@ import pytest
 from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.interfaces import Store
-from lore_core.testing.store_conformance import StoreConformance
+from lore_core.testing.conformance.store import StoreConformance
 
 
 class TestDuckDBStore(StoreConformance):

@@ -26,10 +26,10 @@ import pytest
 from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.gateway import Gateway
-from lore_core.server import ThreadedServer
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import free_port, get_json, wait_for_http
 from lore_core.testing.poll import DEADLINE_SECONDS, poll
+from lore_core.testing.server import ThreadedServer
 
 API_KEY = "sk-ant-api03-DuckStoreKey-" + "Pq7Z" * 8
 BEARER = "duck-bearer-token-" + "m4W" * 10

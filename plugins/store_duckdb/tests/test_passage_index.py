@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.passages import PASSAGE_RULES
-from lore_core.testing.store_conformance import batch_of, exchange, text, tool_call, tool_result
+from lore_core.storage.passages import PASSAGE_RULES
+from lore_core.testing.builders import batch_of, exchange, text, tool_call, tool_result
 
 
 def _write(db: Path) -> None:

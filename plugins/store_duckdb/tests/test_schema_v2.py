@@ -10,7 +10,7 @@ import duckdb
 from lore_store_duckdb import schema
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.store import StoredDistillation, distillation_id
+from lore_core.storage.records import StoredDistillation, distillation_id
 
 
 def test_version_1_database_migrates_and_keeps_its_messages(tmp_path: Path) -> None:

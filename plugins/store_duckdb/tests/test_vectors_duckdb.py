@@ -14,8 +14,8 @@ import pytest
 from lore_store_duckdb import vectors
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.store import ItemVectors
-from lore_core.testing.store_conformance import batch_of, exchange, text
+from lore_core.storage.records import ItemVectors
+from lore_core.testing.builders import batch_of, exchange, text
 
 MODEL = "fixed-vectors-v1"
 DIMS = 8

@@ -6,7 +6,7 @@ import re
 import shutil
 
 from lore_core import hookimpl
-from lore_core.harness import resolve_project
+from lore_core.builtin.harness_support import resolve_project
 from lore_core.interfaces import LaunchPlan, RequestContext
 
 CWD_PATTERNS = (re.compile(r"Current working directory:\s*(/\S+)"),)

@@ -3,7 +3,7 @@
 Whatever the store reports as pending for the embedder's model (messages as the writer
 lands them, distillations as the distiller writes them, and after a model change everything:
 the backfill) is embedded in batches of ``embedding.batchSize`` items: each item is cut into
-its passages (:mod:`lore_core.passages`, the units the full-text index holds too), at most
+its passages (:mod:`lore_core.storage.passages`, the units the full-text index holds too), at most
 ``embedding.maxChunksPerItem`` of them are embedded (a passage is sized to fit the model),
 and the vectors written to the store under the passages' indexes, which marks the items
 embedded. The index is keyed by the model and the passage rules
@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable
-from lore_core.passages import CallMemo, Passage, cut_text, message_passages
 from lore_core.recall.sources import PASSAGE_SEPARATOR, vector_index_name
-from lore_core.store import VECTOR_MESSAGE, EmbeddingItem, ItemVectors
+from lore_core.storage.passages import CallMemo, Passage, cut_text, message_passages
+from lore_core.storage.records import VECTOR_MESSAGE, EmbeddingItem, ItemVectors
 
 log = logging.getLogger("lore.indexer")
 
@@ -47,7 +47,7 @@ _UNAVAILABLE_RETRY_SECONDS = 300.0
 
 
 def item_passages(item: EmbeddingItem, calls: CallMemo | None = None) -> list[Passage]:
-    """The passages of a pending item, by the kernel's rules (:mod:`lore_core.passages`):
+    """The passages of a pending item, by the kernel's rules (:mod:`lore_core.storage.passages`):
     the same ones the store's full-text index holds, so both legs of recall rank the same
     units."""
     if item.kind == VECTOR_MESSAGE:

@@ -18,8 +18,6 @@ import httpx
 from quart import Quart, Response, request, websocket
 from werkzeug.exceptions import HTTPException
 
-from lore_core import access
-from lore_core.api import api as lore_api
 from lore_core.context.commands import find_command
 from lore_core.context.overflow import (
     OVERFLOW_STATUSES,
@@ -27,17 +25,12 @@ from lore_core.context.overflow import (
     overflow_in_failed_response,
     parse_overflow,
 )
-from lore_core.encoding import UnsupportedEncoding, decode_body, decoder_for
 from lore_core.gateway import Gateway
+from lore_core.http import access
+from lore_core.http.api import api as lore_api
 from lore_core.interfaces import Codec, CompositionContext, RequestContext
-from lore_core.jsonbody import (
-    append_to_array,
-    loads_object,
-    may_hold_lone_surrogates,
-    replace_lone_surrogates,
-)
 from lore_core.model import TEXT, AssistantMessage, Block, Exchange, RequestView
-from lore_core.proxy import (
+from lore_core.pipeline.upstream import (
     BadUpstreamURL,
     UpstreamError,
     forward_headers,
@@ -47,6 +40,13 @@ from lore_core.proxy import (
 )
 from lore_core.recall import proxy_loop
 from lore_core.recall.proxy_loop import UpstreamStreamBroken
+from lore_core.wire.encoding import UnsupportedEncoding, decode_body, decoder_for
+from lore_core.wire.jsonbody import (
+    append_to_array,
+    loads_object,
+    may_hold_lone_surrogates,
+    replace_lone_surrogates,
+)
 
 log = logging.getLogger("lore.app")
 

@@ -2,10 +2,10 @@
 
 ``submit`` turns a finished exchange into records (message ids, masking: only the messages
 the session's previous exchanges did not have, a fraction of a millisecond), appends them to
-the journal (:mod:`lore_core.journal`) and queues them; the response to the client never
+the journal (:mod:`lore_core.storage.journal`) and queues them; the response to the client never
 waits for the store. A background task wakes on the first queued batch, waits at most
 ``store.flushIntervalMs`` for more and hands the store one merged
-:class:`~lore_core.store.WriteBatch`. So an exchange is in the store within about the flush
+:class:`~lore_core.storage.records.WriteBatch`. So an exchange is in the store within about the flush
 interval plus one write; until then the journal holds it, and a gateway killed in between
 replays it at its next start. ``stop`` flushes everything on a clean shutdown.
 
@@ -27,9 +27,9 @@ from typing import Any
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
 from lore_core.interfaces import Store, StoreFactory
-from lore_core.journal import Journal, JournalError
 from lore_core.model import Exchange
-from lore_core.store import ChainMemo, StoreUnavailable, WriteBatch, records_from_exchange
+from lore_core.storage.journal import Journal, JournalError
+from lore_core.storage.records import ChainMemo, StoreUnavailable, WriteBatch, records_from_exchange
 
 log = logging.getLogger("lore.store")
 

@@ -6,17 +6,6 @@ import json
 import time
 from typing import Any
 
-from lore_core.codecs import (
-    as_dict,
-    as_int,
-    as_list,
-    as_str,
-    loads_or,
-    new_id,
-    sse_event,
-    status_error_kind,
-    well_formed,
-)
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -29,7 +18,18 @@ from lore_core.model import (
     RequestView,
     Usage,
 )
-from lore_core.sse import SSEParser
+from lore_core.wire.fields import (
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    loads_or,
+    new_id,
+    sse_event,
+    status_error_kind,
+    well_formed,
+)
+from lore_core.wire.sse import SSEParser
 
 
 def _content_blocks(content: Any, as_tool_result_of: str | None = None) -> list[Block]:

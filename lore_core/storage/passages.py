@@ -36,8 +36,8 @@ from typing import Any
 import attrs
 
 from lore_core.distill.facts import states_decision
-from lore_core.housekeeping import strip_housekeeping
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
+from lore_core.storage.housekeeping import strip_housekeeping
 
 #: Names the passage rules. Stores keep it beside their indexes; a different value means
 #: the indexes were cut by other rules and are rebuilt.
@@ -58,7 +58,7 @@ _FAILURE_LEAD = 200
 SOURCE_CHARS = 200
 
 #: The recall tool's own results are copies of other memories: never indexed (see
-#: :data:`lore_core.store.RECALL_TOOL_NAME`).
+#: :data:`lore_core.storage.records.RECALL_TOOL_NAME`).
 _RECALL_TOOL = "recall"
 
 # Keys of a tool call's input that say what it did, best first.

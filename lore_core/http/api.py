@@ -4,7 +4,7 @@ and ``lore distill/distillations``.
 DuckDB lets one process hold the database file, so while the gateway runs every other
 process reads the store through here. Read-only except ``POST /distill`` (which only runs
 what the scheduler would run on idle). Every route needs the gateway token, and answers
-loopback clients only unless ``server.allowRemote`` is set: :mod:`lore_core.access` checks
+loopback clients only unless ``server.allowRemote`` is set: :mod:`lore_core.http.access` checks
 both (and Host and Origin) before any route runs.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, current_app, request
 
-from lore_core.store import main_branch
-from lore_core.worker import WorkerError
+from lore_core.storage.records import main_branch
+from lore_core.worker.client import WorkerError
 
 api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
 

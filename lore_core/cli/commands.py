@@ -23,7 +23,7 @@ def _configure_logging(verbose: bool = False) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from lore_core.gateway import Gateway
-    from lore_core.server import CannotListen, limit_malloc_arenas, serve_forever
+    from lore_core.http.serve import CannotListen, limit_malloc_arenas, serve_forever
 
     _configure_logging(args.verbose)
     limit_malloc_arenas()  # before the gateway starts its threads
@@ -55,7 +55,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from lore_core.launcher import run_agent
+    from lore_core.cli.launcher import run_agent
 
     _configure_logging(args.verbose)
     return run_agent(args.agent, list(args.agent_args))
@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 class _ApiReader:
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
-        # The gateway token (lore_core/access.py): every /lore/api route needs it.
+        # The gateway token (lore_core/http/access.py): every /lore/api route needs it.
         self.token = token
         self.where = f"via the running gateway at {url}"
 
@@ -172,7 +172,7 @@ class _DirectReader:
     def show(self, session: str, all_branches: bool) -> dict[str, Any]:
         import attrs
 
-        from lore_core.store import main_branch
+        from lore_core.storage.records import main_branch
 
         found = self._run(self.store.get_session(session))
         if found is None:
@@ -219,7 +219,7 @@ class _DirectReader:
             from lore_core.config import LoreConfig
             from lore_core.distill.scheduler import DistillScheduler, build_curators
             from lore_core.plugins import Registry, make_plugin_manager
-            from lore_core.worker import WorkerClient
+            from lore_core.worker.client import WorkerClient
 
             config = self.config or LoreConfig()
             # No session credentials outside a gateway: only a configured worker (worker.*)
@@ -233,7 +233,7 @@ class _DirectReader:
         return self._distiller
 
     def distill(self, session: str) -> dict[str, Any]:
-        from lore_core.worker import WorkerError
+        from lore_core.worker.client import WorkerError
 
         if self._run(self.store.get_session(session)) is None:
             raise _CommandError(f"no session {session!r}", 1)
@@ -286,7 +286,7 @@ def _gateway_url(host: str, port: int) -> str | None:
 def _open_reader() -> _ApiReader | _DirectReader:
     from lore_core.config import load_config
     from lore_core.plugins import Registry, make_plugin_manager
-    from lore_core.storage import choose_store
+    from lore_core.storage.writer import choose_store
 
     # The same plugins and configuration the gateway would load, without starting one.
     pm = make_plugin_manager()
@@ -296,7 +296,7 @@ def _open_reader() -> _ApiReader | _DirectReader:
     config = load_config(sections)
     url = _gateway_url(config.server.host, config.server.port)
     if url is not None:
-        from lore_core.access import cli_token
+        from lore_core.http.access import cli_token
 
         return _ApiReader(url, cli_token(config))
     return _DirectReader(choose_store(config, Registry.collect(pm).stores), config)
@@ -635,8 +635,8 @@ def cmd_distillations(args: argparse.Namespace) -> int:
 
 def cmd_token(args: argparse.Namespace) -> int:
     """Print the gateway token (made when there is none yet), or replace it."""
-    from lore_core import access
     from lore_core.config import load_config
+    from lore_core.http import access
     from lore_core.plugins import make_plugin_manager
 
     pm = make_plugin_manager()
@@ -675,11 +675,11 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
     from lore_core.config import load_config
     from lore_core.gateway import choose_embedder
-    from lore_core.indexer import VectorIndexer
     from lore_core.interfaces import EmbedderUnavailable
     from lore_core.plugins import Registry, make_plugin_manager
+    from lore_core.recall.indexer import VectorIndexer
     from lore_core.recall.sources import vector_index_name
-    from lore_core.storage import choose_store
+    from lore_core.storage.writer import choose_store
 
     pm = make_plugin_manager()
     sections: dict[str, type] = {}
@@ -898,7 +898,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,15 +10,14 @@ import os
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
-from lore_core.app import UpstreamStreamBroken, create_app
 from lore_core.gateway import Gateway
+from lore_core.http.app import UpstreamStreamBroken, create_app
 
 T = TypeVar("T")
 
@@ -159,63 +158,3 @@ def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable
         asyncio.run(main())
     else:
         uvloop.run(main())
-
-
-class ThreadedServer:
-    """A real gateway on a real socket, in a background thread (tests and benchmarks)."""
-
-    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
-        from lore_core.testing.net import free_port
-
-        self.gateway = gateway
-        self.host = host
-        self.port = port or free_port()
-        self.url = f"http://{host}:{self.port}"
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-
-    def start(self) -> ThreadedServer:
-        from lore_core.testing.net import wait_for_http
-
-        ready = threading.Event()
-
-        def run() -> None:
-            async def main() -> None:
-                self._loop = asyncio.get_running_loop()
-                self._stop = asyncio.Event()
-                ready.set()
-                await serve_until(self.gateway, _bind_address(self.host, self.port), self._stop)
-
-            try:
-                asyncio.run(main())
-            except BaseException as exc:  # surfaced by start()/stop()
-                self._error = exc
-                ready.set()
-
-        self._thread = threading.Thread(target=run, name="lore-gateway", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        wait_for_http(self.url + "/health", timeout=20, error=lambda: self._error)
-        return self
-
-    def call(self, coro: Awaitable[T], timeout: float = 30.0) -> T:
-        """Run a coroutine on the gateway's event loop and wait for its result (tests)."""
-        assert self._loop is not None, "the server is not running"
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
-
-    def stop(self) -> None:
-        """Stop serving and wait for the thread; calling it again is a no-op."""
-        loop, self._loop = self._loop, None
-        if loop is not None and self._stop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)
-            self._thread = None
-
-    def __enter__(self) -> ThreadedServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -3,7 +3,7 @@
 Every store plugin subclasses :class:`StoreConformance` in its own tests and must pass it,
 as the kernel's in-memory reference store does (``tests/test_memory_store.py``)::
 
-    from lore_core.testing.store_conformance import StoreConformance
+    from lore_core.testing.conformance.store import StoreConformance
 
     class TestMyStore(StoreConformance):
         persistent = True  # data must survive close() and a fresh open()
@@ -15,122 +15,39 @@ as the kernel's in-memory reference store does (``tests/test_memory_store.py``):
 
 Tests are plain functions that drive the store's coroutines with ``asyncio.run``, so the
 suite needs no async pytest plugin. Records are built from real wire-neutral exchanges with
-:func:`lore_core.store.records_from_exchange`, exactly as the gateway's writer does.
+:func:`lore_core.storage.records.records_from_exchange`, exactly as the gateway's writer does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lore_core.interfaces import Store
 from lore_core.model import (
-    TEXT,
     TOOL_CALL,
     TOOL_RESULT,
-    AssistantMessage,
-    Block,
-    Exchange,
-    Message,
-    RequestView,
-    Usage,
 )
-from lore_core.store import (
+from lore_core.storage.records import (
     StoredDistillation,
     WriteBatch,
     distillation_id,
     main_branch,
-    records_from_exchange,
 )
 
 # -- building exchanges ----------------------------------------------------------------------
-
-
-def text(role: str, content: str) -> Message:
-    return Message(role, [Block(TEXT, text=content)])
-
-
-def tool_call(name: str, call_id: str, args: dict[str, Any], say: str = "") -> Message:
-    blocks = [Block(TEXT, text=say)] if say else []
-    return Message(
-        "assistant", [*blocks, Block(TOOL_CALL, tool_name=name, tool_call_id=call_id, tool_input=args)]
-    )
-
-
-def tool_result(call_id: str, output: str, is_error: bool = False) -> Message:
-    return Message("user", [Block(TOOL_RESULT, text=output, tool_call_id=call_id, is_error=is_error)])
-
-
-def answer(
-    content: str, complete: bool = True, input_tokens: int = 10, output_tokens: int = 5
-) -> AssistantMessage:
-    return AssistantMessage(
-        blocks=[Block(TEXT, text=content)],
-        usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
-        stop_reason="end_turn" if complete else None,
-        model="test-model-1",
-        complete=complete,
-    )
-
-
-def exchange(
-    messages: list[Message],
-    response: AssistantMessage | None = None,
-    session: str = "s-1",
-    project: str = "/work/alpha",
-    harness: str = "claude",
-    at: float = 1_700_000_000.0,
-) -> Exchange:
-    view = RequestView(api="anthropic-messages", raw={}, body=b"", model="test-model", messages=messages)
-    ex = Exchange(
-        api="anthropic-messages",
-        path="/v1/messages",
-        request=view,
-        harness=harness,
-        session_id=session,
-        project=project,
-        upstream="http://upstream.invalid",
-        status=200,
-        response=response,
-        started_at=at,
-    )
-    ex.finished_at = at + 1
-    return ex
-
-
-class TopicEmbedder:
-    """A deterministic embedding model for tests: one axis per topic, synonyms on the same
-    axis (so a vector search finds a text that shares no word with the query), plus a small
-    constant component so no vector is zero."""
-
-    name = "topics"
-    model_id = "topics-v1"
-    TOPICS = (
-        frozenset({"deploy", "deployment", "release", "rollout", "ship"}),
-        frozenset({"failure", "crashed", "error", "broken"}),
-        frozenset({"database", "postgres", "sql", "migration"}),
-    )
-    dimensions = len(TOPICS) + 1
-
-    def vector(self, text: str) -> list[float]:
-        words = {w.strip(".,:;!?()'\"").lower() for w in text.split()}
-        v = [float(len(words & topic)) for topic in self.TOPICS] + [0.05]
-        norm = sum(x * x for x in v) ** 0.5
-        return [x / norm for x in v]
-
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return [self.vector(t) for t in texts]
-
-
-def batch_of(*exchanges: Exchange) -> WriteBatch:
-    out = WriteBatch()
-    for ex in exchanges:
-        out.extend(records_from_exchange(ex))
-    return out
+from lore_core.testing.builders import (
+    TopicEmbedder,
+    answer,
+    batch_of,
+    exchange,
+    text,
+    tool_call,
+    tool_result,
+)
 
 
 class StoreConformance:
@@ -461,7 +378,7 @@ class StoreConformance:
         """A long tool output is searched as passages: the hit is the passage with the
         match (not the whole output), cut by the kernel's rules, and says which tool and
         command produced it."""
-        from lore_core.passages import cut, item_text
+        from lore_core.storage.passages import cut, item_text
 
         noise = "\n".join(
             f"ok   pkg/module{i}   0.{i:02d}s   cached build artefact reused" for i in range(80)
@@ -652,7 +569,7 @@ class StoreConformance:
             pytest.skip(f"the {store.name} store has no vector index")
 
     async def _embed_pending(self, store: Store, model: str | None = None, batch: int = 256) -> int:
-        from lore_core.store import ItemVectors
+        from lore_core.storage.records import ItemVectors
 
         total = 0
         while True:
@@ -663,7 +580,7 @@ class StoreConformance:
             total += await store.write_vectors(model or self.MODEL, 4, done)
 
     def test_vectors_pending_then_written(self, make_store: Callable[[], Store]) -> None:
-        from lore_core.store import ItemVectors
+        from lore_core.storage.records import ItemVectors
 
         async def body(store: Store) -> None:
             await self._require_vectors(store)
@@ -753,8 +670,8 @@ class StoreConformance:
     def test_vector_search_one_hit_per_passage(self, make_store: Callable[[], Store]) -> None:
         """Vectors are written under the index of the passage they embed (a long item may
         have only some embedded), and a hit is that passage."""
-        from lore_core.passages import cut
-        from lore_core.store import ItemVectors
+        from lore_core.storage.passages import cut
+        from lore_core.storage.records import ItemVectors
 
         paragraphs = "\n\n".join(
             f"paragraph {i}: " + "filler words about nothing much " * 20 for i in range(6)
@@ -782,7 +699,7 @@ class StoreConformance:
         """End to end: the indexer embeds a long tool output's passages, the store reports
         which passage a query's vector matched, and the recall result shows that passage
         (no query word occurs in it, so only the vectors can have found it)."""
-        from lore_core.indexer import VectorIndexer
+        from lore_core.recall.indexer import VectorIndexer
         from lore_core.recall.store_engine import store_recall_engine
         from lore_core.recall.tool import format_response
 
@@ -808,7 +725,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_vectors_never_mix_dimensions(self, make_store: Callable[[], Store]) -> None:
-        from lore_core.store import ItemVectors, VectorDimensionError
+        from lore_core.storage.records import ItemVectors, VectorDimensionError
 
         async def body(store: Store) -> None:
             await self._require_vectors(store)
@@ -847,7 +764,7 @@ class StoreConformance:
     def test_vectors_persist_across_reopen(self, make_store: Callable[[], Store]) -> None:
         if not self.persistent:
             pytest.skip("this store does not persist")
-        from lore_core.store import ItemVectors
+        from lore_core.storage.records import ItemVectors
 
         async def write(store: Store) -> None:
             await self._require_vectors(store)

@@ -10,7 +10,7 @@ committed are deleted.
 
 Layout: a directory of segment files ``<number>.log``; the newest takes appends. Each
 record is a frame: ``b"LJ1 "``, the payload's length and CRC-32 (little-endian u32 each),
-then the payload (JSON of one :class:`~lore_core.store.WriteBatch`). A frame cut short by a
+then the payload (JSON of one :class:`~lore_core.storage.records.WriteBatch`). A frame cut short by a
 crash, or one that does not check out, ends its segment's replay (counted and logged).
 
 Appends go to the operating system's page cache, which survives the process: without
@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.store import Project, Session, StoredMessage, WriteBatch
+from lore_core.storage.records import Project, Session, StoredMessage, WriteBatch
 
 log = logging.getLogger("lore.journal")
 

@@ -43,13 +43,13 @@ from urllib.parse import urlsplit
 import attrs
 import httpx
 
-from lore_core.codecs.anthropic import AnthropicMessagesCodec
-from lore_core.codecs.openai_chat import OpenAIChatCodec
-from lore_core.codecs.openai_responses import OpenAIResponsesCodec
 from lore_core.config import UpstreamConfig, WorkerConfig
 from lore_core.model import TEXT, Block, Message, RequestView, Usage
-from lore_core.proxy import join_url, validate_base_url
-from lore_core.store import mask_secrets
+from lore_core.pipeline.upstream import join_url, validate_base_url
+from lore_core.storage.records import mask_secrets
+from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+from lore_core.wire.openai_chat.codec import OpenAIChatCodec
+from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
 
 log = logging.getLogger("lore.worker")
 

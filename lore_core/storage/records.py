@@ -35,9 +35,9 @@ from typing import Any
 
 import attrs
 
-from lore_core.housekeeping import strip_housekeeping
 from lore_core.model import IMAGE, OTHER, TEXT, THINKING, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message
-from lore_core.passages import call_source
+from lore_core.storage.housekeeping import strip_housekeeping
+from lore_core.storage.passages import call_source
 
 #: Bumped when the identity rule changes (it never should: ids are stored forever).
 IDENTITY_VERSION = 1
@@ -125,7 +125,7 @@ class SearchHit:
     text: str
     position: int = 0
     created_at: float = 0.0
-    #: Which passage of the item matched (:mod:`lore_core.passages`): ``text`` is then that
+    #: Which passage of the item matched (:mod:`lore_core.storage.passages`): ``text`` is then that
     #: passage, ``start``/``end`` its characters in the item's text and ``tool`` the tool
     #: it came from. ``None`` from a store that searches whole items.
     passage: int | None = None
@@ -232,7 +232,7 @@ class EmbeddingItem:
     returns items in ascending cursor order, and a store may treat "embedded" as "cursor at
     or below the highest one written", so callers write vectors for a *prefix* of what it
     returned, in order. A message comes with its ``role`` and stored ``blocks``, which its
-    passages are cut from (:func:`lore_core.passages.item_passages`); a distillation with
+    passages are cut from (:func:`lore_core.storage.passages.item_passages`); a distillation with
     its ``text``."""
 
     kind: str

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lore_core.jsonbody import clean_text, replace_lone_surrogates
 from lore_core.model import AssistantMessage, Block
+from lore_core.wire.jsonbody import clean_text, replace_lone_surrogates
 
 
 def loads_or(value: Any, default: Any = None) -> Any:

@@ -1,0 +1,1 @@
+"""The path of one model request through the gateway, a module per phase."""

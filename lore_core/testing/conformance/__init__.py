@@ -1,0 +1,1 @@
+"""Conformance suites, one per plugin kind: a plugin's tests subclass its suite."""

@@ -1,0 +1,1 @@
+"""The worker model client: background LLM calls off the request path."""
