@@ -69,6 +69,7 @@ from lore_core.recall.tool import recall_tool, tool_name
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
 from lore_core.testing.server import ThreadedServer
+from lore_core.worker.client import CODECS
 
 APIS = {
     "anthropic-messages": "/v1/messages",
@@ -658,7 +659,7 @@ def test_fuzz_malformed_bodies(
             sent = json.loads(body)
             tools = sent.get("tools")
             if isinstance(tools, list) and tools and not any(tool_name(t) == "recall" for t in tools):
-                want = {**sent, "tools": [*tools, recall_tool(api)]}
+                want = {**sent, "tools": [*tools, recall_tool(CODECS[api])]}
                 assert canonical(json.loads(seen[0].body)) == canonical(want)
             else:
                 assert seen[0].body == body

@@ -400,6 +400,7 @@ def test_responses_carry_one_date_header(gateway, fake_upstream):
 @pytest.mark.parametrize("encoding", [None, "gzip"])
 def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_upstream, encoding):
     from lore_core.recall.tool import recall_tool
+    from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
     # Odd spacing and non-ASCII text: every byte but the added tool stays as the client sent it.
     body = (
@@ -416,7 +417,7 @@ def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_ups
     assert seen.header("content-encoding") is None
     expected = {
         **json.loads(body),
-        "tools": [{"name": "Read", "input_schema": {}}, recall_tool("anthropic-messages")],
+        "tools": [{"name": "Read", "input_schema": {}}, recall_tool(AnthropicMessagesCodec())],
     }
     assert json.loads(seen.body) == expected
     cut = body.index(b"]")

@@ -524,18 +524,19 @@ def test_two_rounds_are_restored_together(gateway, fake_upstream, stream):
 
 
 def test_injecting_twice_keeps_one_recall_tool_and_stays_ours():
-    from lore_core.recall.proxy_loop import inject_tool
+    from lore_core.recall.memory import inject_tool
     from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
+    codec = AnthropicMessagesCodec()
     raw = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": [ANTHROPIC_TOOL]}
-    view = AnthropicMessagesCodec().parse(raw, json.dumps(raw).encode())
-    assert inject_tool(view) is True
-    assert inject_tool(view) is True  # composed again after an overflow: still the gateway's
+    view = codec.parse(raw, json.dumps(raw).encode())
+    assert inject_tool(codec, view) is True
+    assert inject_tool(codec, view) is True  # composed again after an overflow: still the gateway's
     assert [t["name"] for t in view.tools] == ["read_file", "recall"]
     own = {"name": "recall", "description": "mine", "input_schema": {"type": "object"}}
     raw["tools"] = [own]
-    view = AnthropicMessagesCodec().parse(raw, json.dumps(raw).encode())
-    assert inject_tool(view) is False and view.tools == [own]
+    view = codec.parse(raw, json.dumps(raw).encode())
+    assert inject_tool(codec, view) is False and view.tools == [own]
 
 
 def test_recall_after_an_overflow_retry(start_gateway, fake_upstream):
@@ -642,7 +643,7 @@ def test_the_same_marker_in_two_turns_restores_each_turn_its_own(gateway, fake_u
 
 
 def test_event_splitter_keeps_each_events_bytes_across_any_chunking():
-    from lore_core.recall.proxy_loop import EventSplitter
+    from lore_core.wire.turns import EventSplitter
 
     stream = (
         b'event: message_start\ndata: {"a": 1}\n\n'

@@ -8,14 +8,12 @@ import json
 
 import pytest
 
+from lore_core.interfaces import Codec
 from lore_core.recall import Kind, RecallEngine, RecallResponse, RecallResult, SourceHit
 from lore_core.recall.tool import (
-    ANTHROPIC,
     INPUT_SCHEMA,
     MAX_OPEN_CHARS,
     MAX_RESULT_CHARS,
-    OPENAI_CHAT,
-    OPENAI_RESPONSES,
     RESULT_CHARS,
     TOOL_LIMIT,
     TOOL_NAME,
@@ -29,6 +27,10 @@ from lore_core.recall.tool import (
 )
 from lore_core.worker.client import CODECS
 
+ANTHROPIC = "anthropic-messages"
+OPENAI_CHAT = "openai-chat"
+OPENAI_RESPONSES = "openai-responses"
+
 APIS = [ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES]
 CLIENT_TOOL = {
     ANTHROPIC: {"name": "Bash", "description": "run", "input_schema": {"type": "object"}},
@@ -38,16 +40,16 @@ CLIENT_TOOL = {
 
 
 def test_declarations_per_api():
-    a = recall_tool(ANTHROPIC)
+    a = recall_tool(CODECS[ANTHROPIC])
     assert set(a) == {"name", "description", "input_schema"} and a["name"] == "recall"
-    c = recall_tool(OPENAI_CHAT)
+    c = recall_tool(CODECS[OPENAI_CHAT])
     assert c["type"] == "function" and c["function"]["name"] == "recall"
     assert c["function"]["parameters"] == a["input_schema"]
-    r = recall_tool(OPENAI_RESPONSES)
+    r = recall_tool(CODECS[OPENAI_RESPONSES])
     assert r["type"] == "function" and r["name"] == "recall" and r["parameters"] == a["input_schema"]
     assert a["description"] == c["function"]["description"] == r["description"]
     with pytest.raises(ValueError, match="no recall tool"):
-        recall_tool("gemini")
+        recall_tool(Codec())
 
 
 def test_schema_names_the_scopes_and_arguments():
@@ -57,30 +59,32 @@ def test_schema_names_the_scopes_and_arguments():
     assert set(props) == {"query", "scope", "id", "limit"}
     json.dumps(INPUT_SCHEMA)  # plain JSON
     # Each call returns a copy: changing one cannot change the next request's tool.
-    recall_tool(ANTHROPIC)["input_schema"]["properties"]["query"]["type"] = "broken"
-    assert recall_tool(ANTHROPIC)["input_schema"]["properties"]["query"]["type"] == "string"
+    recall_tool(CODECS[ANTHROPIC])["input_schema"]["properties"]["query"]["type"] = "broken"
+    assert recall_tool(CODECS[ANTHROPIC])["input_schema"]["properties"]["query"]["type"] == "string"
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_added_last_without_changing_the_input(api):
     tools = [CLIENT_TOOL[api]]
-    out = add_recall_tool(api, tools)
+    out = add_recall_tool(CODECS[api], tools)
     assert out[0] == CLIENT_TOOL[api] and tool_name(out[-1]) == TOOL_NAME and len(out) == 2
     assert tools == [CLIENT_TOOL[api]]
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_not_added_twice_or_over_a_clients_recall(api):
-    once = add_recall_tool(api, [CLIENT_TOOL[api]])
-    assert add_recall_tool(api, once) == once
-    own = {**recall_tool(api), "description": "the client's own recall"}
-    assert add_recall_tool(api, [own]) == [own]
+    once = add_recall_tool(CODECS[api], [CLIENT_TOOL[api]])
+    assert add_recall_tool(CODECS[api], once) == once
+    own = {**recall_tool(CODECS[api]), "description": "the client's own recall"}
+    assert add_recall_tool(CODECS[api], [own]) == [own]
 
 
 def test_requests_without_tools_get_none_unless_asked():
-    assert add_recall_tool(ANTHROPIC, []) == []
-    assert add_recall_tool(ANTHROPIC, None) == []
-    assert [tool_name(t) for t in add_recall_tool(ANTHROPIC, None, only_with_tools=False)] == ["recall"]
+    assert add_recall_tool(CODECS[ANTHROPIC], []) == []
+    assert add_recall_tool(CODECS[ANTHROPIC], None) == []
+    assert [tool_name(t) for t in add_recall_tool(CODECS[ANTHROPIC], None, only_with_tools=False)] == [
+        "recall"
+    ]
 
 
 def test_tool_name_reads_every_shape():
@@ -101,7 +105,7 @@ def test_rendered_request_carries_the_tool(api):
         if api == ANTHROPIC:
             raw["max_tokens"] = 10
     view = codec.parse(raw, json.dumps(raw).encode())
-    view.tools = add_recall_tool(api, view.tools)
+    view.tools = add_recall_tool(CODECS[api], view.tools)
     view.modified = True
     rendered = codec.render(view)
     assert [tool_name(t) for t in rendered["tools"]] == [tool_name(CLIENT_TOOL[api]), "recall"]

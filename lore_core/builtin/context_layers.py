@@ -17,20 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from lore_core.context.compose import Composition, prefix_messages
 from lore_core.hookspecs import hookimpl
-from lore_core.interfaces import CompositionContext
+from lore_core.interfaces import Codec, CompositionContext
 from lore_core.model import TEXT, Block, Message, RequestView
-
-ANTHROPIC = "anthropic-messages"
-OPENAI_CHAT = "openai-chat"
-OPENAI_RESPONSES = "openai-responses"
-#: Anthropic accepts at most this many ``cache_control`` breakpoints per request.
-MAX_BREAKPOINTS = 4
-EPHEMERAL = {"type": "ephemeral"}
-EPHEMERAL_HOUR = {"type": "ephemeral", "ttl": "1h"}
 
 
 def _plan(ctx: CompositionContext) -> Composition | None:
@@ -47,10 +37,10 @@ class _Layer:
     def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
         plan = _plan(ctx)
         if plan is not None:
-            self.place(view, plan)
+            self.place(view, plan, ctx.codec)
         return view
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         raise NotImplementedError
 
 
@@ -59,19 +49,13 @@ class SystemLayer(_Layer):
 
     name, priority = "system", 100
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         view.messages = list(plan.head)
         view.modified = True
 
 
-def _ltm_place(view: RequestView, text: str, label: str) -> None:
-    body = f"<lore-{label}>\n{text}\n</lore-{label}>"
-    if view.api == ANTHROPIC:
-        view.system = [*view.system, Block(TEXT, text=body, raw={"type": "text", "text": body})]
-    elif view.api == OPENAI_RESPONSES:
-        view.system = [*view.system, Block(TEXT, text=body, raw=body)]
-    else:
-        view.messages.append(Message(role="system", blocks=[Block(TEXT, text=body)], synthetic=True))
+def _ltm_place(view: RequestView, codec: Codec, text: str, label: str) -> None:
+    codec.add_system_text(view, f"<lore-{label}>\n{text}\n</lore-{label}>")
 
 
 class LtmBaselineLayer(_Layer):
@@ -79,9 +63,9 @@ class LtmBaselineLayer(_Layer):
 
     name, priority = "ltm-baseline", 200
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         if plan.ltm_baseline:
-            _ltm_place(view, plan.ltm_baseline, "knowledge")
+            _ltm_place(view, codec, plan.ltm_baseline, "knowledge")
 
 
 class LtmContextLayer(_Layer):
@@ -89,9 +73,9 @@ class LtmContextLayer(_Layer):
 
     name, priority = "ltm-context", 300
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         if plan.ltm_context:
-            _ltm_place(view, plan.ltm_context, "context")
+            _ltm_place(view, codec, plan.ltm_context, "context")
 
 
 class DistilledPrefixLayer(_Layer):
@@ -99,7 +83,7 @@ class DistilledPrefixLayer(_Layer):
 
     name, priority = "distilled-prefix", 400
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         view.messages.extend(prefix_messages(plan.prefix))
 
 
@@ -108,7 +92,7 @@ class DeltaLayer(_Layer):
 
     name, priority = "delta-updates", 500
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         view.messages.extend(plan.deltas)
 
 
@@ -117,17 +101,16 @@ class ConversationLayer(_Layer):
 
     name, priority = "conversation", 600
 
-    def place(self, view: RequestView, plan: Composition) -> None:
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
         view.messages.extend(plan.conversation)
-        _start_with_user(view)
+        if codec.starts_with_user:
+            _start_with_user(view)
 
 
 def _start_with_user(view: RequestView) -> None:
-    """Anthropic wants the first message to be the user's: a raw window that starts right
-    after the preamble with an assistant message (nothing distilled before it) gets a
-    one-line user placeholder."""
-    if view.api != ANTHROPIC:
-        return
+    """A raw window that starts right after the preamble with an assistant message (nothing
+    distilled before it) gets a one-line user placeholder, for APIs that want the first
+    message to be the user's."""
     msgs = [m for m in view.messages if m.role in ("user", "assistant")]
     if msgs and msgs[0].role == "assistant":
         index = view.messages.index(msgs[0])
@@ -138,131 +121,14 @@ def _start_with_user(view: RequestView) -> None:
 
 
 class CacheBreakpointLayer(_Layer):
-    """Anthropic ``cache_control`` breakpoints on the gateway's stable blocks (the LTM
-    blocks, the end of the distilled prefix) and the conversation's tail, never more than
-    four counting the client's own: the client's least useful ones (markers on older
-    messages, then on its system prompt and tools) give way. OpenAI caches by prefix
-    without markers."""
+    """Where the provider should cache the prompt, as the request's codec marks it
+    (:meth:`lore_core.interfaces.Codec.place_cache_breakpoints`; providers that cache by
+    prefix need no marks)."""
 
     name, priority = "cache-breakpoints", 900
 
-    def place(self, view: RequestView, plan: Composition) -> None:
-        if view.api != ANTHROPIC:
-            return
-        place_breakpoints(view, plan)
-
-
-def _has_marker(raw: Any) -> bool:
-    return isinstance(raw, dict) and "cache_control" in raw
-
-
-def _without_marker(raw: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in raw.items() if k != "cache_control"}
-
-
-def place_breakpoints(view: RequestView, plan: Composition) -> None:
-    gateway: list[tuple[str, int, int]] = []  # (where, message/system index, block index)
-    n_client_system = len(view.system) - sum(1 for t in (plan.ltm_baseline, plan.ltm_context) if t)
-    for index in range(n_client_system, len(view.system)):
-        gateway.append(("system", index, -1))
-    prefix_at = next(
-        (i for i, m in enumerate(view.messages) if m.synthetic and m.role == "user" and len(m.blocks) > 1),
-        None,
-    )
-    if prefix_at is not None:
-        gateway.append(("message", prefix_at, len(view.messages[prefix_at].blocks) - 1))
-
-    # The client's markers, most useful first: the newest message's, then system and tools,
-    # then older messages' (the newest marker supersedes them).
-    client_messages: list[tuple[str, int, int]] = []
-    for mi, msg in enumerate(view.messages):
-        if msg.synthetic:
-            continue
-        raw = msg.raw
-        if _has_marker(raw):
-            client_messages.append(("message-raw", mi, -1))
-        content = raw.get("content") if isinstance(raw, dict) else None
-        if isinstance(content, list):
-            for bi, part in enumerate(content):
-                if _has_marker(part):
-                    client_messages.append(("message", mi, bi))
-    client_messages.reverse()
-    client_other = [("system", i, -1) for i in range(n_client_system) if _has_marker(view.system[i].raw)]
-    client_other += [("tool", i, -1) for i, tool in enumerate(view.tools) if _has_marker(tool)]
-    client = client_messages[:1] + client_other[::-1] + client_messages[1:]
-    tail_needed = not client_messages and view.messages and not view.messages[-1].synthetic
-    room = MAX_BREAKPOINTS - len(gateway) - (1 if tail_needed else 0)
-    drop = client[max(room, 0) :]
-    if len(gateway) > MAX_BREAKPOINTS:
-        gateway = gateway[-MAX_BREAKPOINTS:]
-    kept = client[: max(room, 0)]
-    for where, index, block in drop:
-        _set_marker(view, where, index, block, None)
-    # Anthropic wants 1-hour breakpoints before 5-minute ones: when a message marker the
-    # client keeps (after the gateway's) has the 1-hour TTL, so do the gateway's.
-    later_hour = any(
-        _marker_ttl(view, where, index, block) == "1h"
-        for where, index, block in kept
-        if where.startswith("message")
-    )
-    for where, index, block in gateway:
-        hour = later_hour or (
-            where == "system" and not client_other and index == n_client_system and bool(plan.ltm_baseline)
-        )
-        _set_marker(view, where, index, block, EPHEMERAL_HOUR if hour else EPHEMERAL)
-    if tail_needed and room >= 0:
-        last = view.messages[-1]
-        content = last.raw.get("content") if isinstance(last.raw, dict) else None
-        if isinstance(content, list) and content:
-            _set_marker(view, "message", len(view.messages) - 1, len(content) - 1, EPHEMERAL)
-        elif isinstance(content, str):
-            raw = {**last.raw, "content": [{"type": "text", "text": content, "cache_control": EPHEMERAL}]}
-            view.messages[-1] = attrs.evolve(last, raw=raw)
-
-
-def _marker_ttl(view: RequestView, where: str, index: int, block: int) -> str | None:
-    raw = view.messages[index].raw
-    if where == "message":
-        raw = raw.get("content")[block] if isinstance(raw, dict) else None
-    marker = raw.get("cache_control") if isinstance(raw, dict) else None
-    return marker.get("ttl") if isinstance(marker, dict) else None
-
-
-def _set_marker(view: RequestView, where: str, index: int, block: int, marker: dict[str, Any] | None) -> None:
-    """Add (``marker``) or remove (``None``) a breakpoint, copying the JSON it changes: the
-    client's parsed body stays as it was."""
-    if where == "tool":
-        tool = view.tools[index]
-        view.tools = list(view.tools)
-        view.tools[index] = _without_marker(tool) if marker is None else {**tool, "cache_control": marker}
-        return
-    if where == "system":
-        b = view.system[index]
-        raw = b.raw if isinstance(b.raw, dict) else {"type": "text", "text": b.text}
-        raw = _without_marker(raw) if marker is None else {**raw, "cache_control": marker}
-        view.system = list(view.system)
-        view.system[index] = attrs.evolve(b, raw=raw)
-        return
-    msg = view.messages[index]
-    if msg.synthetic:
-        blocks = list(msg.blocks)
-        target = blocks[block]
-        raw = target.raw if isinstance(target.raw, dict) else {"type": "text", "text": target.text}
-        blocks[block] = attrs.evolve(
-            target, raw=_without_marker(raw) if marker is None else {**raw, "cache_control": marker}
-        )
-        view.messages[index] = attrs.evolve(msg, blocks=blocks)
-        return
-    raw = dict(msg.raw)
-    if where == "message-raw":
-        raw = _without_marker(raw)
-    else:
-        content = list(raw["content"])
-        part = content[block]
-        if isinstance(part, dict):
-            content[block] = _without_marker(part) if marker is None else {**part, "cache_control": marker}
-        raw["content"] = content
-    view.messages[index] = attrs.evolve(msg, raw=raw)
+    def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
+        codec.place_cache_breakpoints(view, plan)
 
 
 LAYERS = (

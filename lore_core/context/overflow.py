@@ -70,7 +70,7 @@ def parse_overflow(status: int, body: bytes) -> Overflow | None:
         message, code = body[:2000].decode("utf-8", "replace"), ""
     if status == 413 and code == "request_too_large":
         return Overflow(message or "request too large")
-    return _overflow(message, code)
+    return overflow_in_error(message, code)
 
 
 def overflow_in_stream_error(message: str | None) -> Overflow | None:
@@ -96,10 +96,10 @@ def overflow_in_failed_response(data: str) -> Overflow | None:
     error = response.get("error") if isinstance(response, dict) else None
     if not isinstance(error, dict):
         return None
-    return _overflow(str(error.get("message") or ""), str(error.get("code") or ""))
+    return overflow_in_error(str(error.get("message") or ""), str(error.get("code") or ""))
 
 
-def _overflow(message: str, code: str) -> Overflow | None:
+def overflow_in_error(message: str, code: str) -> Overflow | None:
     """An error's message and code as an overflow: OpenAI's code says so whatever the
     message; otherwise the message must (with the numbers when it gives them)."""
     if code == "context_length_exceeded":

@@ -158,6 +158,7 @@ def truncate_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> tuple[str, b
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
+    # getattr: an exception, not a plugin; WorkerError and EmbedderUnavailable carry ``reason``.
     reason = getattr(exc, "reason", None) or str(exc) or exc.__class__.__name__
     return " ".join(str(reason).split())[:200]
 
@@ -550,9 +551,10 @@ class RecallEngine:
         fetch: int,
     ) -> Any:
         if not isinstance(vector, list):
-            vector = await vector
-            if vector is None:
+            awaited = await vector
+            if awaited is None:
                 return _NO_VECTOR
+            vector = awaited
         return await source.search_vector(vector, where, fetch)
 
     async def _run_lists(
@@ -601,6 +603,8 @@ class RecallEngine:
             allowed = filters[kind].scope.kinds
             for hit in outcome or []:
                 try:
+                    # getattr: a source (kernel-internal, not a plugin) may return hits of its
+                    # own class; without ``kind`` a hit is of the kind the source serves.
                     hit_kind = Kind(hit.kind) if getattr(hit, "kind", None) else kind
                     rid = format_id(hit_kind, str(hit.key))
                 except (RecallIdError, AttributeError, ValueError):

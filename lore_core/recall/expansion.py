@@ -151,8 +151,10 @@ async def expand_query(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # WorkerError, a broken worker object: never into recall
+        # getattr: an exception, not a plugin; WorkerError carries a one-line ``reason``.
         reason = getattr(exc, "reason", None) or str(exc) or exc.__class__.__name__
         return Expansion(skipped=f"failed: {str(reason)[:200]}")
+    # getattr: a Completer's answer is typed Any (a WorkerResult, or a test's plain string).
     text = getattr(result, "text", result)
     rephrasings = parse_rephrasings(text if isinstance(text, str) else "", query, limit)
     if not rephrasings:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lore_core.interfaces import Embedder, EmbedderUnavailable
+from lore_core.interfaces import Embedder, EmbedderUnavailable, Store
 from lore_core.recall.sources import PASSAGE_SEPARATOR, vector_index_name
 from lore_core.storage.passages import CallMemo, Passage, cut_text, message_passages
 from lore_core.storage.records import VECTOR_MESSAGE, EmbeddingItem, ItemVectors
@@ -73,7 +73,7 @@ class VectorIndexer:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         embedder: Embedder,
         batch_size: int = 64,
         max_chunks: int = DEFAULT_MAX_CHUNKS,
@@ -135,14 +135,12 @@ class VectorIndexer:
         self.state = "stopped"
 
     async def _run(self) -> None:
-        load = getattr(self.embedder, "load", None)
-        if load is not None:
-            try:
-                await load()  # at once, rather than inside the first batch
-            except EmbedderUnavailable:
-                pass  # embed() raises it again below, where it is reported
-            except Exception:
-                log.exception("vector indexer: the embedder failed to load")
+        try:
+            await self.embedder.load()  # at once, rather than inside the first batch
+        except EmbedderUnavailable:
+            pass  # embed() raises it again below, where it is reported
+        except Exception:
+            log.exception("vector indexer: the embedder failed to load")
         announced = busy = False
         await self._drop_stale_indexes()
         while not self._stopping:
@@ -229,16 +227,11 @@ class VectorIndexer:
         self._wake.clear()
 
     async def _idle_upkeep(self) -> None:
-        optimize = getattr(self.store, "optimize_vectors", None)
-        if (
-            optimize is None
-            or not self._written_since_optimize
-            or time.monotonic() - self._last_item_at < IDLE_OPTIMIZE_SECONDS
-        ):
+        if not self._written_since_optimize or time.monotonic() - self._last_item_at < IDLE_OPTIMIZE_SECONDS:
             return
         self._written_since_optimize = 0
         try:
-            await optimize(self.model)
+            await self.store.optimize_vectors(self.model)
         except Exception as exc:
             log.warning("vector indexer: compacting the index failed: %s", " ".join(str(exc).split()))
 
@@ -266,7 +259,7 @@ class VectorIndexer:
         done: list[ItemVectors] = []
         at = 0
         for item, passages in zip(items, pieces, strict=True):
-            chunk = list(vectors[at : at + len(passages)])
+            chunk: list[Sequence[float]] = list(vectors[at : at + len(passages)])
             done.append(ItemVectors(item, chunk, [p.index for p in passages]))
             at += len(passages)
         dimensions = len(vectors[0]) if vectors else int(self.embedder.dimensions)
@@ -307,9 +300,8 @@ class VectorIndexer:
             total = max(total, done)
             if progress is not None:
                 progress(done, total)
-        optimize = getattr(self.store, "optimize_vectors", None)
-        if optimize is not None and done:
-            await optimize(self.model)
+        if done:
+            await self.store.optimize_vectors(self.model)
         return done
 
     # -- reporting ---------------------------------------------------------------------------

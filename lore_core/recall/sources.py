@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from lore_core.interfaces import Embedder, Store
 from lore_core.recall.ids import Kind, Scope
 from lore_core.storage.passages import (
     PASSAGE_RULES,
@@ -28,6 +29,7 @@ from lore_core.storage.passages import (
     passage_key,
     split_key,
 )
+from lore_core.storage.records import SearchHit
 
 #: Meta keys of a passage hit (:mod:`lore_core.storage.passages`): the item it belongs to (its key
 #: without the passage index), the passage's index, its ``(start, end)`` characters in the
@@ -154,7 +156,7 @@ def _hit_meta(h: Any) -> dict[str, Any]:
     }
 
 
-def _source_hit(h: Any) -> SourceHit:
+def _source_hit(h: SearchHit) -> SourceHit:
     """A store hit (BM25 or vector) as a source hit: the store's one corpus holds messages
     and distillations, whose ids are ``d:<id>`` with role ``distillation``. A passage hit's
     key is ``<item>:<passage>``, so both legs name the same unit."""
@@ -162,7 +164,7 @@ def _source_hit(h: Any) -> SourceHit:
     if key.startswith(_DISTILLATION_PREFIX) or h.role == _DISTILLATION_ROLE:
         key, kind = key.removeprefix(_DISTILLATION_PREFIX), Kind.DISTILLATION
     meta = _hit_meta(h)
-    passage = getattr(h, "passage", None)
+    passage = h.passage  # None from a store that searches whole items
     if passage is not None:
         meta |= {ITEM: key, PASSAGE: passage, SPAN: (h.start, h.end), TOOL: h.tool, SOURCE: h.source}
         key = passage_key(key, passage)
@@ -225,17 +227,17 @@ class StoreMessageSource:
         return SourceHit(key=m.id, score=0.0, text=text, meta=meta, kind=Kind.MESSAGE)
 
 
-def embedder_model(embedder: Any) -> str:
+def embedder_model(embedder: Embedder) -> str:
     """The embedder's vector space: the provider's model (``model_id``) when it says, else
     its provider name. A different model is a different vector space."""
-    return str(getattr(embedder, "model_id", None) or embedder.name)
+    return str(embedder.model_id or embedder.name)
 
 
 #: Between the model and the passage rules in a vector index's name.
 PASSAGE_SEPARATOR = "@"
 
 
-def vector_index_name(embedder: Any) -> str:
+def vector_index_name(embedder: Embedder) -> str:
     """The name a vector index is keyed by: the model and the passage rules, so vectors of
     another model, or of passages cut by other rules, are never compared with these."""
     return f"{embedder_model(embedder)}{PASSAGE_SEPARATOR}{PASSAGE_RULES}"
@@ -252,7 +254,7 @@ class StoreVectorSource:
     dropped."""
 
     def __init__(
-        self, store: Any, model: str, name: str = "store", min_similarity: float | None = None
+        self, store: Store, model: str, name: str = "store", min_similarity: float | None = None
     ) -> None:
         self.store = store
         self.model = model
@@ -265,12 +267,8 @@ class StoreVectorSource:
     ) -> list[SourceHit]:
         if self.unsupported:
             return []
-        search = getattr(self.store, "vector_search", None)
-        if search is None:
-            self.unsupported = True
-            return []
         try:
-            hits = await search(
+            hits = await self.store.vector_search(
                 self.model, list(vector), session_id=where.session, project=where.project, limit=limit
             )
         except NotImplementedError:
@@ -285,16 +283,13 @@ class StoreDistillationOpener:
     """``d:`` ids opened through the store's ``get_distillation`` (a store without
     distillations answers "not found")."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     async def open(self, key: str) -> SourceHit | None:
-        get = getattr(self.store, "get_distillation", None)
-        if get is None:
-            return None
         item, index = split_key(key)
         try:
-            d = await get(item)
+            d = await self.store.get_distillation(item)
         except NotImplementedError:
             return None
         if d is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lore_core.interfaces import Embedder, Store
 from lore_core.recall.engine import RecallEngine, RecallResponse
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS
 from lore_core.recall.ids import Kind, RecallIdError, parse_id
@@ -26,9 +27,9 @@ NO_EMBEDDER = "no embedding provider is installed"
 
 
 def store_recall_engine(
-    store: Any,
+    store: Store,
     worker: Any = None,
-    embedder: Any = None,
+    embedder: Embedder | None = None,
     expand: bool = False,
     expansion_timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> RecallEngine:
@@ -45,9 +46,7 @@ def store_recall_engine(
     messages = StoreMessageSource(store)
     engine.add_text_source(Kind.MESSAGE, messages)
     if embedder is not None:
-        source = StoreVectorSource(
-            store, vector_index_name(embedder), min_similarity=getattr(embedder, "min_similarity", None)
-        )
+        source = StoreVectorSource(store, vector_index_name(embedder), min_similarity=embedder.min_similarity)
         engine.add_vector_source(Kind.MESSAGE, source)
     else:
         engine.vectors_unavailable = NO_EMBEDDER

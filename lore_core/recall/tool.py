@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.interfaces import Codec
 from lore_core.recall.cascade import query_terms
 from lore_core.recall.engine import GAP, MAX_LIMIT, TEXTS, RecallEngine, RecallResponse, RecallResult
 from lore_core.recall.ids import Scope
@@ -67,10 +68,6 @@ INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-ANTHROPIC = "anthropic-messages"
-OPENAI_CHAT = "openai-chat"
-OPENAI_RESPONSES = "openai-responses"
-
 # Bounds of the tool result: it enters the conversation and is paid for on every later
 # turn (cached or not), so a search answers with passages and opening one item with the
 # region around one passage (the model pages on from there).
@@ -88,23 +85,15 @@ SNIPPET_CHARS = 500
 MARKER_QUERY_CHARS = 80
 
 
-def recall_tool(api: str) -> dict[str, Any]:
-    """The tool declaration for ``api`` (a fresh dict: callers may change it)."""
-    schema = json.loads(json.dumps(INPUT_SCHEMA))
-    if api == ANTHROPIC:
-        return {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": schema}
-    if api == OPENAI_CHAT:
-        return {
-            "type": "function",
-            "function": {"name": TOOL_NAME, "description": DESCRIPTION, "parameters": schema},
-        }
-    if api == OPENAI_RESPONSES:
-        return {"type": "function", "name": TOOL_NAME, "description": DESCRIPTION, "parameters": schema}
-    raise ValueError(f"no recall tool for API {api!r}")
+def recall_tool(codec: Codec) -> dict[str, Any]:
+    """The tool declaration in ``codec``'s API (a fresh dict: callers may change it)."""
+    if codec.recall is None:
+        raise ValueError(f"the {codec.api or type(codec).__name__} codec declares no recall tool")
+    return codec.recall.tool(TOOL_NAME, DESCRIPTION, json.loads(json.dumps(INPUT_SCHEMA)))
 
 
 def tool_name(tool: object) -> str | None:
-    """The name of a tool entry of any of the three APIs (``None`` when it has none)."""
+    """The name of a tool entry, ``name`` or ``function.name`` (``None`` when it has none)."""
     if not isinstance(tool, Mapping):
         return None
     function = tool.get("function")
@@ -114,7 +103,7 @@ def tool_name(tool: object) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def add_recall_tool(api: str, tools: Sequence[Any] | None, *, only_with_tools: bool = True) -> list[Any]:
+def add_recall_tool(codec: Codec, tools: Sequence[Any] | None, *, only_with_tools: bool = True) -> list[Any]:
     """``tools`` with the recall tool appended: a new list, the input is not changed.
 
     Unchanged (but copied) when a tool named ``recall`` already exists (the client's own
@@ -127,7 +116,7 @@ def add_recall_tool(api: str, tools: Sequence[Any] | None, *, only_with_tools: b
         return current
     if any(tool_name(t) == TOOL_NAME for t in current):
         return current
-    current.append(recall_tool(api))
+    current.append(recall_tool(codec))
     return current
 
 

@@ -14,7 +14,16 @@ class UnsupportedEncoding(ValueError):
 
 
 class Decoder(Protocol):
+    """An incremental decoder (zlib's and zstandard's decompress objects are ones)."""
+
     def decompress(self, data: bytes) -> bytes: ...
+
+    def flush(self) -> bytes:
+        """What is still buffered once the input has ended."""
+        ...
+
+    @property
+    def eof(self) -> bool: ...
 
 
 class _Identity:
@@ -23,6 +32,9 @@ class _Identity:
     def decompress(self, data: bytes) -> bytes:
         return data
 
+    def flush(self) -> bytes:
+        return b""
+
 
 class _Brotli:
     def __init__(self) -> None:
@@ -30,6 +42,9 @@ class _Brotli:
 
     def decompress(self, data: bytes) -> bytes:
         return self._d.process(data)
+
+    def flush(self) -> bytes:
+        return b""  # brotli's decompressor buffers nothing past what process() returned
 
     @property
     def eof(self) -> bool:
@@ -47,9 +62,15 @@ class _Chain:
             data = decoder.decompress(data)
         return data
 
+    def flush(self) -> bytes:
+        data = b""
+        for decoder in self._decoders:
+            data = (decoder.decompress(data) if data else b"") + decoder.flush()
+        return data
+
     @property
     def eof(self) -> bool:
-        return all(getattr(d, "eof", True) for d in self._decoders)
+        return all(d.eof for d in self._decoders)
 
 
 def _one(name: str) -> Decoder:

@@ -25,11 +25,16 @@ def loads_object(text: str) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
     the positions would be ambiguous); ``json.loads`` then gives the caller its answer and
     error message.
     """
-    skip = _SPACE.match
-    i = skip(text, 0).end()
+
+    def skip(at: int) -> int:
+        """Past the whitespace at ``at`` (the pattern also matches nothing)."""
+        match = _SPACE.match(text, at)
+        return match.end() if match is not None else at
+
+    i = skip(0)
     if not text.startswith("{", i):
         raise ValueError("not a JSON object")
-    i = skip(text, i + 1).end()
+    i = skip(i + 1)
     obj: dict[str, Any] = {}
     spans: dict[str, tuple[int, int]] = {}
     if text.startswith("}", i):
@@ -39,23 +44,23 @@ def loads_object(text: str) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
             if not text.startswith('"', i):
                 raise ValueError("expected a member name")
             key, i = _DECODER.raw_decode(text, i)
-            i = skip(text, i).end()
+            i = skip(i)
             if not text.startswith(":", i):
                 raise ValueError("expected ':'")
-            start = skip(text, i + 1).end()
+            start = skip(i + 1)
             value, i = _DECODER.raw_decode(text, start)
             if key in obj:
                 raise ValueError(f"repeated member {key!r}")
             obj[key], spans[key] = value, (start, i)
-            i = skip(text, i).end()
+            i = skip(i)
             if text.startswith(",", i):
-                i = skip(text, i + 1).end()
+                i = skip(i + 1)
             elif text.startswith("}", i):
                 end = i + 1
                 break
             else:
                 raise ValueError("expected ',' or '}'")
-    if skip(text, end).end() != len(text):
+    if skip(end) != len(text):
         raise ValueError("extra data after the object")
     return obj, spans
 

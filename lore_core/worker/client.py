@@ -44,7 +44,8 @@ import attrs
 import httpx
 
 from lore_core.config import UpstreamConfig, WorkerConfig
-from lore_core.model import TEXT, Block, Message, RequestView, Usage
+from lore_core.interfaces import Codec
+from lore_core.model import Usage
 from lore_core.pipeline.upstream import join_url, validate_base_url
 from lore_core.storage.records import mask_secrets
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
@@ -79,18 +80,11 @@ CREDENTIAL_HEADERS = frozenset(
     }
 )
 
-CODECS: dict[str, Any] = {
-    "anthropic-messages": AnthropicMessagesCodec(),
-    "openai-chat": OpenAIChatCodec(),
-    "openai-responses": OpenAIResponsesCodec(),
+#: The wire APIs a worker speaks when the gateway does not hand it the registered codecs
+#: (tools and tests building a client alone), by API name.
+CODECS: dict[str, Codec] = {
+    codec.api: codec for codec in (AnthropicMessagesCodec(), OpenAIChatCodec(), OpenAIResponsesCodec())
 }
-API_PATHS = {
-    "anthropic-messages": "/v1/messages",
-    "openai-chat": "/v1/chat/completions",
-    "openai-responses": "/v1/responses",
-}
-PROVIDER_OF_API = {"anthropic-messages": "anthropic", "openai-chat": "openai", "openai-responses": "openai"}
-DEFAULT_API_OF_PROVIDER = {"anthropic": "anthropic-messages", "openai": "openai-chat"}
 
 PriceFor = Callable[[str, Usage], float]
 
@@ -170,14 +164,11 @@ class _Target:
     """Where one call goes; carries credentials, so it is never logged whole."""
 
     api: str
+    provider: str
     url: str
     model: str
     headers: dict[str, str]
     source: str  # "configured" | "session"
-
-    @property
-    def provider(self) -> str:
-        return PROVIDER_OF_API[self.api]
 
     @property
     def breaker_key(self) -> str:
@@ -269,35 +260,6 @@ def default_price_for(model: str, usage: Usage) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
-def guess_api(model: str) -> str:
-    """The wire API for a configured upstream with no ``worker.api``: Anthropic for Claude
-    models, Chat Completions (what local servers speak) for anything else."""
-    return "anthropic-messages" if model.lower().startswith("claude") else "openai-chat"
-
-
-def build_request(api: str, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    """The JSON body of a one-turn, non-streamed request, rendered by the API's codec."""
-    codec = CODECS[api]
-    raw: dict[str, Any] = {"model": model}
-    if api == "anthropic-messages":
-        raw["max_tokens"] = max_tokens
-    elif api == "openai-chat":
-        raw["max_completion_tokens"] = max_tokens
-    else:
-        raw["max_output_tokens"] = max_tokens
-        # Background calls must not leave conversations stored at the provider.
-        raw["store"] = False
-    user = Message(role="user", blocks=[Block(TEXT, text=prompt)], synthetic=True)
-    view = RequestView(api=api, raw=raw, body=b"", model=model)
-    if api == "openai-chat":
-        # The Chat codec has no separate system field: the system prompt is a message.
-        view.messages = [Message(role="system", blocks=[Block(TEXT, text=system)], synthetic=True), user]
-    else:
-        view.system = [Block(TEXT, text=system)] if system else []
-        view.messages = [user]
-    return codec.render(view)
-
-
 class WorkerClient:
     """Bounded, retrying, circuit-broken client for the worker model. Async; one per gateway.
 
@@ -315,8 +277,15 @@ class WorkerClient:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Any] = asyncio.sleep,
         transport: httpx.AsyncBaseTransport | None = None,
+        codecs: Mapping[str, Codec] | None = None,
     ) -> None:
         self.config = config or WorkerConfig()
+        # The APIs the worker can speak: those whose codec renders a one-turn request.
+        self.codecs = {
+            api: codec
+            for api, codec in (CODECS if codecs is None else codecs).items()
+            if codec.worker_request("model", "", "", 1) is not None
+        }
         self.upstream = upstream or UpstreamConfig()
         self.price_for = price_for or default_price_for
         self._clock = clock
@@ -375,10 +344,10 @@ class WorkerClient:
         """
         items = headers.items() if isinstance(headers, Mapping) else headers
         kept = {k.lower(): v for k, v in items if k.lower() in CREDENTIAL_HEADERS}
-        if api not in CODECS:
-            api = DEFAULT_API_OF_PROVIDER.get(provider, "openai-chat")
+        if api not in self.codecs:
+            api = self._default_api(provider)
         self._sessions[session_id] = _Credentials(
-            provider=PROVIDER_OF_API[api],
+            provider=self.codecs[api].provider,
             api=api,
             upstream=validate_base_url(upstream_url),
             headers=kept,
@@ -402,8 +371,10 @@ class WorkerClient:
             model = cfg.model or (creds.model if creds else None) or ""
             if not model:
                 raise NoWorker("worker.model is not set (needed with worker.upstream / worker.apiKey)")
-            api = cfg.api or (creds.api if creds and not cfg.upstream else guess_api(model))
-            provider = PROVIDER_OF_API[api]
+            api = cfg.api or (creds.api if creds and not cfg.upstream else self._guess_api(model))
+            if api not in self.codecs:
+                raise NoWorker(f"worker.api {api!r}: no codec for it can make worker requests")
+            provider = self.codecs[api].provider
             url = validate_base_url(cfg.upstream or getattr(self.upstream, provider))
             headers: dict[str, str] = {}
             if cfg.api_key:
@@ -411,14 +382,29 @@ class WorkerClient:
                     headers["x-api-key"] = cfg.api_key
                 else:
                     headers["authorization"] = f"Bearer {cfg.api_key}"
-            return _Target(api, url, model, headers, "configured")
+            return _Target(api, provider, url, model, headers, "configured")
         if creds is None:
             raise NoWorker("no worker configured and no session credentials seen yet")
         model = cfg.model or creds.model or ""
         if not model:
             raise NoWorker("the session's model is unknown and worker.model is not set")
         api = cfg.api or creds.api
-        return _Target(api, creds.upstream, model, dict(creds.headers), "session")
+        if api not in self.codecs:
+            raise NoWorker(f"worker.api {api!r}: no codec for it can make worker requests")
+        return _Target(api, self.codecs[api].provider, creds.upstream, model, dict(creds.headers), "session")
+
+    def _default_api(self, provider: str) -> str:
+        """The API the worker speaks to a provider when a session's own is unknown: the
+        first registered codec of that provider that is its default for worker calls."""
+        for api, codec in self.codecs.items():
+            if codec.provider == provider and codec.worker_default:
+                return api
+        return next((api for api, c in self.codecs.items() if c.worker_default), next(iter(self.codecs)))
+
+    def _guess_api(self, model: str) -> str:
+        """The API for a configured upstream with no ``worker.api``: Anthropic's for Claude
+        models, else the OpenAI default (Chat Completions: what local servers speak)."""
+        return self._default_api("anthropic" if model.lower().startswith("claude") else "openai")
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -438,9 +424,11 @@ class WorkerClient:
         """
         try:
             target = self._target(session_id)
-            body = build_request(
-                target.api, target.model, system, prompt, max_tokens or self.config.max_output_tokens
+            body = self.codecs[target.api].worker_request(
+                target.model, system, prompt, max_tokens or self.config.max_output_tokens
             )
+            if body is None:
+                raise NoWorker(f"the {target.api} codec makes no worker requests")
             breaker = self._breaker(target)
             self._admit(breaker)
         except WorkerUnavailable:
@@ -479,7 +467,8 @@ class WorkerClient:
 
     async def _attempts(self, target: _Target, body: dict[str, Any], purpose: str) -> WorkerResult:
         cfg = self.config
-        url = join_url(target.url, API_PATHS[target.api], "")
+        codec = self.codecs[target.api]
+        url = join_url(target.url, codec.request_path or codec.paths[0], "")
         headers = {"content-type": "application/json", "accept": "application/json", **target.headers}
         if target.provider == "anthropic":
             headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
@@ -531,7 +520,7 @@ class WorkerClient:
             raise WorkerError("answer is not JSON", 200) from exc
         if not isinstance(data, dict):
             raise WorkerError("answer is not a JSON object", 200)
-        message = CODECS[target.api].parse_response(data)
+        message = self.codecs[target.api].parse_response(data)
         if message.error or not message.complete:
             raise WorkerError(f"answer reports an error: {message.error or 'incomplete'}", 200)
         text = message.text.strip()

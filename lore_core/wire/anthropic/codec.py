@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lore_core.interfaces import Codec, EditPolicy
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -18,6 +19,9 @@ from lore_core.model import (
     RequestView,
     Usage,
 )
+from lore_core.wire.anthropic.cache import place_breakpoints
+from lore_core.wire.anthropic.editor import AnthropicBufferedEditor, AnthropicStreamEditor
+from lore_core.wire.anthropic.recall import AnthropicRecall
 from lore_core.wire.fields import (
     as_dict,
     as_int,
@@ -115,10 +119,35 @@ def parse_usage(raw: Any) -> Usage:
     )
 
 
-class AnthropicMessagesCodec:
+class AnthropicMessagesCodec(Codec):
     api = "anthropic-messages"
     provider = "anthropic"
     paths = ("/v1/messages",)
+    worker_default = True
+    starts_with_user = True
+
+    def __init__(self) -> None:
+        self.recall = AnthropicRecall(self)
+
+    def stream_editor(self, policy: EditPolicy) -> AnthropicStreamEditor:
+        return AnthropicStreamEditor(policy)
+
+    def buffered_editor(self, policy: EditPolicy) -> AnthropicBufferedEditor:
+        return AnthropicBufferedEditor(policy)
+
+    def add_system_text(self, view: RequestView, text: str) -> None:
+        view.system = [*view.system, Block(TEXT, text=text, raw={"type": "text", "text": text})]
+
+    def place_cache_breakpoints(self, view: RequestView, plan: Any) -> None:
+        place_breakpoints(view, plan)
+
+    def worker_request(self, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+        view = RequestView(
+            api=self.api, raw={"model": model, "max_tokens": max_tokens}, body=b"", model=model
+        )
+        view.system = [Block(TEXT, text=system)] if system else []
+        view.messages = [Message(role="user", blocks=[Block(TEXT, text=prompt)], synthetic=True)]
+        return self.render(view)
 
     def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
         messages = []

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from lore_core.interfaces import Codec, EditPolicy
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -29,6 +30,8 @@ from lore_core.wire.fields import (
     status_error_kind,
     well_formed,
 )
+from lore_core.wire.openai_chat.editor import ChatBufferedEditor, ChatStreamEditor
+from lore_core.wire.openai_chat.recall import ChatRecall
 from lore_core.wire.sse import SSEParser
 
 
@@ -113,10 +116,31 @@ def parse_usage(raw: Any) -> Usage:
     )
 
 
-class OpenAIChatCodec:
+class OpenAIChatCodec(Codec):
     api = "openai-chat"
     provider = "openai"
     paths = ("/chat/completions",)
+    worker_default = True
+    request_path = "/v1/chat/completions"
+
+    def __init__(self) -> None:
+        self.recall = ChatRecall(self)
+
+    def stream_editor(self, policy: EditPolicy) -> ChatStreamEditor:
+        return ChatStreamEditor(policy)
+
+    def buffered_editor(self, policy: EditPolicy) -> ChatBufferedEditor:
+        return ChatBufferedEditor(policy)
+
+    def worker_request(self, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+        raw = {"model": model, "max_completion_tokens": max_tokens}
+        view = RequestView(api=self.api, raw=raw, body=b"", model=model)
+        # Chat has no separate system field: the system prompt is a message.
+        view.messages = [
+            Message(role="system", blocks=[Block(TEXT, text=system)], synthetic=True),
+            Message(role="user", blocks=[Block(TEXT, text=prompt)], synthetic=True),
+        ]
+        return self.render(view)
 
     def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
         messages = [

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from lore_core.interfaces import Codec, EditPolicy
 from lore_core.model import (
     IMAGE,
     OTHER,
@@ -30,6 +31,8 @@ from lore_core.wire.fields import (
     status_error_kind,
     well_formed,
 )
+from lore_core.wire.openai_responses.editor import ResponsesBufferedEditor, ResponsesStreamEditor
+from lore_core.wire.openai_responses.recall import ResponsesRecall
 from lore_core.wire.sse import SSEParser
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
@@ -132,10 +135,51 @@ def _output_blocks(items: list[Any]) -> list[Block]:
     return blocks
 
 
-class OpenAIResponsesCodec:
+class OpenAIResponsesCodec(Codec):
     api = "openai-responses"
     provider = "openai"
     paths = ("/responses",)
+    request_path = "/v1/responses"
+
+    def __init__(self) -> None:
+        self.recall = ResponsesRecall(self)
+
+    def stream_editor(self, policy: EditPolicy) -> ResponsesStreamEditor:
+        return ResponsesStreamEditor(policy)
+
+    def buffered_editor(self, policy: EditPolicy) -> ResponsesBufferedEditor:
+        return ResponsesBufferedEditor(policy)
+
+    def add_system_text(self, view: RequestView, text: str) -> None:
+        view.system = [*view.system, Block(TEXT, text=text, raw=text)]
+
+    opening_events = frozenset({"", "response.created", "response.in_progress", "response.queued"})
+
+    def stream_error(self, name: str, data: str) -> tuple[str, str] | None:
+        if name != "response.failed":
+            return None
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return "", ""
+        error = as_dict(as_dict(payload).get("response")).get("error")
+        if not isinstance(error, dict):
+            return "", ""
+        return str(error.get("message") or ""), str(error.get("code") or "")
+
+    def may_fail_after_start(self, view: RequestView) -> bool:
+        # OpenAI fails an input past the context window after the stream opened (HTTP 200,
+        # response.created, then response.failed). A request continuing server-side state
+        # cannot be made shorter here.
+        return not view.raw.get("previous_response_id")
+
+    def worker_request(self, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+        # Background calls must not leave conversations stored at the provider.
+        raw = {"model": model, "max_output_tokens": max_tokens, "store": False}
+        view = RequestView(api=self.api, raw=raw, body=b"", model=model)
+        view.system = [Block(TEXT, text=system)] if system else []
+        view.messages = [Message(role="user", blocks=[Block(TEXT, text=prompt)], synthetic=True)]
+        return self.render(view)
 
     def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
         items = raw.get("input")
@@ -214,7 +258,7 @@ class OpenAIResponsesCodec:
         if not stream:
             return json.dumps(response).encode(), "application/json"
         pending = {**response, "status": "in_progress", "output": []}
-        events = [
+        events: list[tuple[str, dict[str, Any]]] = [
             ("response.created", {"response": pending}),
             (
                 "response.output_item.added",

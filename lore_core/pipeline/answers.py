@@ -1,0 +1,33 @@
+"""Responses the gateway makes itself: JSON, and errors in the wire API's own shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from quart import Response
+
+from lore_core.interfaces import Codec
+
+
+class ClientError(Exception):
+    """A client mistake, answered with a 4xx in the API's own error shape."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json_response(status: int, payload: Any) -> Response:
+    return Response(json.dumps(payload), status=status, content_type="application/json")
+
+
+def error_response(codec: Codec | None, status: int, message: str, provider: str | None = None) -> Response:
+    """An error in the wire API's own shape (OpenAI's shape when the API is unknown)."""
+    if codec is not None:
+        return json_response(status, codec.error_body(status, message))
+    if provider == "anthropic":
+        return json_response(status, {"type": "error", "error": {"type": "api_error", "message": message}})
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return json_response(status, {"error": {"message": message, "type": kind, "param": None, "code": None}})

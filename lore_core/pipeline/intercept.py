@@ -1,0 +1,45 @@
+"""Intercept: requests the gateway answers itself, by the registered request handlers
+(:class:`lore_core.interfaces.RequestHandler`), before anything goes upstream."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from quart import Response
+
+from lore_core.model import TEXT, AssistantMessage, Block, Exchange
+from lore_core.pipeline.turn import Turn
+
+if TYPE_CHECKING:
+    from lore_core.gateway import Gateway
+
+log = logging.getLogger("lore.pipeline")
+
+
+async def intercept(gateway: Gateway, turn: Turn) -> Response | None:
+    """The first handler's answer in the API's shape, or ``None``: the request goes on."""
+    for handler in gateway.request_handlers:
+        answer = await handler.answer(turn, gateway)
+        if answer is None:
+            continue
+        view = turn.view
+        body, content_type = turn.codec.render_response(answer.text, view.model, view.stream)
+        if answer.store:
+            gateway.exchange_finished(
+                Exchange(
+                    api=turn.codec.api,
+                    path=turn.path,
+                    request=view,
+                    harness=turn.harness_name,
+                    session_id=turn.session_id,
+                    project=turn.project,
+                    upstream="lore",
+                    status=200,
+                    response=AssistantMessage(
+                        blocks=[Block(TEXT, text=answer.text)], model=view.model, complete=True
+                    ),
+                )
+            )
+        return Response(body, status=200, content_type=content_type)
+    return None

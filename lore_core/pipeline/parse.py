@@ -1,0 +1,125 @@
+"""Parse: read the request body (bounded, decoded), parse it with the API's codec, and
+identify the harness, session and project. Everything after works on the :class:`Turn`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from quart import request
+
+from lore_core.interfaces import Codec, RequestContext
+from lore_core.pipeline.answers import ClientError
+from lore_core.pipeline.turn import Spans, Turn
+from lore_core.wire.encoding import decode_body
+from lore_core.wire.jsonbody import loads_object, may_hold_lone_surrogates, replace_lone_surrogates
+
+if TYPE_CHECKING:
+    from lore_core.gateway import Gateway
+
+log = logging.getLogger("lore.pipeline")
+
+
+class Unparsed(Exception):
+    """The codec could not model a valid JSON body: it is passed through untouched."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__("unparsed request body")
+        self.body = body
+
+
+async def parse(gateway: Gateway, codec: Codec, path: str) -> Turn:
+    """The request as a :class:`Turn`, identified. Raises :class:`ClientError` (a 4xx) or
+    :class:`Unparsed`."""
+    body, decoded, raw, spans = await read_json_body(gateway)
+    try:
+        view = codec.parse(raw, decoded)
+    except Exception:
+        # A body we cannot model is still a valid request: pass it through untouched.
+        log.exception("%s codec could not parse a request; passing it through", codec.api)
+        raise Unparsed(body) from None
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    turn = Turn(
+        codec=codec,
+        path=path,
+        method=request.method,
+        query=request.query_string.decode("latin-1"),
+        headers=headers,
+        client_headers=client_headers(),
+        body=body,
+        raw=raw,
+        spans=spans,
+        view=view,
+    )
+    turn.ctx = RequestContext(path=path, headers=headers, view=view, gateway_cwd=gateway.cwd)
+    turn.harness, turn.session_id, turn.project = gateway.identify(turn.ctx)
+    await gateway.amnesia.load(turn.session_id)  # cached after the session's first request
+    return turn
+
+
+async def read_body(gateway: Gateway) -> bytes:
+    limit = gateway.config.server.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ClientError(
+            413, f"request body of {declared} bytes exceeds the gateway's limit of {limit} bytes"
+        )
+    chunks, size = [], 0
+    async for chunk in request.body:
+        size += len(chunk)
+        if size > limit:
+            raise ClientError(413, f"request body exceeds the gateway's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+#: Python's JSON parser gives up past its recursion limit (about 1,000 levels); no API
+#: request nests anywhere near that.
+TOO_DEEP = "the request body nests too deeply to be a model request"
+
+
+async def read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any], Spans | None]:
+    """(bytes as sent, decoded bytes, parsed object, (the decoded text, where each member's
+    value lies in it) or ``None``), or a :class:`ClientError`."""
+    body = await read_body(gateway)
+    content_type = request.headers.get("content-type", "")
+    mime = content_type.split(";")[0].strip().lower()
+    if mime and mime != "application/json" and not mime.endswith("+json"):
+        raise ClientError(415, f"expected a JSON body (Content-Type: application/json), got {content_type!r}")
+    try:
+        decoded = decode_body(body, request.headers.get("content-encoding"))
+    except ValueError as exc:
+        raise ClientError(400, f"cannot decode the request body: {exc}") from None
+    if not decoded.strip():
+        raise ClientError(400, "the request body is empty; expected a JSON object")
+    try:
+        # Decoded as json.loads decodes bytes.
+        encoding = json.detect_encoding(decoded)
+        text = decoded.decode(encoding, "surrogatepass")
+        raw, spans = loads_object(text)
+        if may_hold_lone_surrogates(text, decoded, encoding):
+            # What the gateway reads, stores and hashes must be valid Unicode; the bytes
+            # forwarded stay the client's (the provider judges them).
+            raw = replace_lone_surrogates(raw)
+        return body, decoded, raw, (text, spans)
+    except ValueError:
+        pass  # json.loads says what is wrong, or parses what loads_object does not cover
+    except RecursionError:
+        raise ClientError(400, TOO_DEEP) from None
+    try:
+        raw = json.loads(decoded)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ClientError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ClientError(400, TOO_DEEP) from None
+    if not isinstance(raw, dict):
+        raise ClientError(400, f"the request body must be a JSON object, got {type(raw).__name__}")
+    return body, decoded, replace_lone_surrogates(raw), None
+
+
+def client_headers() -> list[tuple[str, str]]:
+    """The headers exactly as the client sent them (the raw ASGI list). Quart's
+    ``request.headers`` also holds headers it adds itself, such as ``Remote-Addr``, which
+    must not travel upstream."""
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.scope["headers"]]

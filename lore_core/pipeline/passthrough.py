@@ -1,0 +1,75 @@
+"""Passthrough: what the pipeline does not model (models list, count_tokens, files, ...)
+goes upstream and back unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import httpx
+from quart import Response, request
+from werkzeug.datastructures import Headers
+
+from lore_core.pipeline.answers import ClientError, error_response
+from lore_core.pipeline.parse import client_headers, read_body
+from lore_core.pipeline.upstream import (
+    BadUpstreamURL,
+    UpstreamError,
+    forward_headers,
+    join_url,
+    response_headers,
+    upstream_path,
+)
+
+if TYPE_CHECKING:
+    from lore_core.gateway import Gateway
+
+log = logging.getLogger("lore.pipeline")
+
+
+async def passthrough(gateway: Gateway, path: str, body: bytes | None = None) -> Response:
+    """Forward anything the pipeline does not model (models list, count_tokens, files, ...)."""
+    if body is None:
+        try:
+            body = await read_body(gateway)
+        except ClientError as exc:
+            return error_response(None, exc.status, exc.message)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    provider = _guess_provider(path, headers)
+    try:
+        base = gateway.upstream.resolve(provider, None, headers)
+    except BadUpstreamURL as exc:
+        return error_response(None, 400, f"X-Lore-Upstream-URL: {exc}")
+    url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
+    try:
+        upstream = await gateway.upstream.send(
+            request.method, url, forward_headers(client_headers()), body or None
+        )
+    except UpstreamError as exc:
+        gateway.stats["upstream_errors"] += 1
+        return error_response(
+            None, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}", provider
+        )
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            log.warning("upstream %s broke off: %s", base, exc)
+        finally:
+            await asyncio.shield(upstream.aclose())
+
+    response = Response(
+        relay(), status=upstream.status_code, headers=Headers(response_headers(upstream.headers))
+    )
+    response.timeout = None
+    return response
+
+
+def _guess_provider(path: str, headers: dict[str, str]) -> str:
+    if "/messages" in path or "anthropic-version" in headers or "x-api-key" in headers:
+        return "anthropic"
+    return "openai"

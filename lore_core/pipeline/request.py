@@ -1,0 +1,147 @@
+"""The path of one model request, top to bottom: parse, intercept, compose, send, overflow
+retry, relay. Each phase is a module of this package and works on the request's
+:class:`~lore_core.pipeline.turn.Turn`."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from quart import Response
+from werkzeug.datastructures import Headers
+
+from lore_core.interfaces import Codec, EditPolicy
+from lore_core.pipeline import overflow
+from lore_core.pipeline.answers import ClientError, error_response
+from lore_core.pipeline.compose import compose, prepare
+from lore_core.pipeline.intercept import intercept
+from lore_core.pipeline.parse import Unparsed, parse
+from lore_core.pipeline.passthrough import passthrough
+from lore_core.pipeline.relay import Relay
+from lore_core.pipeline.send import send, upstream_failed
+from lore_core.pipeline.turn import Turn
+from lore_core.pipeline.upstream import response_headers
+from lore_core.recall.rounds import RecallRounds, run_for
+
+if TYPE_CHECKING:
+    from lore_core.gateway import Gateway
+
+log = logging.getLogger("lore.pipeline")
+
+
+async def handle(gateway: Gateway, codec: Codec, path: str) -> Response:
+    """One request of a wire API the gateway models, from client to upstream and back."""
+    try:
+        turn = await parse(gateway, codec, path)
+    except ClientError as exc:
+        return error_response(codec, exc.status, exc.message)
+    except Unparsed as unparsed:
+        return await passthrough(gateway, path, body=unparsed.body)
+
+    answer = await intercept(gateway, turn)
+    if answer is not None:
+        return answer
+
+    try:
+        await prepare(gateway, turn)
+    except ClientError as exc:
+        return error_response(codec, exc.status, exc.message)
+
+    # A prompt the upstream refuses as too long is composed again, once, at the layer the
+    # overflow raised the session to.
+    upstream: Any = None
+    for attempt in (1, 2):
+        await compose(gateway, turn)
+        sent = await send(gateway, turn)
+        if isinstance(sent, Response):
+            return sent
+        retry_above = None
+        if attempt == 1:
+            plan = turn.composing.composition if turn.composing is not None else None
+            retry_above = plan.layer if plan is not None else 0
+        upstream = await overflow.check(gateway, turn, sent, retry_above)
+        if upstream is overflow.RETRY:
+            continue
+        if isinstance(upstream, Response):
+            return upstream
+        break
+    return await relay(gateway, turn, upstream)
+
+
+async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
+    """The answer, through the one relay; the codec's editor rewrites it when the gateway
+    owns a recall tool in the request or the usage the client sees must be scaled."""
+    assert turn.sent is not None and turn.exchange is not None
+    codec, view = turn.codec, turn.sent
+    is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    limit = gateway.context_limit(view.model)
+    share = gateway.config.budget.client_usage_share
+    policy = None
+    if upstream.status_code == 200 and (turn.recall_on or _may_scale(len(turn.out_body), limit, share, view)):
+        policy = EditPolicy(
+            hold_tool=gateway.recall_tool_name if turn.recall_on else None,
+            context_limit=limit,
+            usage_share=share,
+        )
+    method, url, out_headers = turn.method, turn.url, turn.out_headers
+
+    async def send_follow_up(follow_up: bytes) -> httpx.Response:
+        # Bound now: the stream runs after the request context is gone.
+        return await gateway.upstream.send(method, url, out_headers, follow_up)
+
+    rounds = None
+    if policy is not None and turn.recall_on and codec.recall is not None:
+        rounds = RecallRounds(
+            codec=codec,
+            recall=codec.recall,
+            view=view,
+            exchange=turn.exchange,
+            send=send_follow_up,
+            run=run_for(gateway, turn.session_id, turn.project),
+            memory=gateway.recall_memory,
+            max_rounds=gateway.config.recall.max_rounds,
+        )
+    the_relay = Relay(
+        codec=codec,
+        exchange=turn.exchange,
+        finished=gateway.exchange_finished,
+        broke=gateway.upstream_broke,
+        rounds=rounds,
+    )
+    headers = response_headers(upstream.headers)
+    if is_sse:
+        editor = codec.stream_editor(policy) if policy is not None else None
+        if editor is not None:
+            # Decoded bytes, rewritten where they must be: no content-encoding or length.
+            headers = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length")]
+        response = Response(
+            the_relay.stream(upstream, editor), status=upstream.status_code, headers=Headers(headers)
+        )
+        response.timeout = None  # Quart would cut streams after 60 s while still reporting 200
+        return response
+    buffered = codec.buffered_editor(policy) if policy is not None else None
+    try:
+        status, body, new_headers = await the_relay.buffered(upstream, buffered)
+    except httpx.HTTPError as exc:
+        gateway.upstream.note_failure(turn.exchange.upstream, f"a response broke off: {exc}")
+        return upstream_failed(
+            gateway, turn, f"the upstream {turn.exchange.upstream} broke off its response: {exc}"
+        )
+    if new_headers is None:
+        return Response(body, status=status, headers=Headers(headers))
+    kept = [
+        (k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length", "content-type")
+    ]
+    return Response(body, status=status, headers=Headers(kept + new_headers))
+
+
+def _may_scale(body_bytes: int, limit: int, share: float, view: Any) -> bool:
+    """Could the prompt be past the share of the context the client may see? A request
+    without the recall tool only goes through the (rewriting) editor then; about 4 bytes make
+    a token, so 2 bytes per token is a generous upper bound. A Responses request continuing
+    server-side state (``previous_response_id``) carries only the new items: its prompt can
+    be any size."""
+    if not (0 < share < 1 and limit > 0):
+        return False
+    return body_bytes / 2 > limit * share or bool(view.raw.get("previous_response_id"))

@@ -1,0 +1,173 @@
+"""A wire API the kernel does not know, added by a plugin through ``lore_register_codecs``
+(``tests/tiny_chat.py``), gets everything the built-in APIs get: streamed and buffered
+proxying, storage, composition, the recall tool's round trip and usage scaling."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from lore_core.testing.net import api_headers
+from lore_core.testing.poll import poll
+from tests.tiny_chat import TinyChatPlugin
+
+MODEL = "claude-sonnet-4-5"  # a 200K context: usage past 100K is reported scaled (share 0.5)
+CLIENT_TOOL = {"name": "shell", "description": "run a command", "schema": {"type": "object"}}
+
+
+class TinyUpstream:
+    """A loopback server speaking the tiny chat API: it calls ``recall`` when asked what
+    was remembered, answers from the tool result when it has one, else says ``ok``."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                upstream.requests.append(body)
+                self._answer(body, upstream.answer(body))
+
+            def _answer(self, body: dict[str, Any], message: dict[str, Any]) -> None:
+                usage = {"input": 150_000, "output": 7}
+                if body.get("stream"):
+                    events = [{"text": message["content"]}] if message.get("content") else []
+                    events += [{"call": call} for call in message.get("calls") or []]
+                    events.append({"end": True, "usage": usage})
+                    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+                    content_type = "text/event-stream"
+                else:
+                    data = json.dumps(
+                        {"id": "t1", "model": MODEL, "message": message, "usage": usage}
+                    ).encode()
+                    content_type = "application/json"
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return {"role": "assistant", "content": f"From memory: {last['content'][:2000]}"}
+        offers_recall = any(t.get("name") == "recall" for t in body.get("tools") or [])
+        if offers_recall and "what port" in last.get("content", ""):
+            call = {"id": "call_1", "name": "recall", "args": {"query": "deploy port"}}
+            return {"role": "assistant", "content": "", "calls": [call]}
+        return {"role": "assistant", "content": "ok"}
+
+
+@pytest.fixture
+def tiny() -> Iterator[TinyUpstream]:
+    upstream = TinyUpstream()
+    thread = threading.Thread(target=upstream.server.serve_forever, daemon=True)
+    thread.start()
+    yield upstream
+    upstream.server.shutdown()
+
+
+def _ask(url: str, messages: list[dict[str, Any]], stream: bool) -> httpx.Response:
+    body = {"model": MODEL, "messages": messages, "tools": [CLIENT_TOOL], "stream": stream}
+    return httpx.post(url + "/tiny/v1/chat", json=body, timeout=30)
+
+
+def _events(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(part.removeprefix("data: ")) for part in response.text.split("\n\n") if part.strip()]
+
+
+def test_a_plugin_codec_gets_proxying_storage_composition_recall_and_usage_scaling(start_gateway, tiny):
+    server = start_gateway(env={"LORE_UPSTREAM_OPENAI": tiny.url}, extra_plugins=(TinyChatPlugin(),))
+    history = [{"role": "user", "content": "Note this: the deploy port is 8377."}]
+
+    # Buffered: proxied, the recall tool appended last (composition), usage scaled.
+    answer = _ask(server.url, history, stream=False)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["message"]["content"] == "ok"
+    assert answer.json()["usage"] == {"input": 100_000, "output": 7}
+    sent = tiny.requests[-1]
+    assert [t["name"] for t in sent["tools"]] == ["shell", "recall"]
+    assert sent["messages"] == history
+
+    # Streamed, plain: the text as the upstream sent it, the end event's usage scaled.
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and the host?"}]
+    streamed = _ask(server.url, history, stream=True)
+    assert streamed.status_code == 200
+    events = _events(streamed)
+    assert events[0] == {"text": "ok"}
+    assert events[-1] == {"end": True, "usage": {"input": 100_000, "output": 7}}
+
+    # Stored: both exchanges, under the session the generic harness found.
+    def stored() -> list[Any]:
+        found = httpx.get(
+            server.url + "/lore/api/search", params={"q": "8377"}, headers=api_headers(), timeout=10
+        )
+        return found.json() if found.status_code == 200 else []
+
+    poll(stored, "the tiny-chat exchange stored")
+
+    # The recall tool's round trip, streamed: the model calls recall, the gateway searches and
+    # continues upstream with the result, the client sees a marker and the continuation.
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "what port did we use?"}]
+    recalled = _ask(server.url, history, stream=True)
+    assert recalled.status_code == 200
+    texts = [e["text"] for e in _events(recalled) if "text" in e]
+    assert texts[0].startswith("Searching memory for")
+    assert "8377" in "".join(texts[1:])
+    follow_up = tiny.requests[-1]
+    assert follow_up["messages"][-1]["role"] == "tool" and "8377" in follow_up["messages"][-1]["content"]
+    assert follow_up["messages"][-2]["calls"][0]["name"] == "recall"
+    assert _events(recalled)[-1]["usage"] == {"input": 100_000, "output": 14}
+
+    # The recall round trip, buffered.
+    again = _ask(server.url, history, stream=False)
+    assert again.status_code == 200
+    content = again.json()["message"]["content"]
+    assert content.startswith("Searching memory for") and "8377" in content
+
+
+class PingHandler:
+    """A request handler from a plugin, through ``lore_register_request_handlers``."""
+
+    from lore_core import hookimpl
+
+    @hookimpl
+    def lore_register_request_handlers(self, register: Any) -> None:
+        from lore_core.interfaces import HandlerAnswer, RequestHandler
+
+        class Ping(RequestHandler):
+            name, priority = "ping", 50
+
+            async def answer(self, turn: Any, gateway: Any) -> HandlerAnswer | None:
+                last = turn.view.messages[-1].text if turn.view.messages else ""
+                return HandlerAnswer("pong") if last.strip() == "ping" else None
+
+        register(Ping())
+
+
+def test_a_plugin_request_handler_answers_before_upstream(start_gateway, tiny):
+    server = start_gateway(
+        env={"LORE_UPSTREAM_OPENAI": tiny.url}, extra_plugins=(TinyChatPlugin(), PingHandler())
+    )
+    pong = _ask(server.url, [{"role": "user", "content": "ping"}], stream=False)
+    assert pong.status_code == 200 and pong.json()["message"]["content"] == "pong"
+    streamed = _ask(server.url, [{"role": "user", "content": "ping"}], stream=True)
+    assert _events(streamed)[0] == {"text": "pong"}
+    assert tiny.requests == []  # answered by the gateway: nothing went upstream
+    assert (
+        _ask(server.url, [{"role": "user", "content": "hello"}], stream=False).json()["message"]["content"]
+        == "ok"
+    )
