@@ -50,8 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lore_store_duckdb.store import DuckDBStore
+
 from lore_core.testing.net import free_port, spawn_logged, stop_process, wait_until_serving
-from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_duckdb, run_load, verify
+from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_store_file, run_load, verify
 
 MIB = 1024 * 1024
 
@@ -453,7 +455,7 @@ def run_all(args: argparse.Namespace) -> int:
             for log in srv.work.glob("*.log"):
                 shutil.copy(log, Path(args.keep_logs) / log.name)
         print("  reading the store", file=sys.stderr, flush=True)
-        stored, branches = read_duckdb(srv.db)
+        stored, branches = read_store_file(DuckDBStore, srv.db)
 
     run = Run(
         direct=direct,

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lore_store_duckdb.store import DuckDBStore
 
 from lore_core import hookimpl
-from lore_core.interfaces import RequestContext
+from lore_core.interfaces import Harness, RequestContext
 from lore_core.testing.fake_upstream import FakeUpstream, echo_responder
 from lore_core.testing.server import ThreadedServer
-from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_duckdb, run_load, verify
+from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_store_file, run_load, verify
 
 pytest.importorskip("lore_store_duckdb.store")
 
@@ -40,7 +41,7 @@ def soak(
     server = start_gateway(config=CONFIG, env={"LORE_DB_PATH": str(db)}, extra_plugins=extra_plugins)
     tally = asyncio.run(run_load(server.url, load))
     server.stop()  # a clean stop flushes the writer and closes the store
-    stored, branches = read_duckdb(db)
+    stored, branches = read_store_file(DuckDBStore, db)
     return tally, verify(tally, stored, branches)
 
 
@@ -65,7 +66,7 @@ def test_concurrent_streaming_sessions_are_stored_once_and_apart(
     assert verdict.untagged == 0 and verdict.unacknowledged_stored == 0
 
 
-class MergingHarness:
+class MergingHarness(Harness):
     """A broken harness: every request is one session."""
 
     name = "merging"

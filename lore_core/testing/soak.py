@@ -30,13 +30,14 @@ import re
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from lore_core.interfaces import Store
 from lore_core.testing.fake_upstream import ECHO_PREFIX
 
 KINDS = ("claude", "opencode", "codex", "sdk")
@@ -469,7 +470,7 @@ class Verdict:
             f"{self.sessions_stored} sessions, {self.messages_stored} messages stored",
         ]
         for name in ("missing", "duplicated", "misfiled", "merged", "split", "forked", "crossed"):
-            items: list[str] = getattr(self, name)
+            items: list[str] = getattr(self, name)  # this verdict's own fields, by name
             if items:
                 lines.append(f"{name}: {len(items)}, e.g. " + "; ".join(items[:limit]))
         return "\n".join(lines)
@@ -486,12 +487,14 @@ async def read_store(store: Any) -> tuple[list[StoredText], dict[str, int]]:
     return texts, branches
 
 
-def read_duckdb(path: Path) -> tuple[list[StoredText], dict[str, int]]:
-    """:func:`read_store` of a DuckDB store file no gateway has open any more."""
-    from lore_store_duckdb.store import DuckDBStore
+def read_store_file(
+    open_store: Callable[[Path], Store], path: Path
+) -> tuple[list[StoredText], dict[str, int]]:
+    """:func:`read_store` of a store file no gateway has open any more (``open_store``:
+    the store plugin's class, e.g. ``DuckDBStore``: the test kit imports no plugin)."""
 
     async def read() -> tuple[list[StoredText], dict[str, int]]:
-        store = DuckDBStore(path)
+        store = open_store(path)
         await store.open()
         try:
             return await read_store(store)

@@ -1,0 +1,273 @@
+"""The import rules that keep the kernel, the plugins and the test kit apart, checked by
+parsing every module's imports with :mod:`ast` (no module is imported).
+
+Every ``import x`` and ``from x import y`` counts wherever it is (module level, inside a
+function, under ``if TYPE_CHECKING:``), relative imports resolved against the module's
+package, and so does ``importlib.import_module("x")`` / ``__import__("x")`` with a constant
+name. The rules:
+
+1. the kernel (``lore_core/``) never imports a plugin package;
+2. a plugin never imports another plugin: its own package, ``lore_core`` and third-party
+   libraries only;
+3. product code never imports the test kit: no module of ``lore_core/`` outside
+   ``lore_core/testing/`` imports ``lore_core.testing``, ``pytest`` or ``hypothesis``, and no
+   plugin package (outside its ``tests/``) does either;
+4. no branch on a built-in wire API name outside the wire packages: the names below appear as
+   string constants only under ``lore_core/wire/`` (and where ``lore_core/config.py`` declares
+   a setting's accepted values). Tests and the test kit are exempt.
+
+Plugin packages are discovered from the folders: every top-level package in ``plugins/*/``
+(or ``plugins/*/src/``).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = ROOT / "lore_core"
+PLUGINS = ROOT / "plugins"
+TEST_KIT = KERNEL / "testing"
+WIRE = KERNEL / "wire"
+
+TEST_KIT_MODULE = "lore_core.testing"
+TEST_LIBRARIES = ("pytest", "_pytest", "hypothesis")
+WIRE_API_NAMES = frozenset({"anthropic-messages", "openai-chat", "openai-responses"})
+WIRE_NAME_ALLOWED = {
+    # ``WorkerAPI = Literal["", "anthropic-messages", ...]`` declares the values the
+    # ``worker.api`` setting accepts: validating a setting is not a branch on the API, and the
+    # configuration cannot import the wire packages' codecs to ask them their names.
+    KERNEL / "config.py",
+}
+
+
+@attrs.frozen
+class Import:
+    path: Path
+    line: int
+    #: Every module name the statement may import: ``from a import b`` gives ``a`` and ``a.b``
+    #: (``b`` may be a submodule).
+    names: tuple[str, ...]
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}: {self.source}"
+
+
+def plugin_packages() -> dict[str, Path]:
+    """Top-level package name -> the plugin folder holding it."""
+    found: dict[str, Path] = {}
+    for plugin in sorted(p for p in PLUGINS.iterdir() if p.is_dir()):
+        for base in (plugin, plugin / "src"):
+            for child in sorted(base.glob("*/__init__.py")):
+                if child.parent.name not in {"tests", "src"}:
+                    found[child.parent.name] = plugin
+    return found
+
+
+PACKAGES = plugin_packages()
+
+
+def python_files(base: Path) -> list[Path]:
+    return sorted(p for p in base.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of a kernel or plugin module (plugins' files relative to their folder)."""
+    if path.is_relative_to(KERNEL):
+        rel = path.relative_to(ROOT)
+    else:
+        plugin = PLUGINS / path.relative_to(PLUGINS).parts[0]
+        rel = path.relative_to(plugin)
+        if rel.parts[0] == "src":
+            rel = rel.relative_to("src")
+    parts = list(rel.with_suffix("").parts)
+    return ".".join(parts)
+
+
+def is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def resolve(module: str | None, level: int, importer: str, package: bool) -> str:
+    """The absolute name ``from <level dots><module> import ...`` refers to in ``importer``."""
+    if level == 0:
+        return module or ""
+    parts = importer.split(".")
+    if not package:
+        parts = parts[:-1]
+    if level > 1:
+        parts = parts[: len(parts) - (level - 1)]
+    return ".".join([*parts, *([module] if module else [])])
+
+
+def imports_in(tree: ast.AST, path: Path, importer: str, package: bool, text: str) -> Iterator[Import]:
+    lines = text.splitlines()
+
+    def source(node: ast.stmt | ast.expr) -> str:
+        end = node.end_lineno or node.lineno
+        return " ".join(" ".join(lines[node.lineno - 1 : end]).split())
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(path, node.lineno, (alias.name,), source(node))
+        elif isinstance(node, ast.ImportFrom):
+            base = resolve(node.module, node.level, importer, package)
+            names = [base] if base else []
+            names += [f"{base}.{a.name}" if base else a.name for a in node.names if a.name != "*"]
+            yield Import(path, node.lineno, tuple(names), source(node))
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if (
+                called in {"import_module", "__import__"}
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
+                yield Import(path, node.lineno, (first.value,), source(node))
+
+
+@functools.cache
+def parsed(path: Path) -> tuple[ast.Module, str]:
+    text = path.read_text(encoding="utf-8")
+    return ast.parse(text, filename=str(path)), text
+
+
+def imports_of(path: Path) -> list[Import]:
+    tree, text = parsed(path)
+    return list(imports_in(tree, path, module_name(path), is_package(path), text))
+
+
+def top(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def is_within(name: str, module: str) -> bool:
+    return name == module or name.startswith(module + ".")
+
+
+def under(path: Path, *bases: Path) -> bool:
+    return any(path.is_relative_to(base) for base in bases)
+
+
+def plugin_product_files() -> list[Path]:
+    """Every module of every plugin package, without the tests."""
+    files = []
+    for package, plugin in PACKAGES.items():
+        root = plugin / "src" / package if (plugin / "src" / package).is_dir() else plugin / package
+        files += [p for p in python_files(root) if "tests" not in p.relative_to(root).parts]
+    return files
+
+
+def check(rule: str, violations: list[object]) -> None:
+    """Fail naming every offending file, line and import, one a line."""
+    if violations:
+        pytest.fail(f"{rule}:\n" + "\n".join(f"  {v}" for v in violations), pytrace=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker itself
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_plugin_packages_are_discovered():
+    assert {"lore_store_duckdb", "lore_harness_claude", "lore_embed_local"} <= set(PACKAGES)
+    assert "lore_core" not in PACKAGES and "tests" not in PACKAGES
+
+
+def test_every_kind_of_import_is_seen_and_relative_ones_resolved():
+    code = textwrap.dedent(
+        """
+        import a.b as ab, c
+        from . import sibling
+        from .. import up
+        from ..other.mod import thing
+        from .local import *
+
+        def later():
+            from lore_core import testing
+            import importlib
+            importlib.import_module("lore_store_duckdb.plugin")
+        """
+    )
+    path = KERNEL / "pkg" / "sub" / "mod.py"
+    found = [i.names for i in imports_in(ast.parse(code), path, "lore_core.pkg.sub.mod", False, code)]
+    assert found == [
+        ("a.b",),
+        ("c",),
+        ("lore_core.pkg.sub", "lore_core.pkg.sub.sibling"),
+        ("lore_core.pkg", "lore_core.pkg.up"),
+        ("lore_core.pkg.other.mod", "lore_core.pkg.other.mod.thing"),
+        ("lore_core.pkg.sub.local",),
+        ("lore_core", "lore_core.testing"),
+        ("importlib",),
+        ("lore_store_duckdb.plugin",),
+    ]
+    # In a package's __init__.py one dot is the package itself.
+    assert resolve("x", 1, "lore_core.pkg", package=True) == "lore_core.pkg.x"
+    assert (
+        module_name(PLUGINS / "store_duckdb" / "lore_store_duckdb" / "plugin.py")
+        == "lore_store_duckdb.plugin"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_kernel_never_imports_a_plugin():
+    violations = [
+        imp
+        for path in python_files(KERNEL)
+        for imp in imports_of(path)
+        if any(top(name) in PACKAGES for name in imp.names)
+    ]
+    check("the kernel imports a plugin package", violations)
+
+
+def test_a_plugin_never_imports_another_plugin():
+    violations = []
+    for plugin in sorted(set(PACKAGES.values())):
+        own = {package for package, folder in PACKAGES.items() if folder == plugin}
+        for path in python_files(plugin):
+            for imp in imports_of(path):
+                others = {top(name) for name in imp.names} & (set(PACKAGES) - own)
+                if others:
+                    violations.append(f"{imp}  (imports {', '.join(sorted(others))})")
+    check("a plugin imports another plugin", violations)
+
+
+def test_product_code_never_imports_the_test_kit():
+    violations = []
+    kernel_product = [p for p in python_files(KERNEL) if not under(p, TEST_KIT)]
+    for path in [*kernel_product, *plugin_product_files()]:
+        for imp in imports_of(path):
+            if any(is_within(name, TEST_KIT_MODULE) or top(name) in TEST_LIBRARIES for name in imp.names):
+                violations.append(imp)
+    check("product code imports the test kit", violations)
+
+
+def test_no_branch_on_a_wire_api_name_outside_the_wire_packages():
+    kernel_product = [
+        p for p in python_files(KERNEL) if not under(p, TEST_KIT, WIRE) and p not in WIRE_NAME_ALLOWED
+    ]
+    violations = []
+    for path in [*kernel_product, *plugin_product_files()]:
+        tree, _ = parsed(path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in WIRE_API_NAMES:
+                violations.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    check(
+        "a wire API name outside lore_core/wire (move the per-API logic into the codec's package)",
+        violations,
+    )

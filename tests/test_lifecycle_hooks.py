@@ -1,0 +1,91 @@
+"""``lore_startup`` and ``lore_shutdown``: when the gateway calls them, that it awaits what they
+return, and what a raising implementation does (docs/hooks.md, "Lifecycle")."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lore_core import hookimpl
+from lore_core.gateway import Gateway
+
+
+class Lifecycle:
+    def __init__(self, fail_at: str = "") -> None:
+        self.events: list[tuple[str, bool]] = []
+        self.fail_at = fail_at
+
+    async def _note(self, event: str, gateway: Gateway) -> None:
+        await asyncio.sleep(0)  # really awaited, not just called
+        self.events.append((event, gateway.writer.opened))
+        if event == self.fail_at:
+            raise RuntimeError(f"{event} failed")
+
+    @hookimpl
+    def lore_startup(self, gateway):
+        return self._note("startup", gateway)
+
+    @hookimpl
+    def lore_shutdown(self, gateway):
+        return self._note("shutdown", gateway)
+
+
+class Quiet:
+    """Implementations may take fewer arguments and return ``None``."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    @hookimpl
+    def lore_startup(self):
+        self.calls.append("startup")
+
+    @hookimpl
+    def lore_shutdown(self):
+        self.calls.append("shutdown")
+
+
+def load(lore_env, tmp_path, *plugins: object) -> Gateway:
+    # No entry points: the in-memory store, and no embedding model loading in the background.
+    return Gateway.load(env=lore_env, cwd=tmp_path, load_entrypoints=False, extra_plugins=plugins)
+
+
+def test_startup_and_shutdown_are_awaited_while_the_store_is_open(lore_env, tmp_path):
+    plugin, quiet = Lifecycle(), Quiet()
+    gateway = load(lore_env, tmp_path, plugin, quiet)
+
+    async def run() -> None:
+        await gateway.start()
+        assert plugin.events == [("startup", True)]
+        await gateway.stop()
+
+    asyncio.run(run())
+    assert plugin.events == [("startup", True), ("shutdown", True)]
+    assert quiet.calls == ["startup", "shutdown"]
+    assert not gateway.writer.opened
+
+
+def test_a_failing_startup_stops_the_gateway_from_starting(lore_env, tmp_path):
+    gateway = load(lore_env, tmp_path, Lifecycle(fail_at="startup"))
+
+    async def run() -> None:
+        try:
+            with pytest.raises(RuntimeError, match="startup failed"):
+                await gateway.start()
+        finally:
+            await gateway.stop()
+
+    asyncio.run(run())
+
+
+def test_a_failing_shutdown_still_closes_the_store_then_propagates(lore_env, tmp_path):
+    gateway = load(lore_env, tmp_path, Lifecycle(fail_at="shutdown"))
+
+    async def run() -> None:
+        await gateway.start()
+        with pytest.raises(RuntimeError, match="shutdown failed"):
+            await gateway.stop()
+
+    asyncio.run(run())
+    assert not gateway.writer.opened
