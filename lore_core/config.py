@@ -97,7 +97,7 @@ def range_problems(value: Any, path: str) -> list[str]:
         return []
     problems = []
     for field in attrs.fields(type(value)):
-        item = getattr(value, field.name)
+        item = getattr(value, field.name)  # an attrs field read by name
         where = f"{path}.{_camel(field.name)}"
         bounds = field_range(field)
         problem = bounds.problem(item) if bounds is not None else None
@@ -360,7 +360,9 @@ def make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
 
     def attrs_hook(cls: type) -> Any:
-        overrides = {a.name: override(rename=_camel(a.name)) for a in attrs.fields(cls)}
+        # Any: the field names become keyword arguments, which mypy would check against
+        # make_dict_structure_fn's own typed parameters.
+        overrides: dict[str, Any] = {a.name: override(rename=_camel(a.name)) for a in attrs.fields(cls)}
         return make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **overrides)
 
     conv.register_structure_hook_factory(attrs.has, attrs_hook)
@@ -423,7 +425,7 @@ def structure_section(raw: Any, cls: type, path: str) -> Any:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: expected an object, got {type(raw).__name__}")
     try:
-        value = _CONVERTER.structure(dict(raw), cls)
+        value: Any = _CONVERTER.structure(dict(raw), cls)
     except Exception as exc:
         lines = _error_lines(exc, "$." + path, _field_names(cls))
         raise ConfigError("; ".join(lines) or f"{path}: {exc}") from None
@@ -520,10 +522,10 @@ def load_config(
         raw = _read_json(path)
         sources.append(str(path))
     else:
-        for path in (user_config_path(env), find_project_config(cwd)):
-            if path is not None and path.is_file():
-                raw = _deep_merge(raw, _read_json(path))
-                sources.append(str(path))
+        for found in (user_config_path(env), find_project_config(cwd)):
+            if found is not None and found.is_file():
+                raw = _deep_merge(raw, _read_json(found))
+                sources.append(str(found))
 
     all_sections = {**CORE_SECTIONS, **plugin_sections}
     overrides = {**ENV_OVERRIDES, **(extra_env or {})}

@@ -18,7 +18,7 @@ from typing import Any
 import pluggy
 
 from lore_core.builtin.harness_support import fingerprint_session
-from lore_core.config import ConfigError, LoreConfig, load_config
+from lore_core.config import ConfigError, LoreConfig
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
@@ -28,7 +28,9 @@ from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.http.access import SessionOwners, TokenKeeper
 from lore_core.interfaces import (
+    Codec,
     CompositionContext,
+    EditPolicy,
     Embedder,
     EmbedderFactory,
     EmbedderUnavailable,
@@ -37,10 +39,11 @@ from lore_core.interfaces import (
 )
 from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.upstream import UpstreamClient
-from lore_core.plugins import Registry, make_plugin_manager
+from lore_core.plugins import Registry, bootstrap
 from lore_core.recall.indexer import VectorIndexer
-from lore_core.recall.proxy_loop import RecallMemory
+from lore_core.recall.memory import RecallMemory
 from lore_core.recall.store_engine import store_recall_engine
+from lore_core.recall.tool import TOOL_NAME
 from lore_core.storage.amnesia import Amnesia
 from lore_core.storage.journal import Journal
 from lore_core.storage.records import logical_messages
@@ -87,6 +90,7 @@ class Gateway:
         self.worker = WorkerClient(
             config.worker,
             config.upstream,
+            codecs=registry.codecs,
             price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
         )
         # Spend from real usage and the price table; over the daily budget, upstream calls
@@ -135,6 +139,11 @@ class Gateway:
             self.writer.listeners.append(self.indexer.notify)
         # What went upstream for each recall the client saw only as a marker.
         self.recall_memory = RecallMemory(self.store)
+        #: The tool whose calls the relay holds back and the gateway runs.
+        self.recall_tool_name = TOOL_NAME
+        #: Requests the gateway answers itself, in the order they are asked.
+        self.request_handlers = sorted(registry.request_handlers, key=lambda h: (h.priority, h.name))
+        _report_codec_features(registry.codecs.values())
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
         self.distiller = DistillScheduler(
@@ -154,9 +163,10 @@ class Gateway:
         load_entrypoints: bool = True,
         extra_plugins: Iterable[object] = (),
     ) -> Gateway:
-        """Plugins first (they declare config sections), then the configuration."""
-        config, pm, registry = load_settings(env, cwd, load_entrypoints, extra_plugins)
-        return cls(config, pm, registry)
+        """Plugins first (they declare config sections), then the configuration
+        (:func:`lore_core.plugins.bootstrap`, as every ``lore`` command does)."""
+        boot = bootstrap(env, cwd, load_entrypoints, extra_plugins)
+        return cls(boot.config, boot.pm, boot.registry)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -168,7 +178,7 @@ class Gateway:
             await self.indexer.start()
         await self.distiller.start()
         self._spend_saver = asyncio.create_task(self._save_spend_periodically(), name="lore-spend-saver")
-        if self.embedder is not None and hasattr(self.embedder, "load"):
+        if self.embedder is not None:
             # Load the model in the background: the proxy serves at once, and a model that
             # cannot load is reported on /health (recall then uses full-text search only).
             self._embedder_load = asyncio.create_task(self._load_embedder(), name="lore-embedder-load")
@@ -194,10 +204,9 @@ class Gateway:
             await self.worker.close()
             await self.upstream.close()
             # The embedder's inference thread and model (hundreds of MB) go with the gateway.
-            close = getattr(self.embedder, "close", None)
-            if close is not None:
+            if self.embedder is not None:
                 try:
-                    await close()
+                    await self.embedder.close()
                 except Exception:
                     log.exception("closing the embedding provider failed")
 
@@ -230,6 +239,18 @@ class Gateway:
             log.exception("the embedding provider failed to load; recall will use full-text search only")
 
     # -- pipeline steps, in the order a request meets them ----------------------------------
+
+    def context_limit(self, model: str | None) -> int:
+        """The model's context window in tokens (0 when unknown)."""
+        try:
+            return self.price_table.lookup(model).context_window
+        except Exception:
+            return 0
+
+    def upstream_broke(self, upstream: str, message: str) -> None:
+        """An upstream broke off an answer mid-way (``/health`` reports it degraded)."""
+        self.stats["upstream_errors"] += 1
+        self.upstream.note_failure(upstream, message)
 
     def identify(self, ctx: RequestContext) -> tuple[Harness, str, str]:
         """Which client sent this, which session and which project it belongs to."""
@@ -447,7 +468,7 @@ class Gateway:
             "version": _version("lore-core"),
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "upstreams": dict(self.upstream.defaults),
-            "plugins": sorted(name for name, _ in self.pm.list_name_plugin() if name),
+            "plugins": sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is not None),
             "stats": dict(self.stats),
             "store": self.writer.health(),
             "worker": self.worker.status(),
@@ -461,27 +482,6 @@ class Gateway:
             },
             "throttle": self.throttle.counters(),
         }
-
-
-def load_settings(
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-    load_entrypoints: bool = True,
-    extra_plugins: Iterable[object] = (),
-) -> tuple[LoreConfig, pluggy.PluginManager, Registry]:
-    """The installed plugins (they declare config sections), then the configuration: what a
-    gateway is built from, and all ``lore run`` needs (it must not build a gateway: that
-    starts native threads, see :func:`lore_core.cli.launcher.run_agent`)."""
-    pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins)
-    sections: dict[str, type] = {}
-    for result in pm.hook.lore_config_sections():
-        for key, section_cls in (result or {}).items():
-            if key in sections:
-                raise ConfigError(f"two plugins declare the configuration section {key!r}")
-            sections[key] = section_cls
-    config = load_config(sections, env=env, cwd=cwd)
-    pm.hook.lore_configure(config=config)
-    return config, pm, Registry.collect(pm)
 
 
 def expansion_enabled(config: LoreConfig) -> bool:
@@ -539,3 +539,19 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _report_codec_features(codecs: Iterable[Codec]) -> None:
+    """Say which optional features a codec does not supply: they are off for its API."""
+    for codec in codecs:
+        missing = []
+        if codec.recall is None:
+            missing.append("the recall tool")
+        if codec.stream_editor(EditPolicy(hold_tool=None, context_limit=0, usage_share=0.0)) is None:
+            missing.append("streamed recall rounds and usage scaling")
+        if codec.buffered_editor(EditPolicy(hold_tool=None, context_limit=0, usage_share=0.0)) is None:
+            missing.append("non-streamed recall rounds and usage scaling")
+        if codec.worker_request("model", "", "", 1) is None:
+            missing.append("worker calls")
+        if missing:
+            log.info("codec %s does not supply %s: off for its API", codec.api, ", ".join(missing))

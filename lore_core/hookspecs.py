@@ -4,8 +4,12 @@ Conventions (learned from pytest, llm and datasette):
 
 * Every hook carries the ``lore_`` prefix and is grouped under a phase banner below.
 * Most hooks are *registration* hooks: a plugin receives a ``register`` callback and hands
-  the kernel objects that implement an interface from :mod:`lore_core.interfaces`. The hot
-  path then calls methods on those objects; no pluggy hook runs per request chunk.
+  the kernel objects that implement an interface from :mod:`lore_core.interfaces`, one shape
+  for all: ``register(obj)``, keyed by ``obj.name`` (a codec by ``obj.api``, a curator by
+  ``obj.kind`` and ``obj.name``). What is built from the configuration (stores, embedders,
+  curators) is registered as a named factory, :class:`lore_core.plugins.Factory`. The same
+  key from two plugins is a startup error naming both. The hot path then calls methods on
+  those objects; no pluggy hook runs per request chunk.
 * Hooks are synchronous. An ``async def`` implementation of a ``firstresult`` hook would
   always "win" (a coroutine is not ``None``), so async work lives on registered objects, and
   the two lifecycle hooks that may do I/O return an awaitable that the kernel awaits.
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
         EmbedderFactory,
         Harness,
         PromptLayer,
+        RequestHandler,
         StoreFactory,
     )
     from lore_core.model import Exchange
@@ -58,8 +63,9 @@ def lore_config_sections() -> dict[str, type] | None:
     ``"store-duckdb"``) to an attrs class whose fields all have defaults. The kernel
     structures that section strictly with the shared converter (camelCase keys, unknown
     keys rejected with the full key path) and exposes the instance as
-    ``config.section(key)``. Called once per configuration load; all results are merged and
-    a key claimed twice is a startup error.
+    ``config.section(key)``. Called once per configuration load
+    (:func:`lore_core.plugins.bootstrap`); all results are merged and a key claimed by two
+    plugins is a startup error naming both.
     """
 
 
@@ -86,7 +92,8 @@ def lore_register_codecs(register: Callable[[Codec], None]) -> None:
     renders a (possibly modified) view back to wire JSON without losing unknown fields,
     assembles a streamed response incrementally into a
     :class:`~lore_core.model.AssistantMessage`, and formats errors in the API's own shape.
-    Two codecs claiming the same API name is a startup error.
+    ``register(codec)`` is keyed by ``codec.api``; two codecs claiming the same API name is a
+    startup error.
     """
 
 
@@ -102,7 +109,8 @@ def lore_register_harnesses(register: Callable[[Harness], None]) -> None:
     A :class:`~lore_core.interfaces.Harness` scores how surely a request came from its client
     (``recognise``; the highest score wins, ties broken by name), extracts the session id and
     project of a request, and knows how ``lore run <name>`` launches the client pointed at
-    the gateway. The kernel always registers a generic fallback harness with score 0.
+    the gateway. ``register(harness)`` is keyed by ``harness.name`` (what ``lore run`` takes).
+    The kernel always registers a generic fallback harness with score 0.
     """
 
 
@@ -112,9 +120,11 @@ def lore_register_harnesses(register: Callable[[Harness], None]) -> None:
 
 
 @_hookspec
-def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
-    """Register storage backends by name, e.g. ``register("duckdb", factory)``.
+def lore_register_stores(register: Callable[[StoreFactory], None]) -> None:
+    """Register storage backends, e.g. ``register(Factory("duckdb", make_store))``.
 
+    A factory has a ``name`` (a :class:`lore_core.plugins.Factory`, or a store class named
+    by its ``name`` attribute whose constructor takes the configuration) and
     ``factory(config)`` returns an object implementing :class:`~lore_core.interfaces.Store`;
     it must not open files until ``Store.open()`` is awaited. The backend used is chosen by
     ``store.backend`` in ``.lore.json``. A backend proves itself by passing the conformance
@@ -128,10 +138,11 @@ def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
 
 
 @_hookspec
-def lore_register_embedders(register: Callable[[str, EmbedderFactory], None]) -> None:
-    """Register embedding providers by name, e.g. ``register("local", factory)``.
+def lore_register_embedders(register: Callable[[EmbedderFactory], None]) -> None:
+    """Register embedding providers, e.g. ``register(Factory("local", make_embedder))``.
 
-    ``factory(config)`` returns an :class:`~lore_core.interfaces.Embedder`. The provider used
+    ``factory(config)`` returns an :class:`~lore_core.interfaces.Embedder`; the factory's
+    ``name`` is what ``embedding.provider`` names. The provider used
     is chosen by ``embedding.provider``; hosted providers are only ever used when chosen
     explicitly there, never as a fallback.
     """
@@ -146,7 +157,8 @@ def lore_register_embedders(register: Callable[[str, EmbedderFactory], None]) ->
 def lore_register_prompt_layers(register: Callable[[PromptLayer], None]) -> None:
     """Register prompt-composition layers.
 
-    Each :class:`~lore_core.interfaces.PromptLayer` has an integer ``priority``; the kernel
+    ``register(layer)`` is keyed by ``layer.name`` (two layers of one name are a startup
+    error). Each :class:`~lore_core.interfaces.PromptLayer` has an integer ``priority``; the kernel
     runs them in ascending priority order (never in install order) on the wire-neutral view
     of every request. A layer returns the view unchanged, or a changed view with
     ``modified`` set, in which case the codec renders the body anew; ``compose`` may be a
@@ -163,13 +175,28 @@ def lore_register_prompt_layers(register: Callable[[PromptLayer], None]) -> None
 
 
 @_hookspec
-def lore_register_curators(register: Callable[[str, str, CuratorFactory], None]) -> None:
+def lore_register_request_handlers(register: Callable[[RequestHandler], None]) -> None:
+    """Register request handlers: requests the gateway answers itself.
+
+    ``register(handler)`` is keyed by ``handler.name`` (two of one name are a startup
+    error). For every model request, after it is parsed and its session identified and
+    before anything goes upstream, the handlers run in ascending ``priority``; the first
+    :class:`~lore_core.interfaces.HandlerAnswer` is rendered by the request's codec and
+    sent (stored as an exchange of the session when it says so). The built-ins answer
+    ``/lore:`` commands (priority 100) and a harness's compaction requests (200). An
+    exception in a handler fails the request.
+    """
+
+
+@_hookspec
+def lore_register_curators(register: Callable[[CuratorFactory], None]) -> None:
     """Register curators: what turns stored exchanges into derived memory.
 
-    ``register(kind, name, factory)``: ``kind`` is ``"observer"`` (segments -> observation
+    ``register(Factory(name, factory, kind=kind))``: ``kind`` is ``"observer"`` (segments -> observation
     logs), ``"reflector"`` (logs -> a meta-distillation) or ``"knowledge"``; ``factory``
     takes a :class:`~lore_core.interfaces.CuratorContext` and returns the curator (see
-    :class:`~lore_core.interfaces.Curator` for each kind's method). ``distill.observer`` and
+    :class:`~lore_core.interfaces.Curator` for each kind's method), or ``None`` when it
+    cannot work in that context. ``distill.observer`` and
     ``distill.reflector`` in ``.lore.json`` choose by name; the kernel registers ``llm``
     (the default, through the worker model) and ``extractive`` (deterministic, no LLM).
     Curators run off the request path and must be safe to run again on the same input.

@@ -1,8 +1,12 @@
 """The interfaces plugins implement. The kernel owns them; plugins own the behaviour.
 
 Objects implementing these are handed to the kernel through the registration hooks in
-:mod:`lore_core.hookspecs`. They are plain classes (``typing.Protocol`` is used for
-documentation and type checking, not for runtime checks).
+:mod:`lore_core.hookspecs`. ``Harness``, ``Store``, ``Embedder``, ``PromptLayer`` and
+``Curator`` are base classes: an implementation inherits from one (``class
+MyStore(Store)``), which gives it the documented default of every optional member, so the
+kernel calls those members without probing for them. They are ``typing.Protocol`` classes
+so that a type checker also reports a required member an implementation lacks; nothing is
+checked at runtime.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from lore_core.model import TEXT, AssistantMessage, Block, Message, RequestView
+
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
-    from lore_core.model import AssistantMessage, RequestView
     from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
@@ -53,36 +58,278 @@ class StreamAssembler(Protocol):
         ...
 
 
-class Codec(Protocol):
-    """One provider wire API (e.g. ``"anthropic-messages"``)."""
+class Codec:
+    """One provider wire API (e.g. Anthropic Messages). Subclass it.
+
+    A codec must implement :meth:`parse`, :meth:`render`, :meth:`parse_response`,
+    :meth:`assembler`, :meth:`render_response` and :meth:`error_body`: with those alone the
+    gateway proxies, stores and composes requests of the API. Everything below them is
+    optional, declared here with its default; a feature a codec does not supply is switched
+    off for its API (the gateway logs which at start-up):
+
+    * :meth:`stream_editor` / :meth:`buffered_editor`: rewriting an answer the client sees
+      (recall rounds, usage scaling). Without them answers are relayed as the upstream sent
+      them.
+    * :attr:`recall`: the recall tool's wire shapes. Without it the tool is not offered.
+    * :meth:`add_system_text`, :attr:`starts_with_user`, :meth:`place_cache_breakpoints`:
+      where the prompt layers put the gateway's own text.
+    * :meth:`worker_request`: the one-turn request the worker model is sent in this API.
+    * :meth:`may_fail_after_start`: a stream that can still refuse the prompt as too long.
+    """
 
     #: Unique API name.
-    api: str
+    api: str = ""
     #: Which family of upstream serves it: ``"anthropic"`` or ``"openai"``.
-    provider: str
+    provider: str = ""
     #: Path suffixes this codec owns, e.g. ``("/v1/messages",)``; a prefix before them (a
     #: base URL such as ``/anthropic``) is allowed.
-    paths: Sequence[str]
+    paths: tuple[str, ...] = ()
 
     def parse(self, raw: dict[str, Any], body: bytes) -> RequestView:
         """Parse a request body into a view. Must accept unknown fields and item types."""
+        raise NotImplementedError
 
     def render(self, view: RequestView) -> dict[str, Any]:
         """Render a view back into wire JSON, keeping every field of ``view.raw`` that the
         pipeline did not change."""
+        raise NotImplementedError
 
     def parse_response(self, raw: dict[str, Any]) -> AssistantMessage:
         """Parse a non-streamed JSON response body."""
+        raise NotImplementedError
 
     def assembler(self) -> StreamAssembler:
         """A fresh assembler for one streamed response."""
+        raise NotImplementedError
 
     def render_response(self, text: str, model: str | None, stream: bool) -> tuple[bytes, str]:
         """A complete text answer the gateway makes itself (e.g. a compaction summary), as
         the API's JSON body or its SSE event sequence; returns (body, content type)."""
+        raise NotImplementedError
 
     def error_body(self, status: int, message: str, error_type: str | None = None) -> dict[str, Any]:
         """An error body in this API's own shape."""
+        raise NotImplementedError
+
+    # -- optional members, with their defaults ---------------------------------------------
+
+    #: The recall tool's shapes in this API; ``None``: the tool is never offered.
+    recall: RecallWire | None = None
+    #: Where the gateway's own requests of this API (the worker's) go on an upstream base
+    #: URL; empty: the first of :attr:`paths`.
+    request_path: str = ""
+
+    #: The API the worker speaks to this codec's provider when a session's own is unknown.
+    worker_default: bool = False
+    #: The API wants a conversation to open with a user message (the prompt layers add a
+    #: placeholder when the window they keep starts with the assistant).
+    starts_with_user: bool = False
+
+    def stream_editor(self, policy: EditPolicy) -> StreamEditor | None:
+        """An editor for one streamed answer (SSE events in, the client's bytes out);
+        ``None``: the stream is relayed byte for byte."""
+        return None
+
+    def buffered_editor(self, policy: EditPolicy) -> BufferedEditor | None:
+        """An editor for one non-streamed answer; ``None``: the body is relayed as is."""
+        return None
+
+    def add_system_text(self, view: RequestView, text: str) -> None:
+        """Add the gateway's own system text (long-term knowledge) after the client's
+        system prompt. Default: a synthetic system message after the messages placed so far
+        (APIs that keep instructions in a field of their own override this)."""
+        view.messages.append(Message(role="system", blocks=[Block(TEXT, text=text)], synthetic=True))
+
+    def place_cache_breakpoints(self, view: RequestView, plan: Any) -> None:
+        """Mark where the provider should cache the prompt (``plan`` is the context
+        manager's :class:`~lore_core.context.compose.Composition`). Default: nothing (the
+        provider caches by prefix, or not at all)."""
+
+    def worker_request(self, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any] | None:
+        """The JSON body of a one-turn, non-streamed request for the worker model;
+        ``None``: the worker cannot use this API."""
+        return None
+
+    #: The events a stream opens with, before anything a client shows (with
+    #: :meth:`may_fail_after_start`).
+    opening_events: frozenset[str] = frozenset()
+
+    def may_fail_after_start(self, view: RequestView) -> bool:
+        """Whether the upstream may refuse this request as too long after it started
+        streaming (the gateway then waits for the first event past the
+        :attr:`opening_events` before relaying, so it can compose the request again).
+        Default: no."""
+        return False
+
+    def stream_error(self, name: str, data: str) -> tuple[str, str] | None:
+        """The (message, code) of an SSE event that fails a started stream; ``None`` for any
+        other event. Default: streams do not fail after they started."""
+        return None
+
+
+@attrs.define
+class RecallCall:
+    """A recall tool call the model made in one upstream round."""
+
+    #: The call id as the upstream sent it.
+    id: Any
+    arguments: Any
+
+
+@attrs.define
+class RoundResult:
+    """What one upstream round of a turn produced, for the recall loop to decide what
+    comes next."""
+
+    recall_calls: list[RecallCall] = attrs.field(factory=list)
+    #: Call ids of the client's own tool calls, in order.
+    client_calls: list[Any] = attrs.field(factory=list)
+    #: Every call id, in the model's order.
+    order: list[Any] = attrs.field(factory=list)
+    #: The round's answer as wire items, as they go back upstream in a follow-up.
+    assistant: list[dict[str, Any]] = attrs.field(factory=list)
+    #: Output items the client saw this round (APIs whose items are messages of their own).
+    visible: int = 0
+    #: The round ended with the API's terminal event.
+    ok: bool = True
+
+
+@attrs.frozen
+class EditPolicy:
+    """What a turn editor changes in the answer the client sees."""
+
+    #: The tool whose calls the editor holds back from the client (the gateway runs them
+    #: and continues the answer); ``None``: every call is the client's.
+    hold_tool: str | None
+    #: The model's context window in tokens (0: unknown, no usage scaling).
+    context_limit: int
+    #: The share of it the client may see as used (:func:`lore_core.wire.usage.scale_factor`).
+    usage_share: float
+
+
+class StreamEditor(Protocol):
+    """Rewrites one streamed turn for the client, across the upstream rounds of a recall.
+
+    The relay hands it every SSE event (name, data, the event's raw bytes) and sends what
+    it returns; returning ``raw`` relays the event unchanged, ``b""`` holds or drops it."""
+
+    def event(self, name: str, data: str, raw: bytes) -> bytes: ...
+
+    def end_round(self) -> RoundResult:
+        """The upstream round ended: what it asked for."""
+        ...
+
+    def next_round(self) -> None:
+        """A follow-up round begins: its events continue the same client answer."""
+        ...
+
+    def markers(self, markers: list[str]) -> bytes:
+        """The client's view of recall calls: one text line each."""
+        ...
+
+    def finish(self) -> bytes:
+        """The closing events of the client's answer (what was held back, rewritten)."""
+        ...
+
+    def final_text(self) -> str:
+        """The visible text of the last round (the fingerprint the next request is matched by)."""
+        ...
+
+
+class BufferedEditor(Protocol):
+    """Builds one non-streamed client answer from the JSON responses of a turn's rounds."""
+
+    def add_round(self, payload: dict[str, Any]) -> RoundResult: ...
+
+    def add_markers(self, markers: list[str]) -> None: ...
+
+    def rewrites(self, payload: dict[str, Any]) -> bool:
+        """Whether the client's answer to a one-round turn differs from ``payload``."""
+        ...
+
+    def result(self) -> dict[str, Any]: ...
+
+    def final_text(self) -> str: ...
+
+
+class RecallWire:
+    """The recall tool in one wire API: its declaration, its results, and how a recall the
+    client saw only as a marker line is put back into the history as it went upstream.
+
+    Records are JSON the gateway keeps per session (``kind`` ``"loop"``: the rounds of a
+    turn that only recalled; ``"mixed"``: recall calls beside the client's own)."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+
+    def tool(self, name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        """The tool's declaration in the request's ``tools``."""
+        raise NotImplementedError
+
+    def tool_name(self, tool: object) -> str | None:
+        """The name of a tool entry (``None`` when it has none). Default: ``name``, or
+        ``function.name``."""
+        if not isinstance(tool, Mapping):
+            return None
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            return str(function["name"])
+        name = tool.get("name")
+        return name if isinstance(name, str) else None
+
+    def result_items(self, results: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Wire items carrying the tool results (call id -> text) in a follow-up."""
+        raise NotImplementedError
+
+    def messages(self, items: list[Any]) -> list[Message]:
+        """Wire items as messages, parsed by the codec itself (so blocks and raw agree)."""
+        raise NotImplementedError
+
+    def mixed_record(self, result: RoundResult, results: Mapping[str, str]) -> dict[str, Any]:
+        """What to keep of a round whose recall calls sat beside the client's own calls."""
+        raise NotImplementedError
+
+    def restore_loop(
+        self, out: list[Message], i: int, record: dict[str, Any]
+    ) -> tuple[list[Message], int] | None:
+        """Put a ``loop`` record back at ``out[i]`` (the client's message holding its
+        markers): the new history and where to continue, or ``None`` when it does not fit."""
+        raise NotImplementedError
+
+    def restore_mixed(
+        self, out: list[Message], i: int, record: dict[str, Any]
+    ) -> tuple[list[Message], int] | None:
+        """Put a ``mixed`` record back at ``out[i]`` (the message holding its anchor call)."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# Request handlers
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class HandlerAnswer:
+    """A text answer the gateway gives a model request itself (no upstream call), rendered
+    by the request's codec. ``store``: kept as an exchange of the session, like an answer
+    from upstream."""
+
+    text: str
+    store: bool = False
+
+
+class RequestHandler:
+    """Answers some model requests before they go upstream (the built-ins: ``/lore:``
+    commands, compaction answers). Handlers run in ascending ``priority``; the first answer
+    wins. ``turn`` is the request's :class:`lore_core.pipeline.turn.Turn`; ``gateway`` the
+    running gateway."""
+
+    name: str = ""
+    priority: int = 500
+
+    async def answer(self, turn: Any, gateway: Any) -> HandlerAnswer | None:
+        """The answer, or ``None`` to let the request go on."""
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,10 +359,19 @@ class LaunchPlan:
 
 
 class Harness(Protocol):
-    """Knowledge of one coding client."""
+    """Knowledge of one coding client. Implementations inherit from it."""
 
     #: Name used by ``lore run <name>`` and stored with every session.
     name: str
+    #: The npm package that installs the client, named in ``lore run``'s hint when its
+    #: executable is missing; ``None``: no hint.
+    npm_package: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        """The client's name for people (``"Claude Code"``); by default :attr:`name`. A
+        plugin overrides it with a plain class attribute."""
+        return self.name
 
     def recognise(self, ctx: RequestContext) -> int:
         """How surely this request came from this client: 0 = not at all, higher = surer."""
@@ -129,14 +385,22 @@ class Harness(Protocol):
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
         """How ``lore run <name> args...`` starts the client pointed at ``gateway_url``."""
 
-    # Optional: ``compaction_request(ctx) -> bool`` says the request is the client's own
-    # "summarise the conversation" call; the gateway then answers it from the session's
-    # distillations without an upstream call, so the client's summary is Lore's memory.
+    def compaction_request(self, ctx: RequestContext) -> bool:
+        """The request is the client's own "summarise the conversation" call; the gateway then
+        answers it from the session's distillations without an upstream call, so the client's
+        summary is Lore's memory. By default no request is."""
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
 # Storage
 # ---------------------------------------------------------------------------------------------
+
+
+def _not_implemented(store: Store, tier: str) -> NotImplementedError:
+    # A function, not a bare ``raise NotImplementedError``: a type checker reads a protocol
+    # method with that body as abstract, and these defaults are meant to be inherited.
+    return NotImplementedError(f"the {store.name} store has no {tier}")
 
 
 class Store(Protocol):
@@ -153,7 +417,9 @@ class Store(Protocol):
 
     Later tiers (distillations, knowledge versions, entities, the event log) add their own
     methods here together with a schema migration; a backend that does not implement them
-    yet raises ``NotImplementedError``, which callers treat as "not available".
+    yet raises ``NotImplementedError``, which callers treat as "not available". The
+    defaults here (inherited by a subclass) do exactly that for the distillation and vector
+    tiers; :meth:`optimize_vectors` does nothing by default.
     """
 
     #: Registered backend name (``"duckdb"``, ``"memory"``, ...).
@@ -235,20 +501,25 @@ class Store(Protocol):
         transaction (a meta-distillation and the archiving of what it consolidated happen
         together or not at all). Idempotent: an id already stored is skipped (``False``).
         Searchable at once, as ``d:<id>`` hits with role ``distillation``."""
+        raise _not_implemented(self, "distillations")
 
     async def list_distillations(
         self, session_id: str | None = None, include_archived: bool = True
     ) -> list[StoredDistillation]:
         """A session's distillations (every session's with ``None``), oldest first."""
+        raise _not_implemented(self, "distillations")
 
     async def get_distillation(self, distillation_id: str) -> StoredDistillation | None:
         """One distillation by id (with or without the ``d:`` prefix)."""
+        raise _not_implemented(self, "distillations")
 
     async def archive_distillations(self, ids: Sequence[str]) -> int:
         """Mark distillations archived (never deleted); return how many changed."""
+        raise _not_implemented(self, "distillations")
 
     async def distilled_message_ids(self, session_id: str) -> set[str]:
         """Every message id of the session that some generation-0 distillation covers."""
+        raise _not_implemented(self, "distillations")
 
     # -- vectors (hybrid recall) -----------------------------------------------------------
     #
@@ -261,12 +532,14 @@ class Store(Protocol):
     async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
         """Items with no vectors yet for ``model``, in ascending ``cursor`` order (oldest
         first). Resumable by construction: what is pending is derived from what is stored."""
+        raise _not_implemented(self, "vector index")
 
     async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
         """Store the passage vectors of ``items`` (a prefix of what :meth:`pending_embeddings`
         returned, in order) and mark them embedded for ``model``; return vectors stored.
         Raise :class:`~lore_core.storage.records.VectorDimensionError` if ``dimensions`` differs from
         what the model's index holds. Searchable once it returned."""
+        raise _not_implemented(self, "vector index")
 
     async def vector_search(
         self,
@@ -282,13 +555,21 @@ class Store(Protocol):
         look like :meth:`search` hits (``passage`` the index the vector was written under,
         ``text`` that passage's text): distillations as ``d:<id>`` with role
         ``distillation``. An unknown model gives ``[]``."""
+        raise _not_implemented(self, "vector index")
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
         """``{model: {"dimensions", "vectors", "pending", ...}}`` for every indexed model (or
         only ``model``; a model never indexed reports 0 vectors and everything pending)."""
+        raise _not_implemented(self, "vector index")
 
     async def reset_vectors(self, model: str) -> None:
         """Drop ``model``'s vectors: everything becomes pending again (``lore reindex --full``)."""
+        raise _not_implemented(self, "vector index")
+
+    async def optimize_vectors(self, model: str) -> None:
+        """Compact ``model``'s index; the indexer calls it when idle and after ``lore
+        reindex``. By default there is nothing to compact."""
+        return None
 
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,
@@ -305,24 +586,37 @@ StoreFactory = Callable[["LoreConfig"], Store]
 
 class Embedder(Protocol):
     """Turns texts into unit-length vectors. ``embed`` must not block the event loop.
-
-    Optional: ``model_id`` names the vector space (the model and its version). Stored
-    vectors are indexed under it (else under ``name``), so a provider whose vectors change
-    (another model, another size) must change it: the store then starts a new index and
-    re-embeds, instead of comparing vectors of two spaces. ``chunk(text) -> list[str]``
-    may split a long text into pieces that fit the model (the indexer embeds passages,
-    which are sized to fit, and does not use it). ``load()`` and ``close()`` are called at
-    gateway start and stop.
-    ``min_similarity`` (a float) is the cosine below which a text is unrelated to a query
-    for this model: recall drops vector hits under it (without it, none), so a query that
-    matches nothing is not answered with whatever the store holds."""
+    Implementations inherit from it; the members after ``health`` are optional."""
 
     name: str
     dimensions: int
+    #: Names the vector space (the model and its version). Stored vectors are indexed under
+    #: it (``None``: under ``name``), so a provider whose vectors change (another model,
+    #: another size) must change it: the store then starts a new index and re-embeds,
+    #: instead of comparing vectors of two spaces.
+    model_id: str | None = None
+    #: The cosine below which a text is unrelated to a query for this model: recall drops
+    #: vector hits under it (``None``: none), so a query that matches nothing is not
+    #: answered with whatever the store holds.
+    min_similarity: float | None = None
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
     def health(self) -> dict[str, Any]: ...
+
+    def chunk(self, text: str) -> list[str]:
+        """Split a long text into pieces that fit the model. The indexer embeds passages,
+        which are sized to fit, and does not use it. Default: the text whole."""
+        return [text]
+
+    async def load(self) -> None:
+        """Called at gateway start (in the background) and before indexing, so the first
+        recall does not pay for loading a model. Default: nothing to load."""
+        return None
+
+    async def close(self) -> None:
+        """Called at gateway stop: release threads and models. Default: nothing to release."""
+        return None
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -361,7 +655,8 @@ class CompositionContext:
 
 
 class PromptLayer(Protocol):
-    """One step of prompt composition, run in ascending ``priority`` order.
+    """One step of prompt composition, run in ascending ``priority`` order. Implementations
+    inherit from it.
 
     The built-in layers (:mod:`lore_core.builtin.context_layers`) use priorities 100 (the
     harness's system prompt) to 600 (the conversation) and 900 (cache breakpoints); a plugin
@@ -369,6 +664,9 @@ class PromptLayer(Protocol):
 
     name: str
     priority: int
+    #: A layer of the kernel's own: if it fails on a turn the context manager compressed,
+    #: the request goes out as the client sent it (a plugin's failing layer is skipped).
+    builtin: bool = False
 
     def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView | Awaitable[RequestView]:
         """Return the view (possibly changed, with ``modified`` set); may be a coroutine.
@@ -397,10 +695,12 @@ class Curator(Protocol):
     segment of undistilled messages in, one observation log out); a ``"reflector"`` has
     ``async reflect(...)`` (observation logs in, one meta-distillation out). Both must be
     deterministic in what they consume: the scheduler may run one again on the same input
-    after a crash, and stores keep one row per input."""
+    after a crash, and stores keep one row per input. Implementations inherit from it."""
 
     name: str
     kind: str
 
 
-CuratorFactory = Callable[[CuratorContext], Curator]
+#: ``None``: the curator cannot work here (e.g. an LLM curator without a worker client);
+#: the scheduler then goes without it.
+CuratorFactory = Callable[[CuratorContext], Curator | None]

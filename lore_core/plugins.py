@@ -1,19 +1,45 @@
-"""Plugin manager construction and the registries built from the registration hooks."""
+"""Plugin loading and the one bootstrap every entry point uses: the plugin manager, the
+configuration (with the plugins' sections), and the registry built from the registration hooks.
+
+Two environment switches act here, for the gateway and every ``lore`` command alike:
+
+* ``LORE_DISABLE_PLUGINS``: comma-separated plugin names (entry-point or distribution names;
+  built-ins by module name) that are not loaded (blocked in pluggy);
+* ``LORE_TRACE_PLUGINS``: log every hook call with its arguments and results (pluggy's
+  tracing) to the ``lore.plugins`` logger at INFO.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Iterable
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pluggy
 
 from lore_core import hookspecs
-from lore_core.interfaces import Codec, CuratorFactory, EmbedderFactory, Harness, PromptLayer, StoreFactory
+from lore_core.config import LoreConfig, load_config
+from lore_core.interfaces import (
+    Codec,
+    CuratorFactory,
+    EmbedderFactory,
+    Harness,
+    PromptLayer,
+    RequestHandler,
+    StoreFactory,
+)
 
 log = logging.getLogger("lore.plugins")
+
+DISABLE_ENV = "LORE_DISABLE_PLUGINS"
+TRACE_ENV = "LORE_TRACE_PLUGINS"
 
 # Core's own features go through the same door as third-party plugins (as in pytest), but
 # are registered directly: they cannot be uninstalled separately from the kernel.
@@ -23,61 +49,147 @@ BUILTIN_PLUGINS = (
     "lore_core.builtin.curators",
     "lore_core.builtin.memory_store",
     "lore_core.builtin.context_layers",
+    "lore_core.builtin.handlers",
 )
+CORE_DISTRIBUTION = "lore-core"
 
 
 class PluginError(Exception):
     """A plugin failed to load or registered something inconsistent."""
 
 
+# ---------------------------------------------------------------------------------------------
+# The plugin manager
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PluginStatus:
+    """One plugin as ``lore plugins`` reports it."""
+
+    name: str
+    distribution: str
+    version: str
+    status: str  # "loaded" | "blocked" | "failed"
+    hooks: tuple[str, ...] = ()
+    error: str = ""
+
+
+class LorePluginManager(pluggy.PluginManager):
+    """pluggy's manager, plus where each plugin came from and which failed to import (pluggy
+    itself only knows what is registered and what is blocked)."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        # plugin name -> (distribution, version), for every plugin considered
+        self.origins: dict[str, tuple[str, str]] = {}
+        # plugin name -> the exception that stopped it, in one line
+        self.failures: dict[str, str] = {}
+
+    def report(self) -> list[PluginStatus]:
+        """Every plugin considered: loaded (with its hooks), blocked or failed, by name."""
+        rows = []
+        for name, plugin in self.list_name_plugin():
+            dist, version = self.origins.get(name, ("-", "-"))
+            if plugin is None:
+                rows.append(PluginStatus(name, dist, version, "blocked"))
+            else:
+                hooks = tuple(sorted(caller.name for caller in self.get_hookcallers(plugin) or ()))
+                rows.append(PluginStatus(name, dist, version, "loaded", hooks))
+        for name, error in self.failures.items():
+            dist, version = self.origins[name]
+            rows.append(PluginStatus(name, dist, version, "failed", error=error))
+        return sorted(rows, key=lambda row: row.name)
+
+
 def make_plugin_manager(
     load_entrypoints: bool = True,
     block: Iterable[str] = (),
     extra: Iterable[object] = (),
-) -> pluggy.PluginManager:
+    env: Mapping[str, str] | None = None,
+) -> LorePluginManager:
     """A fresh plugin manager: built-ins, then installed entry points, then ``extra`` objects.
 
-    ``block`` names entry points (or built-in module names) not to load. A misspelled hook
-    in any plugin is an error (``check_pending``), not silently ignored.
+    ``block`` and ``LORE_DISABLE_PLUGINS`` (in ``env``, default ``os.environ``) name plugins
+    not to load: entry-point or distribution names, built-ins by module name. An entry point
+    that fails to import is recorded and skipped. A misspelled hook in any plugin is an error
+    (``check_pending``), not silently ignored.
     """
-    import importlib
+    env = os.environ if env is None else env
+    pm = LorePluginManager()
+    if _flag(env.get(TRACE_ENV, "")):
+        _enable_tracing(pm)
+    disabled = {_canonical(name) for name in block}
+    disabled |= {_canonical(name) for name in env.get(DISABLE_ENV, "").split(",") if name.strip()}
+    matched: set[str] = set()
 
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    pm.add_hookspecs(hookspecs)
-    blocked = set(block)
+    def is_disabled(*names: str) -> bool:
+        hits = {_canonical(n) for n in names} & disabled
+        matched.update(hits)
+        return bool(hits)
+
+    core_version = _version(CORE_DISTRIBUTION)
     for name in BUILTIN_PLUGINS:
-        if name not in blocked:
+        pm.origins[name] = (CORE_DISTRIBUTION, core_version)
+        if is_disabled(name):
+            pm.set_blocked(name)
+        else:
             pm.register(importlib.import_module(name), name=name)
     if load_entrypoints:
         for ep in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-            if ep.name in blocked or pm.get_plugin(ep.name) is not None:
-                continue
-            try:
-                plugin = ep.load()
-            except Exception as exc:  # a broken plugin must not take the gateway down
-                log.error("plugin %r failed to load: %s", ep.name, exc)
-                continue
-            pm.register(plugin, name=ep.name)
+            if pm.has_plugin(ep.name) or pm.is_blocked(ep.name) or ep.name in pm.failures:
+                continue  # the same entry point seen twice (installed twice on sys.path)
+            dist = ep.dist.name if ep.dist else "-"
+            pm.origins[ep.name] = (dist, ep.dist.version if ep.dist else "-")
+            if is_disabled(ep.name, dist):
+                pm.set_blocked(ep.name)
+            else:
+                _load_entry_point(pm, ep)
+    for name in sorted(disabled - matched):
+        log.warning("%s: no plugin named %r is installed", DISABLE_ENV, name)
     for obj in extra:
-        pm.register(obj)
+        pm.register(obj, name=_extra_name(pm, obj))
     pm.check_pending()
     return pm
 
 
-@attrs.define
-class PluginInfo:
-    name: str
-    distribution: str
-    version: str
+def _load_entry_point(pm: LorePluginManager, ep: metadata.EntryPoint) -> None:
+    """Import and register one entry point; a broken plugin must not take the gateway down."""
+    try:
+        pm.register(ep.load(), name=ep.name)
+    except Exception as exc:
+        if pm.has_plugin(ep.name):  # registered, then rejected by pluggy's validation
+            pm.unregister(name=ep.name)
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        pm.failures[ep.name] = error
+        dist, version = pm.origins[ep.name]
+        log.warning("plugin %r (%s %s) failed to load and is skipped: %s", ep.name, dist, version, error)
 
 
-def installed_plugins() -> list[PluginInfo]:
-    """Every distribution registering a ``lore`` entry point, plus the kernel itself."""
-    found = [PluginInfo("core", "lore-core", _version("lore-core"))]
-    for ep in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
-        dist = ep.dist.name if ep.dist else "?"
-        found.append(PluginInfo(ep.name, dist, _version(dist)))
-    return sorted(found, key=lambda p: (p.name != "core", p.name))
+def _extra_name(pm: pluggy.PluginManager, obj: object) -> str:
+    # A readable name for error messages and `lore plugins`; pluggy's default is an id().
+    name = getattr(obj, "__name__", None) or type(obj).__name__
+    return name if not pm.has_plugin(name) and not pm.is_blocked(name) else f"{name}-{id(obj):x}"
+
+
+def _enable_tracing(pm: pluggy.PluginManager) -> None:
+    # Asked for explicitly, so shown even when the "lore" logger is quieter or no logging
+    # is configured (most `lore` commands configure none).
+    log.setLevel(logging.INFO)
+    if not log.hasHandlers():
+        log.addHandler(logging.StreamHandler(sys.stderr))
+    pm.trace.root.setwriter(lambda text: log.info("%s", text.rstrip("\n")))
+    pm.enable_tracing()
+
+
+def _flag(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _canonical(name: str) -> str:
+    # Distribution names compare as packaging normalises them (lore_harness_claude == lore-harness-claude).
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
 def _version(dist: str) -> str:
@@ -85,6 +197,29 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Factory:
+    """A named constructor, for what is built from the configuration at startup.
+
+    Store backends and embedders register ``Factory(name, build)`` with ``build(config)``;
+    curators register ``Factory(name, build, kind="observer")`` with ``build(CuratorContext)``.
+    A class with a ``name`` attribute whose constructor takes the same argument may be
+    registered itself instead.
+    """
+
+    name: str
+    build: Callable[[Any], Any]
+    kind: str = ""
+
+    def __call__(self, arg: Any) -> Any:
+        return self.build(arg)
 
 
 @attrs.define
@@ -96,31 +231,37 @@ class Registry:
     stores: dict[str, StoreFactory] = attrs.field(factory=dict)
     embedders: dict[str, EmbedderFactory] = attrs.field(factory=dict)
     prompt_layers: list[PromptLayer] = attrs.field(factory=list)
+    request_handlers: list[RequestHandler] = attrs.field(factory=list)
     # kind -> name -> factory
     curators: dict[str, dict[str, CuratorFactory]] = attrs.field(factory=dict)
+    # "harness 'claude'" -> the plugin that registered it, for `lore plugins`
+    owners: dict[str, str] = attrs.field(factory=dict)
 
     @classmethod
     def collect(cls, pm: pluggy.PluginManager) -> Registry:
+        """Every registration hook, one shape: ``register(obj)``, keyed by ``obj.name``
+        (``obj.api`` for codecs, ``obj.kind`` and ``obj.name`` for curators). The same key
+        from two plugins is an error naming both."""
         reg = cls()
-        hook = pm.hook
 
-        def unique(table: dict[str, Any], kind: str, name: str, obj: Any) -> None:
-            if name in table:
-                raise PluginError(f"two plugins register the {kind} {name!r}")
-            table[name] = obj
+        def collect(hook_name: str, key: Callable[[Any], tuple[str, str]]) -> list[Any]:
+            return _collect(pm, hook_name, key, reg.owners)
 
-        hook.lore_register_codecs(register=lambda c: unique(reg.codecs, "codec", c.api, c))
-        hook.lore_register_harnesses(register=lambda h: unique(reg.harnesses, "harness", h.name, h))
-        hook.lore_register_stores(register=lambda n, f: unique(reg.stores, "store", n, f))
-        hook.lore_register_embedders(register=lambda n, f: unique(reg.embedders, "embedder", n, f))
-        hook.lore_register_prompt_layers(register=reg.prompt_layers.append)
-        hook.lore_register_curators(
-            register=lambda kind, name, f: unique(
-                reg.curators.setdefault(kind, {}), f"{kind} curator", name, f
-            )
-        )
+        for codec in collect("lore_register_codecs", lambda c: ("codec", c.api)):
+            reg.codecs[codec.api] = codec
+        for harness in collect("lore_register_harnesses", lambda h: ("harness", h.name)):
+            reg.harnesses[harness.name] = harness
+        for store in collect("lore_register_stores", lambda s: ("store", s.name)):
+            reg.stores[store.name] = store
+        for embedder in collect("lore_register_embedders", lambda e: ("embedder", e.name)):
+            reg.embedders[embedder.name] = embedder
+        layers = collect("lore_register_prompt_layers", lambda p: ("prompt layer", p.name))
         # Explicit priority, never install order; the name breaks ties deterministically.
-        reg.prompt_layers.sort(key=lambda layer: (layer.priority, layer.name))
+        reg.prompt_layers = sorted(layers, key=lambda layer: (layer.priority, layer.name))
+        handlers = collect("lore_register_request_handlers", lambda h: ("request handler", h.name))
+        reg.request_handlers = sorted(handlers, key=lambda handler: (handler.priority, handler.name))
+        for curator in collect("lore_register_curators", lambda c: (f"{c.kind} curator", c.name)):
+            reg.curators.setdefault(curator.kind, {})[curator.name] = curator
         return reg
 
     def codec_for_path(self, path: str) -> Codec | None:
@@ -132,3 +273,90 @@ class Registry:
                     if best is None or len(suffix) > best[0]:
                         best = (len(suffix), codec)
         return best[1] if best else None
+
+
+def _calls_by_plugin(pm: pluggy.PluginManager, hook_name: str) -> Iterator[tuple[str, Any]]:
+    """``hook_name`` of each plugin on its own, so that what it hands back is known to be
+    its; through pluggy (a subset caller), so tracing sees the calls."""
+    plugins = pm.get_plugins()
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
+        others = [p for p in plugins if p is not impl.plugin]
+        yield impl.plugin_name, pm.subset_hook_caller(hook_name, remove_plugins=others)
+
+
+def _collect(
+    pm: pluggy.PluginManager,
+    hook_name: str,
+    key: Callable[[Any], tuple[str, str]],
+    owners: dict[str, str],
+) -> list[Any]:
+    """What the plugins register through ``hook_name``; ``key(obj)`` is (what, name)."""
+    found: list[Any] = []
+
+    def register_for(plugin: str) -> Callable[[Any], None]:
+        def register(obj: Any) -> None:
+            what, name = key(obj)
+            if not isinstance(name, str) or not name:
+                raise PluginError(f"plugin {plugin} registered a {what} without a name: {obj!r}")
+            label = f"{what} {name!r}"
+            if label in owners:
+                raise PluginError(f"the {label} is registered twice: by {owners[label]} and by {plugin}")
+            owners[label] = plugin
+            found.append(obj)
+
+        register.__qualname__ = f"register[{plugin}]"  # what LORE_TRACE_PLUGINS shows
+        return register
+
+    for plugin, call in _calls_by_plugin(pm, hook_name):
+        try:
+            call(register=register_for(plugin))
+        except PluginError:
+            raise
+        except Exception as exc:  # e.g. the old register(name, factory) shape
+            raise PluginError(f"plugin {plugin} failed in {hook_name}: {type(exc).__name__}: {exc}") from exc
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The bootstrap
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Bootstrapped:
+    """What every entry point starts from: the gateway, ``lore run`` and each command."""
+
+    pm: LorePluginManager
+    config: LoreConfig
+    registry: Registry
+
+
+def bootstrap(
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    load_entrypoints: bool = True,
+    extra_plugins: Iterable[object] = (),
+) -> Bootstrapped:
+    """Plugins first (they declare configuration sections), then the configuration (read as
+    :func:`lore_core.config.load_config` does from ``env`` and ``cwd``), ``lore_configure``,
+    then the registry. Loads no store and starts nothing."""
+    pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins, env=env)
+    config = load_config(config_sections(pm), env=env, cwd=cwd)
+    pm.hook.lore_configure(config=config)
+    return Bootstrapped(pm, config, Registry.collect(pm))
+
+
+def config_sections(pm: pluggy.PluginManager) -> dict[str, type]:
+    """The plugins' configuration sections; one key declared by two plugins is an error
+    naming both."""
+    sections: dict[str, type] = {}
+    owners: dict[str, str] = {}
+    for plugin, call in _calls_by_plugin(pm, "lore_config_sections"):
+        for result in call():
+            for key, section_cls in (result or {}).items():
+                if key in owners:
+                    twice = f"by {owners[key]} and by {plugin}"
+                    raise PluginError(f"the configuration section {key!r} is declared twice: {twice}")
+                owners[key] = plugin
+                sections[key] = section_cls
+    return sections

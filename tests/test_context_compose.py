@@ -10,15 +10,16 @@ import json
 
 import pytest
 
-from lore_core.builtin.context_layers import LAYERS, MAX_BREAKPOINTS
+from lore_core.builtin.context_layers import LAYERS
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import LoreConfig
 from lore_core.context import compose as C
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
-from lore_core.interfaces import CompositionContext
+from lore_core.interfaces import CompositionContext, PromptLayer
 from lore_core.storage.records import StoredDistillation
 from lore_core.testing.simulate import anthropic_messages, chat_messages, coding_session, responses_items
+from lore_core.wire.anthropic.cache import MAX_BREAKPOINTS
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 from lore_core.wire.openai_chat.codec import OpenAIChatCodec
 from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
@@ -225,7 +226,7 @@ def test_gateway_adds_prefix_and_tail_breakpoints_for_a_client_without_markers()
 def test_a_layer_that_fails_mid_composition_sends_the_request_unchanged():
     turns = coding_session(10, seed=4)
 
-    class Broken:
+    class Broken(PromptLayer):
         name, priority, builtin = "broken", 450, True
 
         def compose(self, view, ctx):
@@ -250,7 +251,7 @@ def test_an_async_third_party_layer_runs_in_priority_order():
     turns = coding_session(4, seed=4)
     seen = []
 
-    class Async:
+    class Async(PromptLayer):
         name, priority = "async-note", 650
 
         async def compose(self, view, ctx):

@@ -11,7 +11,8 @@ from lore_core import hookimpl
 from lore_core.config import ConfigError, LoreConfig, load_config
 from lore_core.distill.prompts import OBSERVER_MARKER
 from lore_core.distill.scheduler import build_curators
-from lore_core.plugins import Registry, make_plugin_manager
+from lore_core.interfaces import Curator
+from lore_core.plugins import Factory, Registry, make_plugin_manager
 from lore_core.testing.fake_worker import observer_responder, request_texts
 
 
@@ -31,13 +32,13 @@ def test_an_unknown_curator_name_is_a_config_error_naming_the_key(tmp_path):
 
 
 def test_a_plugin_curator_can_be_chosen():
-    class Echo:
+    class Echo(Curator):
         name, kind = "echo", "observer"
 
     class Plugin:
         @hookimpl
         def lore_register_curators(self, register):
-            register("observer", "echo", lambda ctx: Echo())
+            register(Factory("echo", lambda ctx: Echo(), kind="observer"))
 
     curators = Registry.collect(make_plugin_manager(load_entrypoints=False, extra=[Plugin()])).curators
     config = LoreConfig()

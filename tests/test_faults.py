@@ -21,6 +21,7 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.distill.prompts import OBSERVER_MARKER
+from lore_core.plugins import Factory
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import request_texts
 from lore_core.testing.net import api_headers
@@ -238,9 +239,9 @@ class HangingEmbedder(TopicEmbedder):
 
 class EmbeddersPlugin:
     @hookimpl
-    def lore_register_embedders(self, register: Callable[[str, Any], None]) -> None:
-        register("crashing", lambda config: CrashingEmbedder())
-        register("hanging", lambda config: HangingEmbedder())
+    def lore_register_embedders(self, register: Callable[[Any], None]) -> None:
+        register(Factory("crashing", lambda config: CrashingEmbedder()))
+        register(Factory("hanging", lambda config: HangingEmbedder()))
 
 
 @pytest.mark.parametrize(

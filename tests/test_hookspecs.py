@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from lore_core import hookimpl, hookspecs
+from lore_core.interfaces import Harness, PromptLayer
 from lore_core.plugins import PluginError, Registry, make_plugin_manager
 
 
@@ -47,7 +48,7 @@ def test_duplicate_registrations_are_rejected():
 
 
 def test_prompt_layers_run_by_priority_not_registration_order():
-    class Layer:
+    class Layer(PromptLayer):
         def __init__(self, name, priority):
             self.name, self.priority = name, priority
 
@@ -92,7 +93,7 @@ def test_generic_harness_wins_when_nobody_recognises_a_request(tmp_path):
     from lore_core.gateway import Gateway
     from lore_core.interfaces import LaunchPlan, RequestContext
 
-    class Zed:
+    class Zed(Harness):
         name = "zzz"
 
         def recognise(self, ctx):

@@ -16,6 +16,7 @@ import pytest
 from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import EmbedderUnavailable
+from lore_core.plugins import Factory
 from lore_core.recall.indexer import VectorIndexer, embedded_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
@@ -272,8 +273,8 @@ class TopicsPlugin:
     """Registers the topic embedder as the ``topics`` provider."""
 
     @hookimpl
-    def lore_register_embedders(self, register: Callable[[str, Any], None]) -> None:
-        register("topics", lambda config: TopicEmbedder())
+    def lore_register_embedders(self, register: Callable[[Any], None]) -> None:
+        register(Factory("topics", lambda config: TopicEmbedder()))
 
 
 def _wait(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -324,8 +325,8 @@ def test_gateway_embeds_what_it_stores_and_recall_finds_it_by_meaning(
 
 class BrokenPlugin:
     @hookimpl
-    def lore_register_embedders(self, register: Callable[[str, Any], None]) -> None:
-        register("broken", lambda config: BrokenEmbedder())
+    def lore_register_embedders(self, register: Callable[[Any], None]) -> None:
+        register(Factory("broken", lambda config: BrokenEmbedder()))
 
 
 def test_gateway_with_an_embedder_that_cannot_load_serves_full_text(

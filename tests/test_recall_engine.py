@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from lore_core.config import WorkerConfig
+from lore_core.interfaces import Embedder as EmbedderBase
 from lore_core.interfaces import EmbedderUnavailable
 from lore_core.recall import (
     Kind,
@@ -84,7 +85,7 @@ def embed_text(text: str) -> list[float]:
     return [v / norm for v in vec]
 
 
-class Embedder:
+class Embedder(EmbedderBase):
     name = "toy"
     dimensions = len(VOCAB)
 

@@ -215,8 +215,8 @@ class FailingStore(MemoryStore):
 
 class FailingStorePlugin:
     @hookimpl
-    def lore_register_stores(self, register: Callable[[str, Any], None]) -> None:
-        register("failing", FailingStore)
+    def lore_register_stores(self, register: Callable[[Any], None]) -> None:
+        register(FailingStore)
 
 
 def test_failing_store_degrades_but_traffic_flows(

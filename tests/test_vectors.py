@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.interfaces import EmbedderUnavailable
+from lore_core.interfaces import Embedder, EmbedderUnavailable
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import recall, store_recall_engine
@@ -28,7 +28,7 @@ _TOPICS = [
 ]
 
 
-class TopicEmbedder:
+class TopicEmbedder(Embedder):
     """A deterministic embedder: one axis per topic, plus a small constant component."""
 
     name = "topics"
@@ -136,7 +136,7 @@ def test_vector_hits_below_the_embedders_min_similarity_are_dropped() -> None:
         where = SearchFilter(Scope.PROJECT, project="/work/alpha")
         for embedder, unrelated_found in ((TopicEmbedder(), True), (WithFloor(), False)):
             source = StoreVectorSource(
-                store, vector_index_name(embedder), min_similarity=getattr(embedder, "min_similarity", None)
+                store, vector_index_name(embedder), min_similarity=embedder.min_similarity
             )
             hits = await source.search_vector(embedder.vector("feline"), where, 10)
             texts = {h.text for h in hits}

@@ -9,6 +9,7 @@ from lore_core.distill.observer import ExtractiveObserver, Observer
 from lore_core.distill.reflector import Reflector
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Curator, CuratorContext, CuratorFactory
+from lore_core.plugins import Factory
 
 
 def _llm_observer(ctx: CuratorContext) -> Curator:
@@ -27,7 +28,7 @@ def _llm_reflector(ctx: CuratorContext) -> Curator | None:
 
 
 @hookimpl
-def lore_register_curators(register: Callable[[str, str, CuratorFactory], None]) -> None:
-    register("observer", "llm", _llm_observer)
-    register("observer", "extractive", _extractive_observer)
-    register("reflector", "llm", _llm_reflector)
+def lore_register_curators(register: Callable[[CuratorFactory], None]) -> None:
+    register(Factory("llm", _llm_observer, kind="observer"))
+    register(Factory("extractive", _extractive_observer, kind="observer"))
+    register(Factory("llm", _llm_reflector, kind="reflector"))

@@ -15,7 +15,7 @@ _CWD_PATTERNS = (
 )
 
 
-class GenericHarness:
+class GenericHarness(Harness):
     name = "generic"
 
     def recognise(self, ctx: RequestContext) -> int:

@@ -23,7 +23,7 @@ import attrs
 
 from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
-from lore_core.interfaces import StoreFactory
+from lore_core.interfaces import Store, StoreFactory
 from lore_core.storage.passages import Passage, cut_text, message_passages, passage_key
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
@@ -54,7 +54,7 @@ def tokens(text: str) -> list[str]:
     return [t for t in _TOKEN.findall(text.lower()) if t not in _STOP]
 
 
-class MemoryStore:
+class MemoryStore(Store):
     name = "memory"
     schema_version = 1
     #: Nothing survives a restart, so there is nothing to journal.
@@ -362,5 +362,6 @@ class MemoryStore:
 
 
 @hookimpl
-def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
-    register("memory", MemoryStore)
+def lore_register_stores(register: Callable[[StoreFactory], None]) -> None:
+    # The class is its own factory: named "memory", built from the configuration.
+    register(MemoryStore)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lore_core.config import ConfigError
+from lore_core.plugins import PluginError
 
 
 def _configure_logging(verbose: bool = False) -> None:
@@ -45,12 +46,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from lore_core.plugins import installed_plugins
+    """What the plugin manager loaded (with its hooks and what it registered), what
+    ``LORE_DISABLE_PLUGINS`` blocked and what failed to import."""
+    import attrs
 
-    rows = installed_plugins()
-    width = max(len(p.name) for p in rows)
-    for p in rows:
-        print(f"{p.name:<{width}}  {p.distribution} {p.version}")
+    from lore_core.plugins import bootstrap
+
+    boot = bootstrap()
+    registered: dict[str, list[str]] = {}
+    for label, plugin in boot.registry.owners.items():
+        registered.setdefault(plugin, []).append(label)
+    groups: dict[str, list[dict[str, Any]]] = {"loaded": [], "blocked": [], "failed": []}
+    for row in boot.pm.report():
+        entry = attrs.asdict(row)
+        entry["registers"] = registered.get(row.name, [])
+        groups[row.status].append(entry)
+    if args.json:
+        _print_json(groups)
+        return 0
+    headings = {"loaded": "", "blocked": "blocked by LORE_DISABLE_PLUGINS:", "failed": "failed to load:"}
+    for status, group in groups.items():
+        if group and headings[status]:
+            print(headings[status])
+        for entry in group:
+            print(f"{entry['name']}  {entry['distribution']} {entry['version']}")
+            if status == "loaded":
+                print(f"    hooks: {', '.join(entry['hooks']) or 'none'}")
+            if entry["registers"]:
+                print(f"    registers: {', '.join(entry['registers'])}")
+            if entry["error"]:
+                print(f"    error: {entry['error']}")
     return 0
 
 
@@ -144,11 +169,13 @@ class _ApiReader:
 class _DirectReader:
     """Opens the configured store in this process (only when no gateway holds it)."""
 
-    def __init__(self, store: Any, config: Any = None) -> None:
+    def __init__(self, store: Any, boot: Any) -> None:
         import asyncio
 
         self.store = store
-        self.config = config
+        # The bootstrap the store was chosen from (lore_core.plugins.bootstrap).
+        self.config = boot.config
+        self.registry = boot.registry
         self._distiller: Any = None
         self._loop = asyncio.new_event_loop()
         stats_path = getattr(store, "path", None)
@@ -205,28 +232,23 @@ class _DirectReader:
 
     def _embedder(self) -> Any:
         """The embedder the gateway would use (its vectors are what the store indexed)."""
-        from lore_core.config import LoreConfig
         from lore_core.gateway import choose_embedder
-        from lore_core.plugins import Registry, make_plugin_manager
 
-        return choose_embedder(self.config or LoreConfig(), Registry.collect(make_plugin_manager()).embedders)
+        return choose_embedder(self.config, self.registry.embedders)
 
     def session_ids(self) -> list[str]:
         return [s.id for s in self._run(self.store.list_sessions(limit=10_000))]
 
     def _scheduler(self) -> Any:
         if self._distiller is None:
-            from lore_core.config import LoreConfig
             from lore_core.distill.scheduler import DistillScheduler, build_curators
-            from lore_core.plugins import Registry, make_plugin_manager
             from lore_core.worker.client import WorkerClient
 
-            config = self.config or LoreConfig()
+            config = self.config
             # No session credentials outside a gateway: only a configured worker (worker.*)
             # is usable, else the extractive observer writes the logs.
             self._worker = WorkerClient(config.worker, config.upstream)
-            curators = Registry.collect(make_plugin_manager()).curators
-            observer, reflector = build_curators(config, curators, self._worker)
+            observer, reflector = build_curators(config, self.registry.curators, self._worker)
             self._distiller = DistillScheduler(
                 self.store, config.distill, self._worker, observer=observer, reflector=reflector
             )
@@ -284,22 +306,17 @@ def _gateway_url(host: str, port: int) -> str | None:
 
 
 def _open_reader() -> _ApiReader | _DirectReader:
-    from lore_core.config import load_config
-    from lore_core.plugins import Registry, make_plugin_manager
+    from lore_core.plugins import bootstrap
     from lore_core.storage.writer import choose_store
 
     # The same plugins and configuration the gateway would load, without starting one.
-    pm = make_plugin_manager()
-    sections: dict[str, type] = {}
-    for result in pm.hook.lore_config_sections():
-        sections.update(result or {})
-    config = load_config(sections)
-    url = _gateway_url(config.server.host, config.server.port)
+    boot = bootstrap()
+    url = _gateway_url(boot.config.server.host, boot.config.server.port)
     if url is not None:
         from lore_core.http.access import cli_token
 
-        return _ApiReader(url, cli_token(config))
-    return _DirectReader(choose_store(config, Registry.collect(pm).stores), config)
+        return _ApiReader(url, cli_token(boot.config))
+    return _DirectReader(choose_store(boot.config, boot.registry.stores), boot)
 
 
 def _with_reader(args: argparse.Namespace, action: Any) -> int:
@@ -635,15 +652,10 @@ def cmd_distillations(args: argparse.Namespace) -> int:
 
 def cmd_token(args: argparse.Namespace) -> int:
     """Print the gateway token (made when there is none yet), or replace it."""
-    from lore_core.config import load_config
     from lore_core.http import access
-    from lore_core.plugins import make_plugin_manager
+    from lore_core.plugins import bootstrap
 
-    pm = make_plugin_manager()
-    sections: dict[str, type] = {}
-    for result in pm.hook.lore_config_sections():
-        sections.update(result or {})
-    config = load_config(sections)
+    config = bootstrap().config
     fixed = access.configured_token(config)
     if fixed is not None:
         if args.rotate:
@@ -673,20 +685,15 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     import asyncio
     import time
 
-    from lore_core.config import load_config
     from lore_core.gateway import choose_embedder
     from lore_core.interfaces import EmbedderUnavailable
-    from lore_core.plugins import Registry, make_plugin_manager
+    from lore_core.plugins import bootstrap
     from lore_core.recall.indexer import VectorIndexer
     from lore_core.recall.sources import vector_index_name
     from lore_core.storage.writer import choose_store
 
-    pm = make_plugin_manager()
-    sections: dict[str, type] = {}
-    for result in pm.hook.lore_config_sections():
-        sections.update(result or {})
-    config = load_config(sections)
-    pm.hook.lore_configure(config=config)
+    boot = bootstrap()
+    config, registry = boot.config, boot.registry
     url = _gateway_url(config.server.host, config.server.port)
     if url is not None:
         # The gateway holds the store (DuckDB allows one process) and already embeds in
@@ -699,7 +706,6 @@ def cmd_reindex(args: argparse.Namespace) -> int:
         return 3
     if args.provider:
         config.embedding.provider = args.provider
-    registry = Registry.collect(pm)
     embedder = choose_embedder(config, registry.embedders)
     if embedder is None:
         print("lore: no embedding provider is installed (pip install lore-embed-local)", file=sys.stderr)
@@ -785,8 +791,11 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lore_core import __version__
+
     parser = argparse.ArgumentParser(prog="lore", description="Lore: a memory layer for AI coding agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"lore-core {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -800,7 +809,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("agent_args", nargs=argparse.REMAINDER, help="arguments passed to the agent")
     run.set_defaults(func=cmd_run)
 
-    plugins = sub.add_parser("plugins", help="list installed plugins with their versions")
+    plugins = sub.add_parser(
+        "plugins", help="list the plugins loaded (with their hooks), blocked and failed to import"
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON: loaded, blocked, failed")
     plugins.set_defaults(func=cmd_plugins)
 
     # Store readers: through the running gateway's API, else the store file directly.
@@ -895,6 +907,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as exc:
         print(f"lore: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except PluginError as exc:
+        print(f"lore: plugin error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

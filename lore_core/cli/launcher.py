@@ -91,14 +91,14 @@ def _load_settings() -> tuple[Any, Any]:
     """The configuration and the installed plugins. Not a whole gateway: building one starts
     native threads (store, embedder, ...) whose signal masks ``run_client`` cannot block, and
     a SIGTERM delivered to one of them would kill ``lore run`` instead of being forwarded."""
-    from lore_core.gateway import load_settings
+    from lore_core.plugins import bootstrap
 
     lore_log = logging.getLogger("lore")
     previous = lore_log.level
-    lore_log.setLevel(logging.ERROR)  # errors (a plugin that fails to load) still show
+    lore_log.setLevel(logging.WARNING)  # warnings (a plugin that fails to load) still show
     try:
-        config, _pm, registry = load_settings()
-        return config, registry
+        boot = bootstrap()
+        return boot.config, boot.registry
     finally:
         lore_log.setLevel(previous)
 
@@ -279,7 +279,8 @@ def _spawn_gateway(host: str, port: int, log_path: Path) -> subprocess.Popen[byt
     if os.name == "posix":
         kwargs["start_new_session"] = True
     else:  # pragma: no cover - Windows
-        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+        # Windows-only constants: absent from the POSIX typeshed stubs mypy checks against.
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined]
     with open(log_path, "ab") as log:
         log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} lore run: starting {' '.join(cmd)}\n".encode())
         log.flush()

@@ -382,7 +382,8 @@ class ContextManager:
         state.parts_read_at = self._clock()
 
     def _distil_urgently(self, session_id: str) -> None:
-        if self._distill_now is None:
+        distill_now = self._distill_now  # a local: the None check then holds inside run()
+        if distill_now is None:
             return
         running = self._urgent.get(session_id)
         if running is not None and not running.done():
@@ -395,7 +396,7 @@ class ContextManager:
 
         async def run() -> None:
             try:
-                await self._distill_now(session_id)
+                await distill_now(session_id)
                 self.counts["urgent_distillations"] += 1
             except Exception as exc:
                 log.warning("context: urgent distillation of %s failed: %s", session_id, exc)
@@ -434,7 +435,7 @@ class ContextManager:
             ("ltm_baseline", self.ltm_baseline_provider),
             ("ltm_context", self.ltm_context_provider),
         ):
-            if getattr(state, attr) is None and provider is not None:
+            if getattr(state, attr) is None and provider is not None:  # the two fields, by name
                 try:
                     text = provider(state.session_id, project)
                 except Exception:
@@ -623,8 +624,8 @@ class ContextManager:
                 view = result
             except Exception:
                 self.counts["layer_errors"] += 1
-                log.exception("prompt layer %s failed; continuing without it", getattr(layer, "name", layer))
-                if getattr(layer, "builtin", False) and view is not client:
+                log.exception("prompt layer %s failed; continuing without it", layer.name)
+                if layer.builtin and view is not client:
                     view = client
                     ctx.composition = None
         if view is not client:

@@ -96,10 +96,12 @@ def _partial_from_json(raw: Any, where: str) -> Partial:
     # In the shipped table an explicit null means "none" (no 1-hour TTL), not "inherit":
     # keep every key the entry spells out.
     present = set(raw)
+    # getattr: ModelConfig's attrs fields, by name.
     return {name: getattr(config, name) for name in _FIELDS if _camel(name) in present}
 
 
 def _partial_from_config(config: ModelConfig) -> Partial:
+    # getattr: ModelConfig's attrs fields, by name.
     return {name: value for name in _FIELDS if (value := getattr(config, name)) is not None}
 
 
@@ -161,6 +163,8 @@ class PriceTable:
             missing = [_camel(name) for name in _REQUIRED if fields.get(name) is None]
             if missing:
                 raise ConfigError(f"models.{prefix}: {', '.join(missing)} cannot be null")
-            info = ModelInfo(prefix=prefix, **{name: fields.get(name) for name in _FIELDS})
+            # Any: the required fields were checked for None just above.
+            values: dict[str, Any] = {name: fields.get(name) for name in _FIELDS}
+            info = ModelInfo(prefix=prefix, **values)
             self._cache[prefix] = info
         return info

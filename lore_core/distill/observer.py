@@ -18,6 +18,7 @@ from lore_core.distill.inputs import Distillation, DistillInput, Provenance
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.render import DEFAULT_TOOL_OUTPUT_MAX_CHARS, render_segment
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
+from lore_core.interfaces import Curator
 from lore_core.worker.client import WorkerClient, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.distill")
@@ -65,7 +66,7 @@ def _source_tokens(messages: Sequence[DistillInput], estimate: TokenEstimate) ->
     return sum(estimate(m.raw_text) for m in messages)
 
 
-class ExtractiveObserver:
+class ExtractiveObserver(Curator):
     """The deterministic observer: no LLM, no network, same output shape."""
 
     name = "extractive-observer"
@@ -98,7 +99,7 @@ class ExtractiveObserver:
         )
 
 
-class Observer:
+class Observer(Curator):
     """The LLM observer, the default. Falls back to the extractive observer when the worker is
     unavailable (none configured, circuit open); a call that was attempted and failed raises
     :class:`~lore_core.worker.client.WorkerError`, so the caller can try the segment again later

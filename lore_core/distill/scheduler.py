@@ -377,7 +377,11 @@ class DistillScheduler:
     def _launch(self, sid: str, reason: str) -> None:
         task = asyncio.create_task(self._guarded(sid, reason), name=f"lore-distill-{sid[:16]}")
         self._tasks[sid] = task
-        task.add_done_callback(lambda _t, sid=sid: self._tasks.pop(sid, None))
+
+        def forget(_task: asyncio.Task[DistillReport | None]) -> None:
+            self._tasks.pop(sid, None)
+
+        task.add_done_callback(forget)
 
     async def _guarded(self, sid: str, reason: str) -> DistillReport | None:
         seen = self._seen.get(sid)

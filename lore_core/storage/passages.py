@@ -432,18 +432,19 @@ def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, C
             if b.get("tool_name") == _RECALL_TOOL:
                 continue
             call = calls.get(str(b.get("tool_call_id") or ""))
-            tool = b.get("tool_name") or (call.tool if call else None)
+            # Not ``tool``: that name holds a call's tool (always a string) above.
+            result_tool: str | None = b.get("tool_name") or (call.tool if call else None)
             body = strip_housekeeping(result_text(str(b.get("text") or ""))).strip()
             if not body:
                 continue
             source = b.get("tool_source") or (call.source if call else None)
             ran = _RAN_COMMAND.match(body)
-            if ran and (not source or tool in _POLL_TOOLS):
+            if ran and (not source or result_tool in _POLL_TOOLS):
                 source = _one_line(ran.group(1))  # a poll of a running command says which
             is_error = bool(b.get("is_error"))
             code = exit_code(body)
             tags = tuple(dict.fromkeys(_outcome_tags(source, is_error, code, body)))
-            parts.append(_Part(TOOL_RESULT, body, tool, source, is_error, tags, code))
+            parts.append(_Part(TOOL_RESULT, body, result_tool, source, is_error, tags, code))
     return parts
 
 

@@ -771,7 +771,8 @@ def records_from_exchange(
     ) -> StoredMessage:
         blocks, text = _masked_message(msg.blocks, recall_calls)
         for out in blocks:
-            call = calls.get(out.get("tool_call_id")) if out["type"] == TOOL_RESULT else None
+            call_id = out.get("tool_call_id")
+            call = calls.get(call_id) if out["type"] == TOOL_RESULT and isinstance(call_id, str) else None
             if call is not None:
                 out.setdefault("tool_name", call.tool_name)
                 source = call_source(mask_deep(call.tool_input))

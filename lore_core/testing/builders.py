@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lore_core.interfaces import Embedder
 from lore_core.model import (
     TEXT,
     TOOL_CALL,
@@ -77,7 +78,7 @@ def exchange(
     return ex
 
 
-class TopicEmbedder:
+class TopicEmbedder(Embedder):
     """A deterministic embedding model for tests: one axis per topic, synonyms on the same
     axis (so a vector search finds a text that shares no word with the query), plus a small
     constant component so no vector is zero."""
@@ -99,6 +100,9 @@ class TopicEmbedder:
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.vector(t) for t in texts]
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "detail": "topics"}
 
 
 def batch_of(*exchanges: Exchange) -> WriteBatch:

@@ -652,6 +652,8 @@ class _StreamCompressor:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        # Three libraries' compressor objects, each with its own methods (chosen by kind).
+        self._c: Any
         if kind == "gzip":
             self._c = zlib.compressobj(wbits=31)
         elif kind == "br":

@@ -21,7 +21,7 @@ suite needs no async pytest plugin. Records are built from real wire-neutral exc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -683,7 +683,11 @@ class StoreConformance:
             (pending,) = await store.pending_embeddings(self.MODEL)
             passages = cut(pending.role, pending.blocks)
             assert len(passages) >= 4
-            vectors = [self._unit(1, 0, 0, 0), self._unit(0, 1, 0, 0), self._unit(0, 0, 0, 1)]
+            vectors: list[Sequence[float]] = [
+                self._unit(1, 0, 0, 0),
+                self._unit(0, 1, 0, 0),
+                self._unit(0, 0, 0, 1),
+            ]
             item = ItemVectors(pending, vectors, passages=[0, 2, len(passages) - 1])
             assert await store.write_vectors(self.MODEL, 4, [item]) == 3
             hits = await store.vector_search(self.MODEL, self._unit(0, 0.1, 0, 1), limit=10)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from lore_core.interfaces import Embedder
 from lore_embed_local.config import EmbedLocalConfig
 from lore_embed_local.errors import EmbedderUnavailable
 from lore_embed_local.model import (
@@ -60,7 +61,7 @@ class _Runtime:
         self.output = output
 
 
-class LocalEmbedder:
+class LocalEmbedder(Embedder):
     """The ``local`` embedding provider (see :class:`lore_core.interfaces.Embedder`).
 
     ``embed`` returns one unit-length 384-dim vector per text. Each text is truncated to

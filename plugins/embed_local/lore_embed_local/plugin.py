@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lore_core import hookimpl
+from lore_core.plugins import Factory
 from lore_embed_local.config import SECTION, EmbedLocalConfig
 from lore_embed_local.embedder import LocalEmbedder
 
@@ -20,8 +21,8 @@ def lore_config_sections() -> dict[str, type]:
 
 
 @hookimpl
-def lore_register_embedders(register: Callable[[str, EmbedderFactory], None]) -> None:
-    register(LocalEmbedder.name, make_embedder)
+def lore_register_embedders(register: Callable[[EmbedderFactory], None]) -> None:
+    register(Factory(LocalEmbedder.name, make_embedder))
 
 
 def make_embedder(config: LoreConfig) -> LocalEmbedder:

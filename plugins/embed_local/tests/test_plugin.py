@@ -12,37 +12,32 @@ import pytest
 from lore_embed_local import EmbedLocalConfig, LocalEmbedder
 from lore_embed_local.plugin import make_embedder
 
-from lore_core.config import ConfigError, load_config
-from lore_core.plugins import Registry, make_plugin_manager
+from lore_core.config import ConfigError
+from lore_core.plugins import Bootstrapped, bootstrap, config_sections
 
 
-def sections() -> dict[str, type]:
-    pm = make_plugin_manager()
-    merged: dict[str, type] = {}
-    for result in pm.hook.lore_config_sections():
-        merged.update(result or {})
-    return merged
+def boot_with(tmp_path: Path, body: dict) -> Bootstrapped:
+    """What the gateway and every ``lore`` command start from, with this configuration."""
+    path = tmp_path / ".lore.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return bootstrap(env={"LORE_CONFIG": str(path)})
 
 
 def config_from(tmp_path: Path, body: dict) -> object:
-    path = tmp_path / ".lore.json"
-    path.write_text(json.dumps(body), encoding="utf-8")
-    return load_config(sections(), env={"LORE_CONFIG": str(path)})
+    return boot_with(tmp_path, body).config
 
 
-def test_the_entry_point_registers_the_local_embedder() -> None:
-    pm = make_plugin_manager()
-    assert pm.get_plugin("embed-local") is not None
-    registry = Registry.collect(pm)
-    assert "local" in registry.embedders
-    assert sections()["embed-local"] is EmbedLocalConfig
+def test_the_entry_point_registers_the_local_embedder(tmp_path: Path) -> None:
+    boot = boot_with(tmp_path, {})
+    assert boot.pm.get_plugin("embed-local") is not None
+    assert "local" in boot.registry.embedders
+    assert config_sections(boot.pm)["embed-local"] is EmbedLocalConfig
 
 
 def test_the_config_section_reaches_the_embedder(tmp_path: Path) -> None:
-    config = config_from(tmp_path, {"embed-local": {"batchSize": 8, "maxTokens": 128, "threads": 1}})
-    pm = make_plugin_manager()
-    pm.hook.lore_configure(config=config)
-    embedder = Registry.collect(pm).embedders["local"](config)
+    boot = boot_with(tmp_path, {"embed-local": {"batchSize": 8, "maxTokens": 128, "threads": 1}})
+    config = boot.config
+    embedder = boot.registry.embedders["local"](config)
     assert isinstance(embedder, LocalEmbedder)
     assert (embedder.settings.batch_size, embedder.settings.max_tokens, embedder.threads) == (8, 128, 1)
     assert embedder.name == "local" and embedder.dimensions == 384

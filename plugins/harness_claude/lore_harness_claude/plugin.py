@@ -41,7 +41,7 @@ LAUNCH_ENV = {
 COMPACTION_MARKER = "create a detailed summary of the conversation so far"
 
 
-class ClaudeCodeHarness:
+class ClaudeCodeHarness(Harness):
     name = "claude"
     display_name = "Claude Code"
     npm_package = "@anthropic-ai/claude-code"

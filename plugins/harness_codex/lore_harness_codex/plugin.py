@@ -20,7 +20,7 @@ MAX_ITEMS_SCANNED = 50
 TURN_METADATA = "x-codex-turn-metadata"
 
 
-class CodexHarness:
+class CodexHarness(Harness):
     name = "codex"
     display_name = "Codex CLI"
     npm_package = "@openai/codex"

@@ -31,7 +31,7 @@ LAUNCH_ENV = {
 }
 
 
-class OpenCodeHarness:
+class OpenCodeHarness(Harness):
     name = "opencode"
     display_name = "OpenCode"
     npm_package = "opencode-ai"

@@ -12,6 +12,7 @@ from pathlib import Path
 from lore_core import hookimpl
 from lore_core.config import LoreConfig, default_data_dir
 from lore_core.interfaces import Store, StoreFactory
+from lore_core.plugins import Factory
 
 DEFAULT_FILENAME = "lore.duckdb"
 
@@ -35,5 +36,6 @@ def make_store(config: LoreConfig) -> Store:
 
 
 @hookimpl
-def lore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
-    register("duckdb", make_store)
+def lore_register_stores(register: Callable[[StoreFactory], None]) -> None:
+    # A factory rather than DuckDBStore itself: importing the store module imports DuckDB.
+    register(Factory("duckdb", make_store))

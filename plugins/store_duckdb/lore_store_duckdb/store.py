@@ -36,6 +36,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from lore_core.interfaces import Store
 from lore_core.storage.passages import PASSAGE_RULES, CallMemo, cut_text, message_passages, passage_key
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
@@ -176,7 +177,7 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
         raise StoreUnavailable(f"cannot open {path}: {text}") from None
 
 
-class DuckDBStore:
+class DuckDBStore(Store):
     name = "duckdb"
 
     def __init__(self, path: Path | str) -> None:
@@ -864,6 +865,7 @@ class _Index:
 
     def _has_fts(self, table: Any) -> bool:
         # Cached once true: list_indices() costs a few milliseconds on every search otherwise.
+        # getattr (here and in the helpers below): lancedb's index descriptions, read defensively.
         if not self._fts_ready:
             self._fts_ready = any(getattr(ix, "index_type", "") == "FTS" for ix in table.list_indices())
         return self._fts_ready

@@ -407,6 +407,7 @@ def _fragments(table: Any) -> int:
 def _ensure_scalar_indexes(table: Any) -> None:
     from lancedb.index import Bitmap, BTree
 
+    # getattr here and below: lancedb's index descriptions, read defensively (upkeep hints).
     have = {column for ix in table.list_indices() for column in getattr(ix, "columns", ())}
     for column, kind in _SCALAR_INDEXES:
         if column not in have:
