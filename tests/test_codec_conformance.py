@@ -32,13 +32,6 @@ def captured_bodies(suffix: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-# Found by the suite (kept as strict xfails: a fix makes them fail, to be removed here).
-AFTER_DONE = (
-    "the assembler keeps applying events fed after the terminal event, though `done` promises "
-    "that nothing after it changes result()"
-)
-NO_INPUT = "render adds `input: []` to a body without `input` (optional in the Responses API)"
-
 ANTHROPIC = load_golden(DATA / "anthropic-messages")
 CHAT = load_golden(DATA / "openai-chat")
 RESPONSES = load_golden(DATA / "openai-responses")
@@ -49,7 +42,6 @@ class TestAnthropicMessagesCodec(CodecConformance):
     responses = ANTHROPIC.responses
     error_message_path = ("error", "message")
     error_type_path = ("error", "type")
-    known_failures = {"test_nothing_after_the_terminal_event_changes_the_result": AFTER_DONE}
 
     @pytest.fixture
     def codec(self) -> AnthropicMessagesCodec:
@@ -59,7 +51,6 @@ class TestAnthropicMessagesCodec(CodecConformance):
 class TestOpenAIChatCodec(CodecConformance):
     requests = [*CHAT.requests, *captured_bodies("/chat/completions")]
     responses = CHAT.responses
-    known_failures = {"test_nothing_after_the_terminal_event_changes_the_result": AFTER_DONE}
 
     @pytest.fixture
     def codec(self) -> OpenAIChatCodec:
@@ -69,11 +60,6 @@ class TestOpenAIChatCodec(CodecConformance):
 class TestOpenAIResponsesCodec(CodecConformance):
     requests = [*RESPONSES.requests, *captured_bodies("/responses")]
     responses = RESPONSES.responses
-    known_failures = {
-        "test_render_of_an_unchanged_view_is_the_same_json[request-no-input]": NO_INPUT,
-        "test_unknown_fields_roles_and_types_round_trip[request-no-input]": NO_INPUT,
-        "test_any_unknown_members_round_trip[request-no-input]": NO_INPUT,
-    }
 
     @pytest.fixture
     def codec(self) -> OpenAIResponsesCodec:

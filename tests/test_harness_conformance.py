@@ -12,8 +12,6 @@ from lore_core.testing.conformance.harness import SDK_REQUESTS, HarnessConforman
 
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
-UNCHECKED_HEADER = "header_project() returns a non-absolute X-Lore-Project as the project"
-
 
 class TestGenericHarness(HarnessConformance):
     fallback = True
@@ -40,11 +38,6 @@ class TestGenericHarness(HarnessConformance):
 
     # Found by the suite: the project is the X-Lore-Project header as sent, even when it is
     # not an absolute directory (lore_core.builtin.harness_support.header_project).
-    known_failures = {
-        "test_nothing_raises_on_odd_requests[openai-python-sdk-responses:junk]": UNCHECKED_HEADER,
-        "test_nothing_raises_on_odd_requests[anthropic-python-sdk:relative-project]": UNCHECKED_HEADER,
-    }
-
     @pytest.fixture
     def harness(self) -> GenericHarness:
         return GenericHarness()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterable
 
@@ -29,8 +30,10 @@ def fingerprint_session(view: RequestView | None) -> str:
 
 
 def header_project(ctx: RequestContext) -> str | None:
+    """The project a client names in ``X-Lore-Project``: an absolute directory, or nothing
+    (a relative or garbled value would file the session under a bogus project)."""
     value = ctx.headers.get(PROJECT_HEADER, "").strip()
-    return value or None
+    return value if value and os.path.isabs(value) else None
 
 
 def texts_of(view: RequestView | None, max_messages: int = 3) -> Iterable[str]:

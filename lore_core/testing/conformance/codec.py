@@ -46,8 +46,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lore_core.interfaces import Codec, StreamAssembler
+from lore_core.interfaces import Codec, EditPolicy, StreamAssembler
 from lore_core.model import AssistantMessage
+from lore_core.wire.turns import EventSplitter
 
 #: Member names, roles and item types no API defines.
 UNKNOWN_KEY = "x_lore_conformance_unknown"
@@ -360,6 +361,35 @@ class CodecConformance:
         assert summary(second.result()) == expected == summary(third.result())
         assert summary(first.result()) == expected
         assert not codec.assembler().done and not codec.assembler().result().complete
+
+    # -- turn editors ------------------------------------------------------------------------
+
+    def test_a_pass_through_stream_editor_returns_the_upstreams_bytes(
+        self, codec: Codec, golden_response: GoldenResponse
+    ) -> None:
+        """An editor that holds no tool and scales nothing gives the client the upstream's
+        bytes, whatever the chunking."""
+        editor = codec.stream_editor(EditPolicy(hold_tool=None, context_limit=0, usage_share=0.0))
+        if editor is None:
+            pytest.skip("the codec has no stream editor: streams are relayed byte for byte")
+        splitter = EventSplitter()
+        out = b""
+        for chunk in split_at(golden_response.sse, range(7, len(golden_response.sse), 7)):
+            out += b"".join(editor.event(name, data, raw) for name, data, raw in splitter.feed(chunk))
+        result = editor.end_round()
+        assert not result.recall_calls
+        out += editor.finish()
+        assert out == golden_response.sse.replace(b"\r\n", b"\n")
+
+    def test_a_pass_through_buffered_editor_changes_nothing(
+        self, codec: Codec, golden_response: GoldenResponse
+    ) -> None:
+        editor = codec.buffered_editor(EditPolicy(hold_tool=None, context_limit=0, usage_share=0.0))
+        if editor is None:
+            pytest.skip("the codec has no buffered editor: answers are relayed as they came")
+        result = editor.add_round(golden_response.json)
+        assert not result.recall_calls
+        assert not editor.rewrites(golden_response.json)
 
     # -- answers the gateway makes ---------------------------------------------------------
 

@@ -106,14 +106,12 @@ async def _maybe(result: Any) -> Any:
     return await result if asyncio.iscoroutine(result) else result
 
 
-async def _load(embedder: Any) -> None:
-    if hasattr(embedder, "load"):
-        await _maybe(embedder.load())
+async def _load(embedder: Embedder) -> None:
+    await _maybe(embedder.load())
 
 
-async def _close(embedder: Any) -> None:
-    if hasattr(embedder, "close"):
-        await _maybe(embedder.close())
+async def _close(embedder: Embedder) -> None:
+    await _maybe(embedder.close())
 
 
 class EmbedderConformance:
@@ -163,9 +161,9 @@ class EmbedderConformance:
         assert isinstance(embedder.name, str) and embedder.name
         assert isinstance(embedder.dimensions, int) and not isinstance(embedder.dimensions, bool)
         assert embedder.dimensions > 0
-        model_id = getattr(embedder, "model_id", None)
+        model_id = embedder.model_id
         assert model_id is None or (isinstance(model_id, str) and model_id.strip()), repr(model_id)
-        floor = getattr(embedder, "min_similarity", None)
+        floor = embedder.min_similarity
         if floor is not None:
             assert isinstance(floor, float) and -1.0 <= floor < 1.0, floor
 
@@ -243,9 +241,7 @@ class EmbedderConformance:
         [vector] = self.embed(embedder, [text])
         self.check_vectors(embedder, [text], [vector])
         assert_same_vector(vector, self.embed(embedder, [text])[0], "a long text twice")
-        chunk = getattr(embedder, "chunk", None)
-        if chunk is None:
-            return
+        chunk = embedder.chunk
         short = TEXTS[0]
         assert chunk(short) == [short], "a text that fits is one piece"
         pieces = chunk(text)
@@ -259,7 +255,7 @@ class EmbedderConformance:
         self.check_vectors(embedder, pieces, self.embed(embedder, pieces))
 
     def test_related_texts_score_higher_than_unrelated_ones(self, embedder: Embedder) -> None:
-        floor = getattr(embedder, "min_similarity", None)
+        floor = embedder.min_similarity
         for query, related, unrelated in self.similarity_cases:
             q, r, u = self.embed(embedder, [query, related, unrelated])
             near, far = cosine(q, r), cosine(q, u)
@@ -321,11 +317,10 @@ class EmbedderConformance:
 
         async def main() -> list[EmbedderUnavailable]:
             errors = []
-            if hasattr(emb, "load"):
-                try:
-                    await _maybe(emb.load())
-                except EmbedderUnavailable as exc:
-                    errors.append(exc)
+            try:
+                await _maybe(emb.load())
+            except EmbedderUnavailable as exc:
+                errors.append(exc)
             for _ in range(2):
                 try:
                     await emb.embed(["hello", "world"])

@@ -439,13 +439,8 @@ class HarnessConformance:
         assert session is None or (isinstance(session, str) and session.strip()), session
         project = harness.project(ctx)
         assert project is None or (isinstance(project, str) and os.path.isabs(project)), project
-        compaction = getattr(harness, "compaction_request", None)
-        if compaction is not None:
-            assert compaction(ctx) in (True, False)
+        assert harness.compaction_request(ctx) in (True, False)
 
     def test_plain_requests_are_not_compaction_calls(self, harness: Harness) -> None:
-        compaction = getattr(harness, "compaction_request", None)
-        if compaction is None:
-            pytest.skip("the harness has no compaction_request()")
         for request in SDK_REQUESTS:
-            assert compaction(context(request)) is False, request["tag"]
+            assert harness.compaction_request(context(request)) is False, request["tag"]

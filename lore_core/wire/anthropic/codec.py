@@ -277,6 +277,8 @@ class AnthropicAssembler:
                 self._apply(payload)
 
     def _apply(self, ev: dict[str, Any]) -> None:
+        if self._done:
+            return  # nothing after the terminal event changes the answer
         kind = ev.get("type")
         msg = self._message
         if kind == "message_start":

@@ -244,6 +244,8 @@ class OpenAIChatAssembler:
 
     def _apply(self, ev: dict[str, Any]) -> None:
         msg = self._message
+        if msg.complete:
+            return  # nothing after [DONE] changes the answer
         msg.response_id = msg.response_id or as_str(ev.get("id"))
         msg.model = msg.model or as_str(ev.get("model"))
         if isinstance(ev.get("usage"), dict):

@@ -16,8 +16,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PLUGINS = Path(__file__).resolve().parents[2]
 CWD = "/home/dev/clients/proj"
 
-UNCHECKED_HEADER = "header_project() returns a non-absolute X-Lore-Project as the project"
-
 
 class TestClaudeCodeHarness(HarnessConformance):
     captures = Captures(FIXTURES / "claude_code_requests.json")
@@ -36,10 +34,6 @@ class TestClaudeCodeHarness(HarnessConformance):
 
     # Found by the suite: the project is the X-Lore-Project header as sent, even when it is
     # not an absolute directory (lore_core.builtin.harness_support.header_project).
-    known_failures = {
-        "test_nothing_raises_on_odd_requests[claude-code-print:relative-project]": UNCHECKED_HEADER,
-    }
-
     @pytest.fixture
     def harness(self) -> ClaudeCodeHarness:
         return ClaudeCodeHarness()

@@ -16,8 +16,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PLUGINS = Path(__file__).resolve().parents[2]
 CWD = "/home/dev/clients/proj-opencode"
 
-UNCHECKED_HEADER = "header_project() returns a non-absolute X-Lore-Project as the project"
-
 
 class TestOpenCodeHarness(HarnessConformance):
     captures = Captures(FIXTURES / "opencode_requests.json")
@@ -37,10 +35,6 @@ class TestOpenCodeHarness(HarnessConformance):
 
     # Found by the suite: the project is the X-Lore-Project header as sent, even when it is
     # not an absolute directory (lore_core.builtin.harness_support.header_project).
-    known_failures = {
-        "test_nothing_raises_on_odd_requests[opencode-anthropic:relative-project]": UNCHECKED_HEADER,
-    }
-
     @pytest.fixture
     def harness(self) -> OpenCodeHarness:
         return OpenCodeHarness()
