@@ -452,6 +452,7 @@ async def run_lore(
                 session_id=SESSION,
                 project="/bench",
                 upstream="simulated",
+                composed=ctx,
                 status=200,
                 response=AssistantMessage(usage=usage, model=MODEL, complete=True),
             )
@@ -979,6 +980,7 @@ async def run_lore_replay(
                 session_id=SESSION,
                 project=replay.session.project,
                 upstream="simulated",
+                composed=ctx,
                 status=200,
                 response=AssistantMessage(usage=usage, model=wire.model, complete=True),
             )

@@ -36,6 +36,7 @@ from lore_core.interfaces import (
     EmbedderUnavailable,
     Harness,
     RequestContext,
+    Store,
 )
 from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.upstream import UpstreamClient
@@ -139,6 +140,8 @@ class Gateway:
             self.writer.listeners.append(self.indexer.notify)
         # What went upstream for each recall the client saw only as a marker.
         self.recall_memory = RecallMemory(self.store)
+        #: What plugins see of the gateway (lifecycle and exchange hooks).
+        self.app = GatewayApp(self)
         #: The tool whose calls the relay holds back and the gateway runs.
         self.recall_tool_name = TOOL_NAME
         #: Requests the gateway answers itself, in the order they are asked.
@@ -182,11 +185,11 @@ class Gateway:
             # Load the model in the background: the proxy serves at once, and a model that
             # cannot load is reported on /health (recall then uses full-text search only).
             self._embedder_load = asyncio.create_task(self._load_embedder(), name="lore-embedder-load")
-        await await_all(self.pm.hook.lore_startup(gateway=self))
+        await await_all(self.pm.hook.lore_startup(app=self.app))
 
     async def stop(self) -> None:
         try:
-            await await_all(self.pm.hook.lore_shutdown(gateway=self))
+            await await_all(self.pm.hook.lore_shutdown(app=self.app))
         finally:
             # An interrupted distillation is re-done on the next start (it is derived state).
             await self.context.stop()
@@ -305,12 +308,12 @@ class Gateway:
         return delay
 
     async def context_overflow(
-        self, session_id: str, overflow: Overflow, refused: RequestView | None = None
+        self, session_id: str, overflow: Overflow, refused: Exchange | None = None
     ) -> int:
         """The upstream refused the session's prompt as too long: raise the session's
         persisted ``forceMinLayer`` (2 or 3 by overshoot); returns the new value.
-        ``refused``: the request as it went upstream, while its exchange is not finished: the
-        context manager calibrates the session from the refusal."""
+        ``refused``: the refused exchange, not finished yet: the context manager calibrates
+        the session from the refusal."""
         layer = next_min_layer(self.context.session(session_id).force_min_layer, overflow)
         self.stats["context_overflows"] += 1
         if refused is not None:
@@ -381,12 +384,10 @@ class Gateway:
             },
             "throttle": self.throttle.counters(),
         }
-        context = getattr(self, "context", None)
-        if context is not None:
-            try:
-                status["context"] = context.session_status(session_id)
-            except Exception:
-                log.exception("the context manager could not report on a session")
+        try:
+            status["context"] = self.context.session_status(session_id)
+        except Exception:
+            log.exception("the context manager could not report on a session")
         # The session's last exchanges may still wait in the writer's queue (a write starts
         # at most every store.flushIntervalMs): count them too.
         await self._settle_writes(timeout=1.0)
@@ -438,7 +439,7 @@ class Gateway:
         except Exception:
             log.exception("could not tell the distillation scheduler about an exchange")
         try:
-            self.pm.hook.lore_exchange_complete(gateway=self, exchange=exchange)
+            self.pm.hook.lore_exchange_complete(app=self.app, exchange=exchange)
         except Exception:
             log.exception("an exchange_complete hook failed")
 
@@ -539,6 +540,32 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+class GatewayApp:
+    """:class:`~lore_core.interfaces.LoreApp` over a gateway: what its plugins see."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    @property
+    def config(self) -> LoreConfig:
+        return self._gateway.config
+
+    @property
+    def store(self) -> Store:
+        return self._gateway.store
+
+    @property
+    def store_open(self) -> bool:
+        return self._gateway.writer.opened
+
+    @property
+    def cwd(self) -> str:
+        return self._gateway.cwd
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._gateway.stats)
 
 
 def _report_codec_features(codecs: Iterable[Codec]) -> None:

@@ -30,12 +30,12 @@ import pluggy
 
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
-    from lore_core.gateway import Gateway
     from lore_core.interfaces import (
         Codec,
         CuratorFactory,
         EmbedderFactory,
         Harness,
+        LoreApp,
         PromptLayer,
         RequestHandler,
         StoreFactory,
@@ -209,8 +209,9 @@ def lore_register_curators(register: Callable[[CuratorFactory], None]) -> None:
 
 
 @_hookspec
-def lore_startup(gateway: Gateway) -> Awaitable[None] | None:
-    """Called when the gateway starts serving, after the store is open.
+def lore_startup(app: LoreApp) -> Awaitable[None] | None:
+    """Called when the gateway starts serving, after the store is open. ``app``: the
+    running gateway as plugins see it (:class:`~lore_core.interfaces.LoreApp`).
 
     May return an awaitable; the kernel awaits it before accepting requests. Use it to open
     connections or start background tasks owned by the plugin.
@@ -218,7 +219,7 @@ def lore_startup(gateway: Gateway) -> Awaitable[None] | None:
 
 
 @_hookspec
-def lore_shutdown(gateway: Gateway) -> Awaitable[None] | None:
+def lore_shutdown(app: LoreApp) -> Awaitable[None] | None:
     """Called on clean shutdown, before the store is flushed and closed.
 
     May return an awaitable; the kernel awaits it (bounded by the shutdown grace period).
@@ -227,7 +228,7 @@ def lore_shutdown(gateway: Gateway) -> Awaitable[None] | None:
 
 
 @_hookspec
-def lore_exchange_complete(gateway: Gateway, exchange: Exchange) -> None:
+def lore_exchange_complete(app: LoreApp, exchange: Exchange) -> None:
     """Notified after every proxied exchange has finished (or was cut short by the client).
 
     ``exchange`` carries the request view, the assembled assistant message (``complete`` is

@@ -154,6 +154,12 @@ class Codec:
     #: :meth:`may_fail_after_start`).
     opening_events: frozenset[str] = frozenset()
 
+    def continues_server_state(self, view: RequestView) -> bool:
+        """Whether the request continues a conversation the provider keeps (it then carries
+        only the new items: its prompt can be any size, and it cannot be made shorter
+        here). Default: no."""
+        return False
+
     def may_fail_after_start(self, view: RequestView) -> bool:
         """Whether the upstream may refuse this request as too long after it started
         streaming (the gateway then waits for the first event past the
@@ -304,6 +310,40 @@ class RecallWire:
 
 
 # ---------------------------------------------------------------------------------------------
+# The application plugins see
+# ---------------------------------------------------------------------------------------------
+
+
+class LoreApp(Protocol):
+    """What the lifecycle and exchange hooks hand a plugin: the running gateway's
+    configuration and store, nothing of its internals."""
+
+    @property
+    def config(self) -> LoreConfig:
+        """The loaded ``.lore.json`` (a plugin's own section: ``config.section(key)``)."""
+        ...
+
+    @property
+    def store(self) -> Store:
+        """The store the gateway writes (read it; the gateway's writer owns the writes)."""
+        ...
+
+    @property
+    def store_open(self) -> bool:
+        """The store is open: the gateway can write exchanges now."""
+        ...
+
+    @property
+    def cwd(self) -> str:
+        """The directory the gateway runs in."""
+        ...
+
+    def stats(self) -> Mapping[str, int]:
+        """A copy of the gateway's counters (requests, errors, ...), as ``/health`` shows them."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
 # Request handlers
 # ---------------------------------------------------------------------------------------------
 
@@ -424,6 +464,8 @@ class Store(Protocol):
 
     #: Registered backend name (``"duckdb"``, ``"memory"``, ...).
     name: str
+    #: Where the store keeps its data, for people (a file path); ``None``: nowhere to show.
+    location: str | None = None
     #: Where the kernel keeps this store's write-ahead journal (:mod:`lore_core.storage.journal`):
     #: records acknowledged to clients and not yet committed, replayed at the next start.
     #: Beside the store's own files; ``None`` for a store that keeps nothing across a
@@ -652,6 +694,10 @@ class CompositionContext:
     harness: str
     codec: Codec
     composition: Any = None
+    #: The context manager's own record of the turn (what it must learn from the answer).
+    record: Any = None
+    #: The client's view, when the layers composed another one (what the store records).
+    client_view: RequestView | None = None
 
 
 class PromptLayer(Protocol):

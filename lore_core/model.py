@@ -124,3 +124,8 @@ class Exchange:
     # Conversation positions the store must not keep (``/lore:amnesia``): ``(start, end)``
     # ranges, ``end`` exclusive or ``None`` for open-ended.
     forget_positions: list[tuple[int, int | None]] = attrs.field(factory=list)
+    #: How ``request`` was composed: its :class:`~lore_core.interfaces.CompositionContext`
+    #: (``None``: not composed by the gateway, e.g. a recall follow-up).
+    composed: Any = None
+    #: The request continues a conversation the provider keeps: it carries only new items.
+    server_state: bool = False

@@ -281,6 +281,7 @@ def test_a_session_with_pauses_keeps_compressing():
                     session_id=SID,
                     project="/p",
                     upstream="test",
+                    composed=ctx,
                     status=200,
                     response=AssistantMessage(
                         usage=usage(0, tokens), model="claude-sonnet-4-5", complete=True

@@ -69,10 +69,35 @@ async def memory_store():
     return store
 
 
+#: (the view that went upstream, the context it was composed with), as the pipeline's Turn
+#: carries them from composition to the exchange.
+SENT: list[tuple[object, CompositionContext]] = []
+
+
 async def turn(manager, view, sid=SID):
     ctx = CompositionContext(sid, "/project", "generic", codec)
     out = await manager.compose(view, ctx)
+    SENT.append((out, ctx))
     return out, ctx.composition
+
+
+def composed(view):
+    """The context ``view`` went upstream with (``None``: it was never sent)."""
+    return next((ctx for out, ctx in reversed(SENT) if out is view), None)
+
+
+def exchange_of(view, **fields):
+    return Exchange(
+        api=codec.api,
+        path="/v1/messages",
+        request=view,
+        harness="generic",
+        session_id=SID,
+        project="/project",
+        upstream="http://fake",
+        composed=composed(view),
+        **fields,
+    )
 
 
 def answered(manager, view, *, read=0, write=0, uncached=0, sid=SID):
@@ -85,6 +110,7 @@ def answered(manager, view, *, read=0, write=0, uncached=0, sid=SID):
             session_id=sid,
             project="/project",
             upstream="http://fake",
+            composed=composed(view),
             status=200,
             response=AssistantMessage(
                 usage=Usage(
@@ -234,7 +260,7 @@ def test_an_overflow_resizes_the_retry_by_the_upstreams_count():
         view = view_of(TURNS[:10], model="claude-small")
         sent, first = await turn(manager, view)
         # "prompt is too long: N tokens > 50000 maximum", N = 1.5 x the local count.
-        manager.overflowed(sent, int(first.tokens * 1.5))
+        manager.overflowed(exchange_of(sent), int(first.tokens * 1.5))
         await manager.force_min_layer(SID, 2)
         _, retry = await turn(manager, view)
         return first, retry, manager.session_status(SID)
@@ -253,9 +279,11 @@ def test_an_overflow_without_numbers_means_at_least_the_models_limit():
         manager = ContextManager(config(max_layer0_tokens=0), small, await memory_store(), LAYERS)
         view = view_of(TURNS[:10], model="claude-small")
         sent, first = await turn(manager, view)
-        manager.overflowed(view_of(TURNS[:3], model="claude-small"), None)  # never composed: ignored
+        manager.overflowed(
+            exchange_of(view_of(TURNS[:3], model="claude-small")), None
+        )  # never composed: ignored
         assert manager.session_status(SID)["calibration_factor"] == 1.0
-        manager.overflowed(sent, None)
+        manager.overflowed(exchange_of(sent), None)
         return first, manager.session_status(SID)
 
     first, status = asyncio.run(run())

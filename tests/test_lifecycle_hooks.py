@@ -9,6 +9,7 @@ import pytest
 
 from lore_core import hookimpl
 from lore_core.gateway import Gateway
+from lore_core.interfaces import LoreApp
 
 
 class Lifecycle:
@@ -16,19 +17,19 @@ class Lifecycle:
         self.events: list[tuple[str, bool]] = []
         self.fail_at = fail_at
 
-    async def _note(self, event: str, gateway: Gateway) -> None:
+    async def _note(self, event: str, app: LoreApp) -> None:
         await asyncio.sleep(0)  # really awaited, not just called
-        self.events.append((event, gateway.writer.opened))
+        self.events.append((event, app.store_open))
         if event == self.fail_at:
             raise RuntimeError(f"{event} failed")
 
     @hookimpl
-    def lore_startup(self, gateway):
-        return self._note("startup", gateway)
+    def lore_startup(self, app):
+        return self._note("startup", app)
 
     @hookimpl
-    def lore_shutdown(self, gateway):
-        return self._note("shutdown", gateway)
+    def lore_shutdown(self, app):
+        return self._note("shutdown", app)
 
 
 class Quiet:

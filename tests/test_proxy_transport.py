@@ -28,7 +28,7 @@ class Recorder:
         self.done = threading.Event()
 
     @hookimpl
-    def lore_exchange_complete(self, gateway, exchange):
+    def lore_exchange_complete(self, app, exchange):
         self.exchanges.append(exchange)
         self.done.set()
 

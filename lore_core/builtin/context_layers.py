@@ -19,7 +19,7 @@ from typing import Any
 
 from lore_core.context.compose import Composition, prefix_messages
 from lore_core.hookspecs import hookimpl
-from lore_core.interfaces import Codec, CompositionContext
+from lore_core.interfaces import Codec, CompositionContext, PromptLayer
 from lore_core.model import TEXT, Block, Message, RequestView
 
 
@@ -28,10 +28,9 @@ def _plan(ctx: CompositionContext) -> Composition | None:
     return plan if isinstance(plan, Composition) and plan.modified else None
 
 
-class _Layer:
+class _Layer(PromptLayer):
     name = ""
     priority = 0
-    #: A built-in layer: if it fails on a compressed turn, the request goes out unchanged.
     builtin = True
 
     def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:

@@ -178,9 +178,8 @@ class _DirectReader:
         self.registry = boot.registry
         self._distiller: Any = None
         self._loop = asyncio.new_event_loop()
-        stats_path = getattr(store, "path", None)
         self.where = f"gateway not running: reading the {store.name} store directly" + (
-            f" at {stats_path}" if stats_path else ""
+            f" at {store.location}" if store.location else ""
         )
         try:
             self._run(store.open())
@@ -735,9 +734,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
             max_chunks=config.embedding.max_chunks_per_item,
         )
         try:
-            load = getattr(embedder, "load", None)
-            if load is not None:
-                await load()
+            await embedder.load()
             # The full-text index first: after an upgrade of the passage rules it is rebuilt.
             search_bar = _ProgressBar("search index")
             drawn = [0.0]
@@ -783,9 +780,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
             raise
         finally:
             await store.close()
-            close = getattr(embedder, "close", None)
-            if close is not None:
-                await close()
+            await embedder.close()
 
     return asyncio.run(main())
 

@@ -140,8 +140,7 @@ def resolve_executable(harness: Harness, plan: LaunchPlan, env: Mapping[str, str
     if found is None and os.sep in command and os.access(command, os.X_OK):
         found = command
     if found is None:
-        label = getattr(harness, "display_name", harness.name)
-        package = getattr(harness, "npm_package", None)
+        label, package = harness.display_name, harness.npm_package
         hint = f"; install it with: npm install -g {package}" if package else ""
         raise LaunchError(f"cannot find the {label} executable {command!r} on PATH{hint}")
     return found

@@ -222,6 +222,13 @@ class _Sent:
     expired: bool = False
 
 
+def _record_of(exchange: Exchange) -> _Sent | None:
+    """What was composed for the exchange's request (``None``: not composed here)."""
+    composed = exchange.composed
+    record = composed.record if isinstance(composed, CompositionContext) else None
+    return record if isinstance(record, _Sent) else None
+
+
 def _detached_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
     """A task started from a request that outlives it: run in a fresh context, so it (and the
     session state that keeps it after it is done) does not keep the request alive: the task
@@ -264,9 +271,6 @@ class ContextManager:
         self._planned = 0
         self._clock = clock
         self.sessions: dict[str, SessionContext] = {}
-        self._sent: dict[int, _Sent] = {}
-        # Composed view id -> the client's view, until the exchange is finished.
-        self._client_views: dict[int, RequestView] = {}
         self._timings: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
         self.counts: collections.Counter[str] = collections.Counter()
         #: Long-term knowledge providers: ``(session_id, project) -> text``; none until the
@@ -309,19 +313,19 @@ class ContextManager:
         state.force_min_layer = _as_layer(value)
         state.force_loaded = True
 
-    def overflowed(self, refused: RequestView, tokens: int | None) -> None:
-        """The upstream refused ``refused`` (a request composed here, its response not
-        finished) as too long, saying it had ``tokens`` (``None``: it did not say; more than
+    def overflowed(self, refused: Exchange, tokens: int | None) -> None:
+        """The upstream refused ``refused`` (an exchange whose request was composed here,
+        not finished) as too long, saying it had ``tokens`` (``None``: it did not say; more than
         the model's input limit, then). The session's calibration rises so that the next
         composition, the retry of this very request included, is sized by the upstream's
         count, not the local one (tokenizers differ most on a session's first, uncalibrated
         turn)."""
-        sent = self._sent.get(id(refused))
+        sent = _record_of(refused)
         state = self.sessions.get(sent.session_id) if sent is not None else None
         if sent is None or state is None:
             return
         if tokens is None:
-            tokens = self.prices.lookup(refused.model).max_input_tokens + 1
+            tokens = self.prices.lookup(refused.request.model).max_input_tokens + 1
         state.calibration.at_least(sent.estimate, tokens)
 
     async def force_min_layer(self, session_id: str, layer: int) -> bool:
@@ -516,8 +520,8 @@ class ContextManager:
                 current.tokens += extra
         size = correct(current.tokens)
         need = ""
-        if view.raw.get("previous_response_id"):
-            # The history lives upstream (Responses API server state): this request carries
+        if ctx.codec.continues_server_state(view):
+            # The history lives upstream (the provider keeps the conversation): this request carries
             # only the new items, and there is nothing here to compose.
             current.reason = "server-state"
         elif current.layer < state.force_min_layer:
@@ -583,11 +587,8 @@ class ContextManager:
         thread.estimated_tokens = correct(composition.tokens)
         thread.turns += 1
         state.turns += 1
-        self._sent[id(view)] = _Sent(ctx.session_id, key, composition.tokens, expired)
-        for pending in (self._sent, self._client_views):
-            if len(pending) > 10_000:  # responses that never came back (a crashed relay)
-                for stale in list(pending)[:5_000]:
-                    del pending[stale]
+        # Carried by the request (ctx -> its exchange) until its response arrives.
+        ctx.record = _Sent(ctx.session_id, key, composition.tokens, expired)
         self.counts[f"layer{composition.layer}"] += 1
         return composition
 
@@ -629,10 +630,7 @@ class ContextManager:
                     view = client
                     ctx.composition = None
         if view is not client:
-            sent = self._sent.pop(id(client), None)
-            if sent is not None:
-                self._sent[id(view)] = sent
-            self._client_views[id(view)] = client
+            ctx.client_view = client
         self._timings.append((time.perf_counter() - started) * 1000)
         return view
 
@@ -641,8 +639,9 @@ class ContextManager:
         exchange back the client's own request view (what the store must record), in place
         of the composed one that went upstream. Called before anything else sees the
         exchange. Never raises."""
-        sent = self._sent.pop(id(exchange.request), None)
-        client = self._client_views.pop(id(exchange.request), None)
+        sent = _record_of(exchange)
+        composed = exchange.composed
+        client = composed.client_view if isinstance(composed, CompositionContext) else None
         if client is not None:
             exchange.request = client
         response = exchange.response

@@ -210,7 +210,7 @@ class Backlog:
         skip = 0
         if len(items) == known and last_key is not None and self.last_key == last_key:
             new = []  # the same request again (a client's retry): only its answer is new
-        elif exchange.request.raw.get("previous_response_id"):
+        elif exchange.server_state:
             new = logical_messages(items)  # server-side state: the request carries only new items
         elif len(items) < known:
             return None  # not the previous history extended: a resend, an edit, a branch

@@ -92,7 +92,7 @@ async def _refused_as_too_long(
     """The session's next turns start at a higher layer. True (and the refused exchange
     finished) when that layer is above ``retry_above``: compose and send once more."""
     assert turn.exchange is not None
-    layer = await gateway.context_overflow(turn.session_id, overflow, turn.exchange.request)
+    layer = await gateway.context_overflow(turn.session_id, overflow, turn.exchange)
     if retry_above is None or layer <= retry_above:
         return False
     gateway.exchange_finished(turn.exchange)

@@ -78,7 +78,10 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
     limit = gateway.context_limit(view.model)
     share = gateway.config.budget.client_usage_share
     policy = None
-    if upstream.status_code == 200 and (turn.recall_on or _may_scale(len(turn.out_body), limit, share, view)):
+    server_state = codec.continues_server_state(view)
+    if upstream.status_code == 200 and (
+        turn.recall_on or _may_scale(len(turn.out_body), limit, share, server_state)
+    ):
         policy = EditPolicy(
             hold_tool=gateway.recall_tool_name if turn.recall_on else None,
             context_limit=limit,
@@ -136,12 +139,11 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
     return Response(body, status=status, headers=Headers(kept + new_headers))
 
 
-def _may_scale(body_bytes: int, limit: int, share: float, view: Any) -> bool:
+def _may_scale(body_bytes: int, limit: int, share: float, server_state: bool) -> bool:
     """Could the prompt be past the share of the context the client may see? A request
     without the recall tool only goes through the (rewriting) editor then; about 4 bytes make
-    a token, so 2 bytes per token is a generous upper bound. A Responses request continuing
-    server-side state (``previous_response_id``) carries only the new items: its prompt can
-    be any size."""
+    a token, so 2 bytes per token is a generous upper bound. A request continuing
+    server-side state carries only the new items: its prompt can be any size."""
     if not (0 < share < 1 and limit > 0):
         return False
-    return body_bytes / 2 > limit * share or bool(view.raw.get("previous_response_id"))
+    return body_bytes / 2 > limit * share or server_state

@@ -68,4 +68,6 @@ class Turn:
             session_id=self.session_id,
             project=self.project,
             upstream=upstream,
+            composed=self.composing,
+            server_state=self.codec.continues_server_state(self.sent),
         )

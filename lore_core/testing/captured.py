@@ -65,7 +65,7 @@ class ExchangeRecorder:
         self.exchanges: list[Exchange] = []
 
     @hookimpl
-    def lore_exchange_complete(self, gateway: Any, exchange: Exchange) -> None:
+    def lore_exchange_complete(self, app: Any, exchange: Exchange) -> None:
         self.exchanges.append(exchange)
 
     def wait(self, count: int) -> Sequence[Exchange]:

@@ -109,6 +109,6 @@ def decode_body(body: bytes, content_encoding: str | None) -> bytes:
         raise ValueError(f"body is not valid {content_encoding}: {exc}") from None
     # The decoders return what they could of a stream cut short (a gzip body without its
     # trailer decodes to the whole JSON): a whole body must be a whole stream.
-    if not getattr(decoder, "eof", True):
+    if not decoder.eof:
         raise ValueError(f"body is not valid {content_encoding}: the compressed data ends early")
     return data

@@ -167,11 +167,14 @@ class OpenAIResponsesCodec(Codec):
             return "", ""
         return str(error.get("message") or ""), str(error.get("code") or "")
 
+    def continues_server_state(self, view: RequestView) -> bool:
+        return bool(view.raw.get("previous_response_id"))
+
     def may_fail_after_start(self, view: RequestView) -> bool:
         # OpenAI fails an input past the context window after the stream opened (HTTP 200,
         # response.created, then response.failed). A request continuing server-side state
         # cannot be made shorter here.
-        return not view.raw.get("previous_response_id")
+        return not self.continues_server_state(view)
 
     def worker_request(self, model: str, system: str, prompt: str, max_tokens: int) -> dict[str, Any]:
         # Background calls must not leave conversations stored at the provider.
@@ -213,7 +216,9 @@ class OpenAIResponsesCodec(Codec):
         ):
             if view.messages[0].text != view.raw["input"]:
                 out["input"] = view.messages[0].text
-        else:
+        elif view.messages or "input" in view.raw:
+            # ``input`` is optional (a request may continue previous_response_id or run a
+            # stored prompt): a body without it and without messages keeps it absent.
             out["input"] = [render_item(m) for m in view.messages]
         instructions = "\n\n".join(b.text for b in view.system)
         if instructions != (view.raw.get("instructions") or ""):

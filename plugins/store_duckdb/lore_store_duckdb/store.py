@@ -182,6 +182,7 @@ class DuckDBStore(Store):
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         self.index_path = Path(str(self.path) + ".fts")
         # Chunk vectors per embedding model (see vectors.py); derived, like the index.
         self.vector_path = Path(str(self.path) + ".vec")
