@@ -389,7 +389,7 @@ def table(cells: list[Cell], stream: bool) -> str:
     )
     with_baseline = any(c.baseline is not None for c in cells)
     if with_baseline:
-        head += ("before p50", "added vs before", "before CPU/req")
+        head += ("before p50", "added vs before", "before req/s", "before CPU/req")
     rows = [head]
     for c in cells:
         if c.stream != stream:
@@ -417,7 +417,8 @@ def table(cells: list[Cell], stream: bool) -> str:
         if with_baseline:
             b50 = percentile(c.baseline.times, 50) if c.baseline else math.nan
             before_cpu = cpu_per_request(c.baseline) if c.baseline else "-"
-            rows[-1] += (f"{b50:.2f}", f"{g50 - b50:+.2f}", before_cpu)
+            before_rps = f"{throughput(c.baseline):.0f}" if c.baseline else "-"
+            rows[-1] += (f"{b50:.2f}", f"{g50 - b50:+.2f}", before_rps, before_cpu)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = [f"{'streaming: time to first byte' if stream else 'non-streaming: ' + metric} (ms)"]
     for n, row in enumerate(rows):

@@ -11,12 +11,12 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pluggy
 
+from lore_core import __version__
 from lore_core.builtin.harness_support import fingerprint_session
 from lore_core.config import ConfigError, LoreConfig
 from lore_core.context.commands import SlashCommand, help_text, status_text
@@ -466,7 +466,7 @@ class Gateway:
             # "degraded": the proxy passes traffic, but something in "degraded" fails.
             "status": "degraded" if degraded else "ok",
             "degraded": degraded,
-            "version": _version("lore-core"),
+            "version": __version__,
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "upstreams": dict(self.upstream.defaults),
             "plugins": sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is not None),
@@ -533,13 +533,6 @@ def _safe_call(fn: Any, ctx: RequestContext) -> str | None:
     except Exception:
         log.exception("harness hook %s failed", getattr(fn, "__qualname__", fn))
         return None
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class GatewayApp:

@@ -121,6 +121,8 @@ class Codec:
 
     #: The API the worker speaks to this codec's provider when a session's own is unknown.
     worker_default: bool = False
+    #: Headers the API needs on the worker's requests (unless the credentials carry them).
+    worker_headers: tuple[tuple[str, str], ...] = ()
     #: The API wants a conversation to open with a user message (the prompt layers add a
     #: placeholder when the window they keep starts with the assistant).
     starts_with_user: bool = False
@@ -618,7 +620,14 @@ class Store(Protocol):
         ``schema_version`` and backend-specific figures, for ``lore status``."""
 
 
-StoreFactory = Callable[["LoreConfig"], Store]
+class StoreFactory(Protocol):
+    """What ``lore_register_stores`` registers: a named constructor of a store from the
+    configuration (``lore_core.plugins.Factory``, or a store class with a ``name``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, config: LoreConfig, /) -> Store: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -672,7 +681,14 @@ class EmbedderUnavailable(RuntimeError):
         self.reason = reason
 
 
-EmbedderFactory = Callable[["LoreConfig"], Embedder]
+class EmbedderFactory(Protocol):
+    """What ``lore_register_embedders`` registers: a named constructor of an embedder from
+    the configuration."""
+
+    @property
+    def name(self) -> str: ...
+
+    def __call__(self, config: LoreConfig, /) -> Embedder: ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,4 +765,15 @@ class Curator(Protocol):
 
 #: ``None``: the curator cannot work here (e.g. an LLM curator without a worker client);
 #: the scheduler then goes without it.
-CuratorFactory = Callable[[CuratorContext], Curator | None]
+class CuratorFactory(Protocol):
+    """What ``lore_register_curators`` registers: a named constructor of a curator of one
+    ``kind`` (``"observer"``, ``"reflector"``, ``"knowledge"``); ``None`` when it cannot
+    work in that context."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    def __call__(self, ctx: CuratorContext, /) -> Curator | None: ...

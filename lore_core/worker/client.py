@@ -54,7 +54,6 @@ from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
 
 log = logging.getLogger("lore.worker")
 
-ANTHROPIC_VERSION = "2023-06-01"
 # Statuses worth another attempt: timeouts, conflicts, rate limits, overload and server errors
 # (529 is Anthropic's "overloaded").
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -470,8 +469,8 @@ class WorkerClient:
         codec = self.codecs[target.api]
         url = join_url(target.url, codec.request_path or codec.paths[0], "")
         headers = {"content-type": "application/json", "accept": "application/json", **target.headers}
-        if target.provider == "anthropic":
-            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        for name, value in codec.worker_headers:
+            headers.setdefault(name, value)
         origin = _origin(target.url)
         attempts = max(0, cfg.max_retries) + 1
         for attempt in range(attempts):

@@ -124,6 +124,7 @@ class AnthropicMessagesCodec(Codec):
     provider = "anthropic"
     paths = ("/v1/messages",)
     worker_default = True
+    worker_headers = (("anthropic-version", "2023-06-01"),)
     starts_with_user = True
 
     def __init__(self) -> None:
