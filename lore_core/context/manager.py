@@ -642,6 +642,9 @@ class ContextManager:
         sent = _record_of(exchange)
         composed = exchange.composed
         client = composed.client_view if isinstance(composed, CompositionContext) else None
+        # Consumed here: the exchange lives on in the writer's queue and the distiller, the
+        # plan and the composed view need not.
+        exchange.composed = None
         if client is not None:
             exchange.request = client
         response = exchange.response
