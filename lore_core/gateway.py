@@ -539,26 +539,27 @@ class GatewayApp:
     """:class:`~lore_core.interfaces.LoreApp` over a gateway: what its plugins see."""
 
     def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+        #: The gateway itself: for the kernel's own request handlers only (not in LoreApp).
+        self.gateway = gateway
 
     @property
     def config(self) -> LoreConfig:
-        return self._gateway.config
+        return self.gateway.config
 
     @property
     def store(self) -> Store:
-        return self._gateway.store
+        return self.gateway.store
 
     @property
     def store_open(self) -> bool:
-        return self._gateway.writer.opened
+        return self.gateway.writer.opened
 
     @property
     def cwd(self) -> str:
-        return self._gateway.cwd
+        return self.gateway.cwd
 
     def stats(self) -> dict[str, int]:
-        return dict(self._gateway.stats)
+        return dict(self.gateway.stats)
 
 
 def _report_codec_features(codecs: Iterable[Codec]) -> None:

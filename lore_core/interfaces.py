@@ -22,6 +22,7 @@ from lore_core.model import TEXT, AssistantMessage, Block, Message, RequestView
 
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
+    from lore_core.pipeline.turn import Turn
     from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
@@ -363,13 +364,13 @@ class HandlerAnswer:
 class RequestHandler:
     """Answers some model requests before they go upstream (the built-ins: ``/lore:``
     commands, compaction answers). Handlers run in ascending ``priority``; the first answer
-    wins. ``turn`` is the request's :class:`lore_core.pipeline.turn.Turn`; ``gateway`` the
-    running gateway."""
+    wins. ``turn`` is the request (:class:`lore_core.pipeline.turn.Turn`: its codec, view,
+    headers, harness, session and project); ``app`` the running gateway as plugins see it."""
 
     name: str = ""
     priority: int = 500
 
-    async def answer(self, turn: Any, gateway: Any) -> HandlerAnswer | None:
+    async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
         """The answer, or ``None`` to let the request go on."""
         return None
 

@@ -151,7 +151,7 @@ class PingHandler:
         class Ping(RequestHandler):
             name, priority = "ping", 50
 
-            async def answer(self, turn: Any, gateway: Any) -> HandlerAnswer | None:
+            async def answer(self, turn: Any, app: Any) -> HandlerAnswer | None:
                 last = turn.view.messages[-1].text if turn.view.messages else ""
                 return HandlerAnswer("pong") if last.strip() == "ping" else None
 

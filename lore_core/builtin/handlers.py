@@ -10,11 +10,15 @@ the same hook as a plugin's (:func:`lore_core.hookspecs.lore_register_request_ha
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lore_core.context.commands import find_command
 from lore_core.hookspecs import hookimpl
-from lore_core.interfaces import HandlerAnswer, RequestHandler
+from lore_core.interfaces import HandlerAnswer, LoreApp, RequestHandler
+
+if TYPE_CHECKING:
+    from lore_core.gateway import Gateway, GatewayApp
+    from lore_core.pipeline.turn import Turn
 
 log = logging.getLogger("lore.handlers")
 
@@ -24,10 +28,17 @@ COMMAND_REFUSED = (
 )
 
 
+def _kernel(app: LoreApp) -> Gateway:
+    """The gateway behind ``app``: these handlers are the kernel's own features (session
+    owners, amnesia, the distiller), which a plugin's handler never reaches."""
+    return cast("GatewayApp", app).gateway
+
+
 class SlashCommands(RequestHandler):
     name, priority = "slash-commands", 100
 
-    async def answer(self, turn: Any, gateway: Any) -> HandlerAnswer | None:
+    async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
+        gateway = _kernel(app)
         view = turn.view
         command = find_command(view)
         # The request's first message: carrying it shows a request has the session's history
@@ -52,7 +63,8 @@ class SlashCommands(RequestHandler):
 class CompactionAnswers(RequestHandler):
     name, priority = "compaction-answers", 200
 
-    async def answer(self, turn: Any, gateway: Any) -> HandlerAnswer | None:
+    async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
+        gateway = _kernel(app)
         if turn.harness is None or turn.ctx is None:
             return None
         try:

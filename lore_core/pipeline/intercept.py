@@ -20,7 +20,7 @@ log = logging.getLogger("lore.pipeline")
 async def intercept(gateway: Gateway, turn: Turn) -> Response | None:
     """The first handler's answer in the API's shape, or ``None``: the request goes on."""
     for handler in gateway.request_handlers:
-        answer = await handler.answer(turn, gateway)
+        answer = await handler.answer(turn, gateway.app)
         if answer is None:
             continue
         view = turn.view
