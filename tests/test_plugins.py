@@ -203,6 +203,24 @@ def test_lore_plugins_reports_loaded_blocked_and_failed(
     ]
 
 
+def test_lore_plugins_lists_the_plugins_when_the_configuration_is_broken(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lore_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A broken .lore.json is when one most needs to see what loaded.
+    Path(lore_env["LORE_CONFIG"]).write_text(json.dumps({"server": {"port": 99999}}))
+    assert cli.main(["plugins"]) == 2
+    captured = capsys.readouterr()
+    assert "lore_core.builtin.codecs" in captured.out and "codec 'anthropic-messages'" in captured.out
+    assert "server.port: must be between 1 and 65535" in captured.err
+    assert cli.main(["plugins", "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert "server.port" in report["config_error"]
+    assert any(row["name"] == "lore_core.builtin.codecs" for row in report["loaded"])
+
+
 def test_the_gateway_starts_with_a_plugin_that_fails_to_import(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start_gateway: Any
 ) -> None:

@@ -50,20 +50,29 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     ``LORE_DISABLE_PLUGINS`` blocked and what failed to import."""
     import attrs
 
-    from lore_core.plugins import bootstrap
+    from lore_core.plugins import Registry, bootstrap, make_plugin_manager
 
-    boot = bootstrap()
+    # A broken .lore.json is when one most needs to see what loaded: the plugins are listed
+    # without it (registration reads no configuration), then the error is reported.
+    config_error: ConfigError | None = None
+    try:
+        boot = bootstrap()
+        pm, registry = boot.pm, boot.registry
+    except ConfigError as exc:
+        config_error = exc
+        pm = make_plugin_manager()
+        registry = Registry.collect(pm)
     registered: dict[str, list[str]] = {}
-    for label, plugin in boot.registry.owners.items():
+    for label, plugin in registry.owners.items():
         registered.setdefault(plugin, []).append(label)
     groups: dict[str, list[dict[str, Any]]] = {"loaded": [], "blocked": [], "failed": []}
-    for row in boot.pm.report():
+    for row in pm.report():
         entry = attrs.asdict(row)
         entry["registers"] = registered.get(row.name, [])
         groups[row.status].append(entry)
     if args.json:
-        _print_json(groups)
-        return 0
+        _print_json({**groups, "config_error": str(config_error) if config_error else None})
+        return 2 if config_error else 0
     headings = {"loaded": "", "blocked": "blocked by LORE_DISABLE_PLUGINS:", "failed": "failed to load:"}
     for status, group in groups.items():
         if group and headings[status]:
@@ -76,6 +85,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
                 print(f"    registers: {', '.join(entry['registers'])}")
             if entry["error"]:
                 print(f"    error: {entry['error']}")
+    if config_error is not None:
+        print(f"lore: configuration error: {config_error}", file=sys.stderr)
+        return 2
     return 0
 
 
