@@ -78,7 +78,7 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
     limit = gateway.context_limit(view.model)
     share = gateway.config.budget.client_usage_share
     policy = None
-    server_state = codec.continues_server_state(view)
+    server_state = turn.exchange.server_state  # the codec said so when the exchange began
     if upstream.status_code == 200 and (
         turn.recall_on or _may_scale(len(turn.out_body), limit, share, server_state)
     ):

@@ -6,9 +6,12 @@ Nothing here knows an API: each ``lore_core.wire.<api>`` package brings the shap
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
+from lore_core.interfaces import EditPolicy, RecallWire
 from lore_core.model import TEXT, TOOL_CALL, Message
 
 #: How every marker line begins (see :func:`lore_core.recall.tool.marker_text`).
@@ -34,6 +37,79 @@ def as_count(value: Any) -> int:
 
 def scaled(value: Any, factor: float) -> Any:
     return int(value * factor) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def scale_split_usage(
+    usage: dict[str, Any], factor: float, prompt_key: str, details_key: str, output_key: str
+) -> None:
+    """Scale an OpenAI-style usage object's input side in place: the prompt count, its
+    cached part (kept within the prompt), and the total following (never the output side)."""
+    if prompt_key in usage:
+        usage[prompt_key] = scaled(usage[prompt_key], factor)
+    details = usage.get(details_key)
+    if isinstance(details, dict) and "cached_tokens" in details:
+        details["cached_tokens"] = min(
+            scaled(details["cached_tokens"], factor), as_count(usage.get(prompt_key))
+        )
+    if "total_tokens" in usage:
+        usage["total_tokens"] = as_count(usage.get(prompt_key)) + as_count(usage.get(output_key))
+
+
+class Editor:
+    """What every turn editor shares: its policy, and which tool's calls it holds back."""
+
+    def __init__(self, policy: EditPolicy) -> None:
+        self.policy = policy
+
+    def _held(self, name: Any) -> bool:
+        return self.policy.hold_tool is not None and name == self.policy.hold_tool
+
+
+class BufferedTurn(Editor):
+    """The bookkeeping of a buffered editor over a turn's rounds: the first and last JSON
+    answers, the output tokens of all rounds, the visible text of the last one. An API's
+    editor says how its usage counts (:meth:`prompt_tokens`, :attr:`output_field`) and
+    builds its rounds and answer on top."""
+
+    #: The usage field of the tokens a round produced.
+    output_field = "output_tokens"
+
+    def __init__(self, policy: EditPolicy) -> None:
+        super().__init__(policy)
+        self.first: dict[str, Any] | None = None
+        self.last: dict[str, Any] = {}
+        self.output_tokens = 0
+        self.texts: list[str] = []  # visible text after the last marker
+
+    def prompt_tokens(self, usage: dict[str, Any]) -> int:
+        raise NotImplementedError
+
+    def rewrites(self, payload: dict[str, Any]) -> bool:
+        usage = payload.get("usage")
+        return isinstance(usage, dict) and (
+            scale_factor(self.prompt_tokens(usage), self.policy.context_limit, self.policy.usage_share)
+            is not None
+        )
+
+    def _begin_round(self, payload: dict[str, Any]) -> None:
+        self.first = self.first or payload
+        self.last = payload
+        usage = payload.get("usage")
+        self.output_tokens += as_count(usage.get(self.output_field)) if isinstance(usage, dict) else 0
+        self.texts = []
+
+    def _answer(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The last answer with the first one's id, and a copy of its usage (``None`` when
+        it has none) for the editor to complete and scale."""
+        out = dict(self.last)
+        first = self.first or {}
+        if "id" in first:
+            out["id"] = first["id"]
+        usage = copy.deepcopy(self.last.get("usage"))
+        return out, usage if isinstance(usage, dict) else None
+
+    def final_text(self) -> str:
+        return "\n".join(self.texts)  # blocks and parts, as a client joins them
 
 
 def sse(event: str | None, data: Any) -> bytes:
@@ -99,3 +175,24 @@ def markers_end(msg: Message, record: dict[str, Any]) -> bool:
         position = found + len(marker)
     tail = record.get("tail") or ""
     return not tail or norm(text[position:]).startswith(tail[:60])
+
+
+def restore_in_message(
+    recall: RecallWire,
+    out: list[Message],
+    i: int,
+    record: dict[str, Any],
+    continuation: Callable[[Message, str], dict[str, Any] | None],
+) -> tuple[list[Message], int] | None:
+    """A ``loop`` record put back for an API whose client keeps the marker lines inside one
+    assistant message (``out[i]``): the rounds as they went upstream, then ``continuation``,
+    the client's message from after the last marker on, as wire JSON."""
+    markers: list[str] = record.get("markers") or []
+    if not markers or not markers_end(out[i], record):
+        return None
+    rest = continuation(out[i], markers[-1])
+    if rest is None:
+        return None
+    restored = recall.messages(record.get("items") or [])
+    new = out[:i] + restored + recall.messages([rest]) + out[i + 1 :]
+    return new, i + len(restored) + 1

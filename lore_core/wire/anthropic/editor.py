@@ -8,13 +8,12 @@ answer from the JSON responses of the turn's rounds.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
 from lore_core.wire.fields import as_dict, loads_or
-from lore_core.wire.turns import as_count, scale_factor, scaled, sse
+from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scaled, sse
 
 #: The input side of a usage object: all of it is the prompt.
 PROMPT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
@@ -40,38 +39,19 @@ def scale_usage(usage: Any, context_limit: int, share: float, factor: float | No
     return True
 
 
-class _Editor:
-    def __init__(self, policy: EditPolicy) -> None:
-        self.policy = policy
-
-    def _held(self, name: Any) -> bool:
-        return self.policy.hold_tool is not None and name == self.policy.hold_tool
-
-
-class AnthropicBufferedEditor(_Editor):
+class AnthropicBufferedEditor(BufferedTurn):
     """Builds one Messages response from the rounds' responses."""
 
     def __init__(self, policy: EditPolicy) -> None:
         super().__init__(policy)
-        self.first: dict[str, Any] | None = None
-        self.last: dict[str, Any] = {}
         self.visible: list[Any] = []  # content blocks
-        self.output_tokens = 0
-        self.texts: list[str] = []  # visible text after the last marker
 
-    def rewrites(self, payload: dict[str, Any]) -> bool:
-        usage = payload.get("usage")
-        return isinstance(usage, dict) and (
-            scale_factor(prompt_tokens(usage), self.policy.context_limit, self.policy.usage_share) is not None
-        )
+    def prompt_tokens(self, usage: dict[str, Any]) -> int:
+        return prompt_tokens(usage)
 
     def add_round(self, payload: dict[str, Any]) -> RoundResult:
-        self.first = self.first or payload
-        self.last = payload
+        self._begin_round(payload)
         result = RoundResult()
-        usage = as_dict(payload.get("usage"))
-        self.output_tokens += as_count(usage.get("output_tokens"))
-        self.texts = []
         content = [b for b in payload.get("content") or [] if isinstance(b, dict)]
         for block in content:
             if block.get("type") == "tool_use":
@@ -89,16 +69,9 @@ class AnthropicBufferedEditor(_Editor):
     def add_markers(self, markers: list[str]) -> None:
         self.visible.extend({"type": "text", "text": marker} for marker in markers)
 
-    def final_text(self) -> str:
-        return "\n".join(self.texts)  # blocks, as a client joins them
-
     def result(self) -> dict[str, Any]:
-        out = dict(self.last)
-        first = self.first or {}
-        if "id" in first:
-            out["id"] = first["id"]
-        usage = copy.deepcopy(self.last.get("usage"))
-        if isinstance(usage, dict):
+        out, usage = self._answer()
+        if usage is not None:
             usage["output_tokens"] = self.output_tokens
             if "total_tokens" in usage:
                 usage["total_tokens"] = as_count(usage.get("input_tokens")) + self.output_tokens
@@ -111,7 +84,7 @@ class AnthropicBufferedEditor(_Editor):
         return out
 
 
-class AnthropicStreamEditor(_Editor):
+class AnthropicStreamEditor(Editor):
     """Rewrites a streamed Messages answer: recall calls held back, content block indexes
     renumbered past them, markers as text blocks, one message_delta/message_stop at the end."""
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from lore_core.interfaces import RecallWire, RoundResult
 from lore_core.model import Message
-from lore_core.wire.turns import call_ids, markers_end
+from lore_core.wire.turns import call_ids, restore_in_message
 
 
 class AnthropicRecall(RecallWire):
@@ -32,15 +32,7 @@ class AnthropicRecall(RecallWire):
     def restore_loop(
         self, out: list[Message], i: int, record: dict[str, Any]
     ) -> tuple[list[Message], int] | None:
-        markers: list[str] = record.get("markers") or []
-        if not markers or not markers_end(out[i], record):
-            return None
-        continuation = _continuation(out[i], markers[-1])
-        if continuation is None:
-            return None
-        restored = self.messages(record.get("items") or [])
-        new = out[:i] + restored + self.messages([continuation]) + out[i + 1 :]
-        return new, i + len(restored) + 1
+        return restore_in_message(self, out, i, record, _continuation)
 
     def restore_mixed(
         self, out: list[Message], i: int, record: dict[str, Any]

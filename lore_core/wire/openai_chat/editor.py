@@ -3,14 +3,13 @@ changes (recall rounds spliced into one answer, the usage it reports scaled)."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
 from lore_core.wire.fields import as_dict, as_list
-from lore_core.wire.turns import as_count, scale_factor, scaled, sse
+from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scale_split_usage, sse
 
 
 def prompt_tokens(usage: dict[str, Any]) -> int:
@@ -18,62 +17,34 @@ def prompt_tokens(usage: dict[str, Any]) -> int:
 
 
 def scale_usage(usage: Any, context_limit: int, share: float, factor: float | None = None) -> bool:
-    """Scale the input-side numbers of a usage object in place (never the output side);
-    the cached part stays within the prompt, the total follows. Returns whether anything
-    changed."""
+    """Scale the input-side numbers of a usage object in place (never the output side).
+    Returns whether anything changed."""
     if not isinstance(usage, dict):
         return False
     if factor is None:
         factor = scale_factor(prompt_tokens(usage), context_limit, share)
     if factor is None:
         return False
-    if "prompt_tokens" in usage:
-        usage["prompt_tokens"] = scaled(usage["prompt_tokens"], factor)
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and "cached_tokens" in details:
-        details["cached_tokens"] = min(
-            scaled(details["cached_tokens"], factor), as_count(usage.get("prompt_tokens"))
-        )
-    if "total_tokens" in usage:
-        usage["total_tokens"] = as_count(usage.get("prompt_tokens")) + as_count(
-            usage.get("completion_tokens")
-        )
+    scale_split_usage(usage, factor, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
     return True
 
 
-class _Editor:
-    def __init__(self, policy: EditPolicy) -> None:
-        self.policy = policy
-
-    def _held(self, name: Any) -> bool:
-        return self.policy.hold_tool is not None and name == self.policy.hold_tool
-
-
-class ChatBufferedEditor(_Editor):
+class ChatBufferedEditor(BufferedTurn):
     """Builds one Chat Completions response from the rounds' responses."""
+
+    output_field = "completion_tokens"
 
     def __init__(self, policy: EditPolicy) -> None:
         super().__init__(policy)
-        self.first: dict[str, Any] | None = None
-        self.last: dict[str, Any] = {}
         self.visible: list[str] = []  # text pieces
         self.calls: list[dict[str, Any]] = []  # the client's tool calls shown
-        self.output_tokens = 0
-        self.texts: list[str] = []  # visible text after the last marker
 
-    def rewrites(self, payload: dict[str, Any]) -> bool:
-        usage = payload.get("usage")
-        return isinstance(usage, dict) and (
-            scale_factor(prompt_tokens(usage), self.policy.context_limit, self.policy.usage_share) is not None
-        )
+    def prompt_tokens(self, usage: dict[str, Any]) -> int:
+        return prompt_tokens(usage)
 
     def add_round(self, payload: dict[str, Any]) -> RoundResult:
-        self.first = self.first or payload
-        self.last = payload
+        self._begin_round(payload)
         result = RoundResult()
-        usage = as_dict(payload.get("usage"))
-        self.output_tokens += as_count(usage.get("completion_tokens"))
-        self.texts = []
         choice = (payload.get("choices") or [{}])[0]
         message = choice.get("message") or {} if isinstance(choice, dict) else {}
         text = message.get("content") if isinstance(message.get("content"), str) else None
@@ -105,16 +76,9 @@ class ChatBufferedEditor(_Editor):
     def add_markers(self, markers: list[str]) -> None:
         self.visible.extend(markers)
 
-    def final_text(self) -> str:
-        return "\n".join(self.texts)
-
     def result(self) -> dict[str, Any]:
-        out = dict(self.last)
-        first = self.first or {}
-        if "id" in first:
-            out["id"] = first["id"]
-        usage = copy.deepcopy(self.last.get("usage"))
-        if isinstance(usage, dict):
+        out, usage = self._answer()
+        if usage is not None:
             usage["completion_tokens"] = self.output_tokens
             usage["total_tokens"] = as_count(usage.get("prompt_tokens")) + self.output_tokens
             scale_usage(usage, self.policy.context_limit, self.policy.usage_share)
@@ -136,7 +100,7 @@ class ChatBufferedEditor(_Editor):
 _CHAT_SPECIAL = re.compile(r'"tool_calls"|"finish_reason"\s*:\s*"|"usage"\s*:\s*\{|"error"')
 
 
-class ChatStreamEditor(_Editor):
+class ChatStreamEditor(Editor):
     """Rewrites a streamed Chat Completions answer: recall calls held back, tool call
     indexes renumbered, markers as content, the finish and usage chunks at the end."""
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
 from lore_core.wire.fields import as_dict, new_id
-from lore_core.wire.turns import as_count, scale_factor, scaled, sse
+from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scale_split_usage, sse
 
 
 def prompt_tokens(usage: dict[str, Any]) -> int:
@@ -17,24 +17,15 @@ def prompt_tokens(usage: dict[str, Any]) -> int:
 
 
 def scale_usage(usage: Any, context_limit: int, share: float, factor: float | None = None) -> bool:
-    """Scale the input-side numbers of a usage object in place (never the output side);
-    the cached part stays within the input, the total follows. Returns whether anything
-    changed."""
+    """Scale the input-side numbers of a usage object in place (never the output side).
+    Returns whether anything changed."""
     if not isinstance(usage, dict):
         return False
     if factor is None:
         factor = scale_factor(prompt_tokens(usage), context_limit, share)
     if factor is None:
         return False
-    if "input_tokens" in usage:
-        usage["input_tokens"] = scaled(usage["input_tokens"], factor)
-    details = usage.get("input_tokens_details")
-    if isinstance(details, dict) and "cached_tokens" in details:
-        details["cached_tokens"] = min(
-            scaled(details["cached_tokens"], factor), as_count(usage.get("input_tokens"))
-        )
-    if "total_tokens" in usage:
-        usage["total_tokens"] = as_count(usage.get("input_tokens")) + as_count(usage.get("output_tokens"))
+    scale_split_usage(usage, factor, "input_tokens", "input_tokens_details", "output_tokens")
     return True
 
 
@@ -69,38 +60,19 @@ def marker_item(marker: str, item_id: str | None = None) -> dict[str, Any]:
     }
 
 
-class _Editor:
-    def __init__(self, policy: EditPolicy) -> None:
-        self.policy = policy
-
-    def _held(self, name: Any) -> bool:
-        return self.policy.hold_tool is not None and name == self.policy.hold_tool
-
-
-class ResponsesBufferedEditor(_Editor):
+class ResponsesBufferedEditor(BufferedTurn):
     """Builds one Responses response from the rounds' responses."""
 
     def __init__(self, policy: EditPolicy) -> None:
         super().__init__(policy)
-        self.first: dict[str, Any] | None = None
-        self.last: dict[str, Any] = {}
         self.visible: list[Any] = []  # output items
-        self.output_tokens = 0
-        self.texts: list[str] = []  # visible text after the last marker
 
-    def rewrites(self, payload: dict[str, Any]) -> bool:
-        usage = payload.get("usage")
-        return isinstance(usage, dict) and (
-            scale_factor(prompt_tokens(usage), self.policy.context_limit, self.policy.usage_share) is not None
-        )
+    def prompt_tokens(self, usage: dict[str, Any]) -> int:
+        return prompt_tokens(usage)
 
     def add_round(self, payload: dict[str, Any]) -> RoundResult:
-        self.first = self.first or payload
-        self.last = payload
+        self._begin_round(payload)
         result = RoundResult()
-        usage = as_dict(payload.get("usage"))
-        self.output_tokens += as_count(usage.get("output_tokens"))
-        self.texts = []
         for item in payload.get("output") or []:
             if not isinstance(item, dict):
                 continue
@@ -123,16 +95,9 @@ class ResponsesBufferedEditor(_Editor):
     def add_markers(self, markers: list[str]) -> None:
         self.visible.extend(marker_item(marker) for marker in markers)
 
-    def final_text(self) -> str:
-        return "\n".join(self.texts)
-
     def result(self) -> dict[str, Any]:
-        out = dict(self.last)
-        first = self.first or {}
-        if "id" in first:
-            out["id"] = first["id"]
-        usage = copy.deepcopy(self.last.get("usage"))
-        if isinstance(usage, dict):
+        out, usage = self._answer()
+        if usage is not None:
             usage["output_tokens"] = self.output_tokens
             if "total_tokens" in usage:
                 usage["total_tokens"] = as_count(usage.get("input_tokens")) + self.output_tokens
@@ -149,7 +114,7 @@ _RESPONSES_FAST = (
 )
 
 
-class ResponsesStreamEditor(_Editor):
+class ResponsesStreamEditor(Editor):
     """Rewrites a streamed Responses answer: recall calls held back, output indexes and
     sequence numbers renumbered, markers as message items, one terminal event at the end."""
 
