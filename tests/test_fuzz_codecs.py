@@ -681,7 +681,7 @@ def stored_messages(server: ThreadedServer) -> int:
     return int(server.call(server.gateway.store.stats())["messages"])
 
 
-@pytest.mark.parametrize("depth", [300, 700, 900])
+@pytest.mark.parametrize("depth", [300, 700, 900, 950, 965, 972, 980, 1000])
 def test_nesting_up_to_the_parsers_limit_is_processed_cleanly(
     depth: int,
     fuzz_gateway: ThreadedServer,
@@ -690,7 +690,9 @@ def test_nesting_up_to_the_parsers_limit_is_processed_cleanly(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Deep values inside content and tool input made the store's recursive copies (masking,
-    # identity) raise from ~450 levels: the exchange was not stored, with a traceback.
+    # identity) raise from ~450 levels: the exchange was not stored, with a traceback. From
+    # ~965 levels to the parser's limit (~975) the planner's and store's encoders still did:
+    # the parser now runs with less headroom than they get, so a body is stored or refused.
     deep = nested(depth, b"1", as_object=False)
     bodies = {
         "/v1/messages": b'{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":'
@@ -706,6 +708,11 @@ def test_nesting_up_to_the_parsers_limit_is_processed_cleanly(
         before = stored_messages(fuzz_gateway)
         fake_upstream.reset()
         response = client.post(path, content=body, headers=JSON)
+        if response.status_code == 400 and depth > 900:
+            # Past what the parser accepts: refused before anything is forwarded.
+            assert "nests too deeply" in response.text
+            assert fake_upstream.api_requests() == []
+            continue
         assert response.status_code == 200
         assert [r.body for r in fake_upstream.api_requests()] == [body]
         assert stored_messages(fuzz_gateway) >= before + 2, path  # the request's message and the answer
@@ -713,7 +720,8 @@ def test_nesting_up_to_the_parsers_limit_is_processed_cleanly(
     # Distillation renders the same tool input for the observer (it raised, retried forever).
     from lore_core.distill.render import render_tool_input
 
-    assert render_tool_input({"x": json.loads(deep)}, 100).startswith('{"x": [[')
+    if depth <= 900:
+        assert render_tool_input({"x": json.loads(deep)}, 100).startswith('{"x": [[')
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from quart import request
@@ -78,6 +79,18 @@ async def read_body(gateway: Gateway) -> bytes:
 #: request nests anywhere near that.
 TOO_DEEP = "the request body nests too deeply to be a model request"
 
+#: Stack frames the parser runs below the request handler. The encoders that later copy,
+#: plan and store the body recurse once per level from a deeper stack than the parser; a
+#: body the parser accepts with this much less headroom is one every later stage can handle
+#: (without it, bodies of ~965-975 levels were forwarded but not stored).
+PARSER_HEADROOM = 64
+
+
+def _parse_with_headroom(parse: Callable[[Any], Any], arg: Any, frames: int = PARSER_HEADROOM) -> Any:
+    if frames:
+        return _parse_with_headroom(parse, arg, frames - 1)
+    return parse(arg)
+
 
 async def read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any], Spans | None]:
     """(bytes as sent, decoded bytes, parsed object, (the decoded text, where each member's
@@ -97,7 +110,7 @@ async def read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any]
         # Decoded as json.loads decodes bytes.
         encoding = json.detect_encoding(decoded)
         text = decoded.decode(encoding, "surrogatepass")
-        raw, spans = loads_object(text)
+        raw, spans = _parse_with_headroom(loads_object, text)
         if may_hold_lone_surrogates(text, decoded, encoding):
             # What the gateway reads, stores and hashes must be valid Unicode; the bytes
             # forwarded stay the client's (the provider judges them).
@@ -108,7 +121,7 @@ async def read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any]
     except RecursionError:
         raise ClientError(400, TOO_DEEP) from None
     try:
-        raw = json.loads(decoded)
+        raw = _parse_with_headroom(json.loads, decoded)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ClientError(400, f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
