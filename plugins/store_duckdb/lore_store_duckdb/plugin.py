@@ -13,6 +13,7 @@ from lore_core import hookimpl
 from lore_core.config import LoreConfig, default_data_dir
 from lore_core.interfaces import Store, StoreFactory
 from lore_core.plugins import Factory
+from lore_store_duckdb.config import SECTION, DuckDBConfig
 
 DEFAULT_FILENAME = "lore.duckdb"
 
@@ -32,7 +33,19 @@ def store_path(config: LoreConfig) -> Path:
 def make_store(config: LoreConfig) -> Store:
     from lore_store_duckdb.store import DuckDBStore
 
-    return DuckDBStore(store_path(config))
+    return DuckDBStore(store_path(config), settings=_settings(config))
+
+
+def _settings(config: LoreConfig) -> DuckDBConfig:
+    try:
+        return config.section(SECTION)
+    except KeyError:  # a configuration loaded without this plugin's sections
+        return DuckDBConfig()
+
+
+@hookimpl
+def lore_config_sections() -> dict[str, type]:
+    return {SECTION: DuckDBConfig}
 
 
 @hookimpl

@@ -54,6 +54,7 @@ from lore_core.storage.records import (
     WriteBatch,
 )
 from lore_store_duckdb import lance
+from lore_store_duckdb.config import DuckDBConfig
 from lore_store_duckdb.schema import SCHEMA_VERSION, migrate
 from lore_store_duckdb.vectors import VectorIndex
 
@@ -150,7 +151,7 @@ _OLD_INDEX_TABLES = ("messages",)
 _WORD = re.compile(r"\w", re.UNICODE)
 
 
-def _connect(path: Path) -> duckdb.DuckDBPyConnection:
+def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
     """Open the file, turning DuckDB's errors into one line that says what to do."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,10 +159,15 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
         raise StoreUnavailable(f"cannot create the directory {path.parent}: {exc.strerror or exc}") from None
     try:
         # Extensions never load or install implicitly: nothing may download at run time.
-        return duckdb.connect(
-            str(path),
-            config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
-        )
+        options: dict[str, str | bool | int] = {
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        }
+        if settings.memory_limit_mb:
+            options["memory_limit"] = f"{settings.memory_limit_mb}MiB"
+        if settings.threads:
+            options["threads"] = settings.threads
+        return duckdb.connect(str(path), config=options)
     except duckdb.Error as exc:
         text = " ".join(str(exc).split())
         if "lock" in text.lower():
@@ -180,8 +186,9 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
 class DuckDBStore(Store):
     name = "duckdb"
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, settings: DuckDBConfig | None = None) -> None:
         self.path = Path(path)
+        self.settings = settings or DuckDBConfig()
         self.location = str(self.path)
         self.index_path = Path(str(self.path) + ".fts")
         # Chunk vectors per embedding model (see vectors.py); derived, like the index.
@@ -206,7 +213,7 @@ class DuckDBStore(Store):
         self._closed = False
         if self._con is not None:
             return
-        con = _connect(self.path)
+        con = _connect(self.path, self.settings)
         try:
             migrate(con)
         except duckdb.Error as exc:
