@@ -55,6 +55,8 @@ log = logging.getLogger("lore.gateway")
 
 #: How often new spend is written to the store (a restart loses at most this much).
 SPEND_SAVE_SECONDS = 5.0
+#: Sessions whose last upstream call the spend throttle remembers (most recent ones).
+MAX_THROTTLED_SESSIONS = 10_000
 
 
 async def await_all(results: Iterable[Any]) -> None:
@@ -304,7 +306,11 @@ class Gateway:
             )
             if delay > 0:
                 await asyncio.sleep(delay)
+        self._last_upstream_at.pop(session_id, None)  # most recent last
         self._last_upstream_at[session_id] = time.time()
+        if len(self._last_upstream_at) > MAX_THROTTLED_SESSIONS:
+            # The least recently called session: at worst its next call waits as a new one's.
+            del self._last_upstream_at[next(iter(self._last_upstream_at))]
         return delay
 
     async def context_overflow(

@@ -120,3 +120,29 @@ def test_a_new_day_starts_from_its_own_total() -> None:
         return costs
 
     assert asyncio.run(run()).day_cost() == 0.0
+
+
+def test_sessions_not_seen_for_long_are_forgotten_and_read_back_from_the_store(monkeypatch: Any) -> None:
+    import lore_core.context.economics as economics
+
+    monkeypatch.setattr(economics, "MAX_TRACKED_SESSIONS", 3)
+
+    async def run() -> tuple[CostTracker, int]:
+        store = await opened_store()
+        costs = tracker()
+        book = SpendBook(costs, store)
+        costs.record("s1", "claude-sonnet-4-5", DOLLAR)
+        await book.save()
+        for other in ("s2", "s3", "s4"):  # s1 is now the least recently used of four
+            costs.record(other, "claude-sonnet-4-5", DOLLAR)
+        await book.save()
+        tracked = len(costs._sessions)
+        # s1 comes back: its earlier spend is read from the store, not lost or doubled.
+        costs.record("s1", "claude-sonnet-4-5", DOLLAR)
+        await book.save()
+        await book.load_session("s1")
+        return costs, tracked
+
+    costs, tracked = asyncio.run(run())
+    assert tracked == 3
+    assert round(costs.session_cost("s1"), 4) == 2.0

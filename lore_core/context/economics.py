@@ -290,6 +290,9 @@ def decide_compression(
 
 #: Spend in this trailing window sets the rate that projects the day's spend.
 RATE_WINDOW_SECONDS = 3600.0
+#: Sessions whose total the tracker keeps in memory (most recently used); the rest are in
+#: the store and read back when their session returns.
+MAX_TRACKED_SESSIONS = 10_000
 #: The projection looks this far ahead at most (not to midnight: a burst at 9:00 says little
 #: about 23:00).
 PROJECTION_HORIZON_SECONDS = 4 * 3600.0
@@ -396,7 +399,10 @@ class CostTracker:
         self.daily_budget_usd = max(daily_budget_usd, 0.0)
         self._clock = clock
         self._tz = tz
-        self._sessions: dict[str, float] = collections.defaultdict(float)
+        # Each session's total, most recently used last, at most MAX_TRACKED_SESSIONS; and
+        # which of them already hold the spend an earlier run saved (SpendBook loads it once).
+        self._sessions: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._saved_loaded: set[str] = set()
         self._days: dict[dt.date, float] = collections.defaultdict(float)
         self._recent: collections.deque[tuple[float, float]] = collections.deque()
         # Spent since the last save to the store (see lore_core.context.spend).
@@ -421,7 +427,7 @@ class CostTracker:
         """Add one response's cost; returns it in USD."""
         at = self._clock() if at is None else at
         cost = self.prices.lookup(model).cost(usage, cache_write_hour_tokens)
-        self._sessions[session_id] += cost
+        self._add_to_session(session_id, cost)
         self._days[self._day(at)] += cost
         self._unsaved_sessions[session_id] += cost
         self._unsaved_days[self._day(at)] += cost
@@ -435,7 +441,19 @@ class CostTracker:
         if day is not None:
             self._days[day] += usd
         if session_id is not None:
-            self._sessions[session_id] += usd
+            self._add_to_session(session_id, usd)
+            self._saved_loaded.add(session_id)
+
+    def holds_saved(self, session_id: str) -> bool:
+        """Whether the session's total includes what an earlier run saved (add_saved)."""
+        return session_id in self._saved_loaded
+
+    def _add_to_session(self, session_id: str, usd: float) -> None:
+        self._sessions[session_id] = self._sessions.pop(session_id, 0.0) + usd
+        if len(self._sessions) > MAX_TRACKED_SESSIONS:
+            # The least recently used: its saved total is read again if it comes back.
+            gone, _ = self._sessions.popitem(last=False)
+            self._saved_loaded.discard(gone)
 
     def take_unsaved(self) -> tuple[dict[dt.date, float], dict[str, float]]:
         """The spend recorded since the last call, per day and per session; cleared."""

@@ -49,9 +49,9 @@ class SpendBook:
     def __init__(self, costs: CostTracker, store: Store) -> None:
         self.costs = costs
         self.store = store
-        # Days and sessions whose stored spend was added to the tracker already.
+        # Days whose stored spend was added to the tracker already (the tracker says it of
+        # sessions: it forgets sessions not seen for long, and then their loaded state).
         self._loaded_days: set[dt.date] = set()
-        self._loaded_sessions: set[str] = set()
         self._lock = asyncio.Lock()
         self._last_error: str | None = None  # logged once, not once per save
 
@@ -111,8 +111,7 @@ class SpendBook:
         return True
 
     async def _load_session(self, session_id: str) -> None:
-        if session_id in self._loaded_sessions:
+        if self.costs.holds_saved(session_id):
             return
         stored = await self.store.get_state(session_id, SESSION_SPEND_KEY, 0)
         self.costs.add_saved(session_id=session_id, usd=_usd(stored))
-        self._loaded_sessions.add(session_id)

@@ -11,11 +11,14 @@ store's per-session state and survive a restart.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import Any
 
 log = logging.getLogger("lore.amnesia")
 
 STATE_KEY = "amnesia"
+#: Sessions without ranges whose (empty) state stays cached.
+MAX_CACHED_SESSIONS = 10_000
 
 #: ``(first position, end position)``; the end is exclusive, ``None`` while amnesia is on.
 Range = tuple[int, int | None]
@@ -42,6 +45,10 @@ class Amnesia:
     def __init__(self, store: Any) -> None:
         self.store = store
         self._ranges: dict[str, list[Range]] = {}
+        # Sessions read and found without ranges, most recent last: a cache (forgetting one
+        # costs one read on its next request), bounded so a gateway serving for weeks does
+        # not keep an entry for every session it ever saw. Sessions with ranges stay.
+        self._without: OrderedDict[str, None] = OrderedDict()
 
     async def load(self, session_id: str) -> list[Range]:
         """The session's ranges (read from the store once per process)."""
@@ -52,8 +59,21 @@ class Amnesia:
                 # An unreadable state must not stop the request; it is read again next time.
                 log.warning("could not read the amnesia state of %s: %s", session_id, exc)
                 return []
-            self._ranges[session_id] = _parse(raw)
+            self._remember(session_id, _parse(raw))
+        elif session_id in self._without:
+            self._without.move_to_end(session_id)
         return self._ranges[session_id]
+
+    def _remember(self, session_id: str, ranges: list[Range]) -> None:
+        self._ranges[session_id] = ranges
+        if ranges:
+            self._without.pop(session_id, None)
+            return
+        self._without[session_id] = None
+        self._without.move_to_end(session_id)
+        while len(self._without) > MAX_CACHED_SESSIONS:
+            gone, _ = self._without.popitem(last=False)
+            self._ranges.pop(gone, None)
 
     def ranges(self, session_id: str) -> list[Range]:
         """The cached ranges (empty until :meth:`load` ran for the session)."""
@@ -84,4 +104,4 @@ class Amnesia:
     async def _save(self, session_id: str, ranges: list[Range]) -> None:
         # Persist first: a state the store did not take must not look applied.
         await self.store.set_state(session_id, STATE_KEY, {"ranges": [list(r) for r in ranges]})
-        self._ranges[session_id] = ranges
+        self._remember(session_id, ranges)

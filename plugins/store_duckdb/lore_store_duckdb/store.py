@@ -159,7 +159,7 @@ def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
         raise StoreUnavailable(f"cannot create the directory {path.parent}: {exc.strerror or exc}") from None
     try:
         # Extensions never load or install implicitly: nothing may download at run time.
-        options: dict[str, str | bool | int] = {
+        options: dict[str, str | bool | int | float | list[str]] = {
             "autoinstall_known_extensions": False,
             "autoload_known_extensions": False,
         }

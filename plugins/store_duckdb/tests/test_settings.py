@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from lore_core.config import ConfigError, load_config
 from lore_store_duckdb.config import SECTION, DuckDBConfig
 from lore_store_duckdb.plugin import make_store
 from lore_store_duckdb.store import DuckDBStore
+
+from lore_core.config import ConfigError, load_config
 
 
 def config_file(tmp_path: Path, section: dict[str, object]) -> dict[str, str]:
@@ -38,7 +38,8 @@ def opened_settings(store: DuckDBStore, *names: str) -> list[str]:
 
 
 def test_memory_limit_and_threads_reach_duckdb(tmp_path: Path) -> None:
-    config = load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"memoryLimitMb": 300, "threads": 1}))
+    env = config_file(tmp_path, {"memoryLimitMb": 300, "threads": 1})
+    config = load_config({SECTION: DuckDBConfig}, env=env)
     store = make_store(config)
     assert isinstance(store, DuckDBStore)
     memory_limit, threads = opened_settings(store, "memory_limit", "threads")
