@@ -282,6 +282,16 @@ def memory_lines(run: Run, args: argparse.Namespace) -> list[str]:
         f"  slope in the first / second half after warm-up: {slope_mib_per_min(first):+.2f} / "
         f"{slope_mib_per_min(second):+.2f} MiB/min"
     )
+    # RSS at each tenth of the run and the slope over each tenth after warm-up: whether
+    # growth stops, and when.
+    tenths = []
+    for k in range(1, 11):
+        at = args.duration * k / 10
+        sample = min(during, key=lambda s: abs(s[0] - at))
+        piece = [(t, r) for t, r in after if at - args.duration / 10 <= t < at]
+        slope = f" ({slope_mib_per_min(piece):+.1f}/min)" if len(piece) > 2 else ""
+        tenths.append(f"{sample[0]:.0f} s {sample[1] / MIB:.0f} MiB{slope}")
+    lines.append("  RSS by tenth of the run (slope in that tenth): " + ", ".join(tenths))
     return lines
 
 
