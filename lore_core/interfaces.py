@@ -23,6 +23,7 @@ from lore_core.model import TEXT, AssistantMessage, Block, Message, RequestView
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.pipeline.turn import Turn
+    from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion
     from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
@@ -615,6 +616,58 @@ class Store(Protocol):
         """Compact ``model``'s index; the indexer calls it when idle and after ``lore
         reindex``. By default there is nothing to compact."""
         return None
+
+    # -- long-term knowledge (tier 3, lore_core.storage.knowledge) --------------------------
+    #
+    # Versions are immutable and appended; the current one per entry is the latest; deletes
+    # append a death certificate. The metric register holds the two mutable numbers.
+
+    async def write_knowledge(self, version: KnowledgeVersion) -> bool:
+        """Append one version and make it its entry's current one, in one transaction (the
+        previous version stays, no longer current). ``version.version`` must be 1 for an id
+        never stored and the current version + 1 otherwise, else raise
+        :class:`~lore_core.storage.knowledge.KnowledgeConflict` and write nothing. Idempotent:
+        a ``version_id`` already stored is skipped (``False``). Version 1 also creates the
+        entry's metric at :data:`~lore_core.storage.knowledge.INITIAL_CONFIDENCE` of its
+        author; a death certificate leaves the metric as it is."""
+        raise _not_implemented(self, "knowledge")
+
+    async def knowledge_versions(self, logical_id: str) -> list[KnowledgeVersion]:
+        """Every version of one entry, oldest first, death certificates included (the base
+        table), ``is_current`` set on the latest."""
+        raise _not_implemented(self, "knowledge")
+
+    async def current_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        """The "current and alive" view: the current version of every entry that is not
+        deleted, of ``project`` (plus scope ``global`` entries when ``include_global``;
+        ``None``: every project), in :func:`~lore_core.storage.knowledge.canonical_order`."""
+        raise _not_implemented(self, "knowledge")
+
+    async def knowledge_tombstone(
+        self, project: str, *, logical_id: str | None = None, title: str | None = None
+    ) -> KnowledgeVersion | None:
+        """The death certificate that an import must respect, read from the base table: the
+        current version of the entry ``logical_id`` if it is deleted, else a deleted current
+        version of ``project`` or of scope ``global`` whose title equals ``title`` under
+        :func:`~lore_core.storage.knowledge.normalize_title`. ``None`` when there is none."""
+        raise _not_implemented(self, "knowledge")
+
+    async def knowledge_metrics(self, logical_ids: Sequence[str] | None = None) -> dict[str, KnowledgeMetric]:
+        """The metric register of these entries (every entry's with ``None``)."""
+        raise _not_implemented(self, "knowledge")
+
+    async def reinforce_knowledge(self, logical_ids: Sequence[str], amount: float, at: float) -> int:
+        """Raise these entries' confidence by ``amount`` (at most 1.0) and set
+        ``last_reinforced_at`` to ``at``; entries without a metric start at
+        :data:`~lore_core.storage.knowledge.DEFAULT_CONFIDENCE`. Returns entries changed."""
+        raise _not_implemented(self, "knowledge")
+
+    async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
+        """Multiply by ``factor`` the confidence of every entry whose ``last_reinforced_at``
+        is before ``not_reinforced_since`` (or was never set); returns entries changed."""
+        raise _not_implemented(self, "knowledge")
 
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,

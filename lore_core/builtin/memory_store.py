@@ -24,6 +24,15 @@ import attrs
 from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Store, StoreFactory
+from lore_core.storage.knowledge import (
+    DEFAULT_CONFIDENCE,
+    INITIAL_CONFIDENCE,
+    KnowledgeConflict,
+    KnowledgeMetric,
+    KnowledgeVersion,
+    canonical_order,
+    normalize_title,
+)
 from lore_core.storage.passages import Passage, cut_text, message_passages, passage_key
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
@@ -79,6 +88,9 @@ class MemoryStore(Store):
         # model -> {"dimensions": int, "done": highest embedded cursor,
         #           "rows": [(kind, item id, chunk, vector)]}
         self._vectors: dict[str, dict[str, Any]] = {}
+        # Knowledge: logical_id -> its versions, oldest first; the metric register.
+        self._knowledge: dict[str, list[KnowledgeVersion]] = {}
+        self._metrics: dict[str, KnowledgeMetric] = {}
         self._open = False
 
     async def open(self) -> None:
@@ -347,6 +359,88 @@ class MemoryStore(Store):
     async def reset_vectors(self, model: str) -> None:
         self._vectors.pop(model, None)
 
+    # -- knowledge -------------------------------------------------------------------------
+
+    async def write_knowledge(self, version: KnowledgeVersion) -> bool:
+        versions = self._knowledge.get(version.logical_id, [])
+        if any(v.version_id == version.version_id for v in versions):
+            return False
+        expected = versions[-1].version + 1 if versions else 1
+        if version.version != expected:
+            raise KnowledgeConflict(
+                f"k:{version.logical_id}: version {version.version} does not follow {expected - 1}"
+            )
+        self._knowledge.setdefault(version.logical_id, []).append(copy.deepcopy(version))
+        if version.version == 1 and version.logical_id not in self._metrics:
+            confidence = INITIAL_CONFIDENCE.get(version.created_by, DEFAULT_CONFIDENCE)
+            self._metrics[version.logical_id] = KnowledgeMetric(
+                version.logical_id, confidence, version.created_at
+            )
+        return True
+
+    def _versions_read(self, logical_id: str) -> list[KnowledgeVersion]:
+        versions = self._knowledge.get(logical_id, [])
+        return [attrs.evolve(v, is_current=i == len(versions) - 1) for i, v in enumerate(versions)]
+
+    async def knowledge_versions(self, logical_id: str) -> list[KnowledgeVersion]:
+        return self._versions_read(logical_id)
+
+    def _current(self) -> list[KnowledgeVersion]:
+        return [attrs.evolve(versions[-1], is_current=True) for versions in self._knowledge.values()]
+
+    async def current_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        found = [
+            v
+            for v in self._current()
+            if not v.is_deleted
+            and (
+                project is None
+                or (v.scope == "project" and v.project == project)
+                or (include_global and v.scope == "global")
+            )
+        ]
+        return sorted(found, key=canonical_order)
+
+    async def knowledge_tombstone(
+        self, project: str, *, logical_id: str | None = None, title: str | None = None
+    ) -> KnowledgeVersion | None:
+        # The base table: every entry's current version, deleted ones included.
+        current = self._current()
+        if logical_id is not None:
+            for v in current:
+                if v.logical_id == logical_id:
+                    return v if v.is_deleted else None
+        if title is not None:
+            wanted = normalize_title(title)
+            for v in sorted(current, key=lambda v: v.created_at):
+                if (
+                    v.is_deleted
+                    and normalize_title(v.title) == wanted
+                    and (v.scope == "global" or v.project == project)
+                ):
+                    return v
+        return None
+
+    async def knowledge_metrics(self, logical_ids: Sequence[str] | None = None) -> dict[str, KnowledgeMetric]:
+        ids = self._metrics.keys() if logical_ids is None else logical_ids
+        return {i: attrs.evolve(self._metrics[i]) for i in ids if i in self._metrics}
+
+    async def reinforce_knowledge(self, logical_ids: Sequence[str], amount: float, at: float) -> int:
+        for i in set(logical_ids):
+            metric = self._metrics.get(i) or KnowledgeMetric(i, DEFAULT_CONFIDENCE)
+            self._metrics[i] = KnowledgeMetric(i, min(1.0, metric.confidence + amount), at)
+        return len(set(logical_ids))
+
+    async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
+        changed = 0
+        for i, metric in self._metrics.items():
+            if metric.last_reinforced_at is None or metric.last_reinforced_at < not_reinforced_since:
+                self._metrics[i] = attrs.evolve(metric, confidence=metric.confidence * factor)
+                changed += 1
+        return changed
+
     async def stats(self) -> dict[str, Any]:
         return {
             "backend": self.name,
@@ -357,6 +451,7 @@ class MemoryStore(Store):
             "sessions": len(self._sessions),
             "messages": len(self._messages),
             "distillations": len(self._distillations),
+            "knowledge": sum(1 for v in self._current() if not v.is_deleted),
             "vectors": await self.vector_stats(),
         }
 

@@ -1,0 +1,161 @@
+"""Records of long-term knowledge (tier 3, MISSION section 5), and the rules every backend
+shares.
+
+An entry has one ``logical_id`` and many immutable versions; exactly one is current. An edit
+appends a version; a delete appends a *death certificate* (a current version with
+``is_deleted``). Nothing is overwritten or physically removed. Lookups that must see
+deletions (every import lane asks "did the user throw this away?") read the base table
+through :meth:`~lore_core.interfaces.Store.knowledge_tombstone`, never the "current and
+alive" listing (:meth:`~lore_core.interfaces.Store.current_knowledge`), which by definition
+cannot show what it would guard against.
+
+The two mutable numbers of an entry, ``confidence`` and ``last_reinforced_at``, live in a
+metric register keyed by ``logical_id`` (:class:`KnowledgeMetric`), so versions stay
+immutable.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+import unicodedata
+
+import attrs
+
+#: The five categories, in the fixed order of ``.lore.md`` and of every rendering.
+CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
+#: ``project``: one project's; ``global``: every project's (cross-project knowledge).
+SCOPES = ("project", "global")
+#: What may leave the machine: ``normal`` is exported and injected; ``sensitive`` is
+#: injected but exported only when asked for explicitly; ``restricted`` never leaves the
+#: store (not exported, not sent to a hosted worker).
+SENSITIVITIES = ("normal", "sensitive", "restricted")
+#: Who wrote a version (``created_by`` / ``updated_by``).
+AUTHOR_CURATOR = "curator"
+AUTHOR_USER = "user"
+AUTHOR_IMPORT = "import"
+
+#: Confidence an entry starts with, by author: people are believed more than the curator.
+INITIAL_CONFIDENCE = {AUTHOR_USER: 0.9, AUTHOR_IMPORT: 0.8, AUTHOR_CURATOR: 0.6}
+DEFAULT_CONFIDENCE = 0.6
+
+
+class KnowledgeConflict(ValueError):
+    """A version that does not follow the entry's current one (a concurrent edit, or a
+    version number that skips): nothing was written."""
+
+
+@attrs.define
+class KnowledgeVersion:
+    """One immutable version of a knowledge entry."""
+
+    version_id: str
+    logical_id: str
+    #: 1 for a new entry; each edit or delete appends ``current + 1``.
+    version: int
+    category: str
+    title: str
+    content: str
+    #: ``project`` (the default) or ``global``.
+    scope: str = "project"
+    #: The project (directory) an entry of scope ``project`` belongs to; ``""`` for global.
+    project: str = ""
+    sensitivity: str = "normal"
+    #: A death certificate: the entry is deleted as of this version.
+    is_deleted: bool = False
+    created_at: float = 0.0
+    #: Who created the entry (copied forward to every version) and who wrote this version.
+    created_by: str = AUTHOR_USER
+    updated_by: str = AUTHOR_USER
+    #: Provenance of this version: the session and the item (``d:...``, ``t:...``,
+    #: ``.lore.md``, ``cli``) it came from, and the worker that produced it.
+    source_session: str | None = None
+    source_ref: str | None = None
+    worker_provider: str | None = None
+    worker_model: str | None = None
+    #: Set by the store on reads: whether this is the entry's current version.
+    is_current: bool = False
+
+    @property
+    def ref(self) -> str:
+        """The id recall and people use: ``k:<logical_id>``."""
+        return f"k:{self.logical_id}"
+
+
+@attrs.define
+class KnowledgeMetric:
+    """The mutable register of one entry."""
+
+    logical_id: str
+    confidence: float
+    last_reinforced_at: float | None = None
+
+
+def new_logical_id() -> str:
+    """A new entry's id: 16 hex digits, random (ids never collide across machines that
+    later share a ``.lore.md``)."""
+    return secrets.token_hex(8)
+
+
+def new_version_id(logical_id: str, version: int) -> str:
+    return f"{logical_id}.{version}"
+
+
+_LOGICAL_ID = re.compile(r"^[0-9a-z][0-9a-z_-]{3,63}$")
+
+
+def valid_logical_id(value: str) -> bool:
+    """Ids as ``.lore.md`` markers and ``k:`` references carry them."""
+    return bool(_LOGICAL_ID.match(value))
+
+
+_SPACE = re.compile(r"\s+")
+_EDGE_PUNCTUATION = " \t\r\n.,;:!?-*_`'\""
+
+
+def normalize_title(title: str) -> str:
+    """The form titles are compared in (deduplication, death certificates): Unicode NFKC,
+    case-folded, whitespace collapsed, punctuation at either end dropped."""
+    text = unicodedata.normalize("NFKC", title).casefold()
+    return _SPACE.sub(" ", text).strip(_EDGE_PUNCTUATION)
+
+
+def category_rank(category: str) -> int:
+    return CATEGORIES.index(category) if category in CATEGORIES else len(CATEGORIES)
+
+
+def canonical_order(version: KnowledgeVersion) -> tuple[int, str, str]:
+    """The one order of entries everywhere (prompt blocks, ``.lore.md``, listings):
+    category in :data:`CATEGORIES` order, then normalised title, then id."""
+    return (category_rank(version.category), normalize_title(version.title), version.logical_id)
+
+
+def next_version(
+    current: KnowledgeVersion,
+    *,
+    updated_by: str,
+    at: float | None = None,
+    deleted: bool = False,
+    **changes: object,
+) -> KnowledgeVersion:
+    """The version that follows ``current``: the same entry with ``changes`` applied, its
+    creator copied forward, provenance of this version only (unset unless given)."""
+    number = current.version + 1
+    fields: dict[str, object] = {
+        "source_session": None,
+        "source_ref": None,
+        "worker_provider": None,
+        "worker_model": None,
+        **changes,
+    }
+    return attrs.evolve(
+        current,
+        version_id=new_version_id(current.logical_id, number),
+        version=number,
+        is_deleted=deleted,
+        created_at=time.time() if at is None else at,
+        updated_by=updated_by,
+        is_current=False,
+        **fields,  # type: ignore[arg-type]
+    )
