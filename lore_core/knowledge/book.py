@@ -1,0 +1,269 @@
+"""Every write of long-term knowledge goes through :class:`KnowledgeBook`: people (CLI, the
+local API), the curator and every import lane. One place checks what an entry may hold,
+refuses what a death certificate covers, and turns a second entry with a known title into
+an edit of the first.
+
+Rules, whoever writes:
+
+* **Validated**: a known category, scope and sensitivity; a title of 1-200 characters on one
+  line; content of 1-4,000 characters.
+* **No secrets**: an entry whose title or content holds something that looks like a key or
+  token (the store's masking rules) is refused, never stored masked: knowledge is injected
+  into every later prompt and exported into the repository.
+* **A memory the user threw away does not come back**: creating an entry whose title
+  carries a death certificate in this project (or globally) is refused with the reason; so
+  is editing a deleted entry, unless ``revive`` says a person means it.
+* **Deduplicated by title**: creating an entry whose normalised title an alive entry of the
+  same project already has edits that entry (or changes nothing when the content is the
+  same).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.interfaces import Store
+from lore_core.storage.knowledge import (
+    AUTHOR_USER,
+    CATEGORIES,
+    SCOPES,
+    SENSITIVITIES,
+    KnowledgeConflict,
+    KnowledgeVersion,
+    new_logical_id,
+    new_version_id,
+    next_version,
+    normalize_title,
+)
+from lore_core.storage.records import mask_secrets
+
+log = logging.getLogger("lore.knowledge")
+
+MAX_TITLE_CHARS = 200
+MAX_CONTENT_CHARS = 4_000
+
+CREATED, UPDATED, DELETED, UNCHANGED, REFUSED = "created", "updated", "deleted", "unchanged", "refused"
+
+
+class KnowledgeInputError(ValueError):
+    """An entry that cannot be stored as given (the message says which field and why)."""
+
+
+@attrs.define
+class WriteResult:
+    """What one write did: ``status`` one of created, updated, deleted, unchanged, refused;
+    the version written (or the one that stands); why it was refused."""
+
+    status: str
+    version: KnowledgeVersion | None = None
+    reason: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.status in (CREATED, UPDATED, DELETED)
+
+
+@attrs.define
+class Provenance:
+    """Who writes and from where: copied onto the version written."""
+
+    author: str = AUTHOR_USER
+    source_session: str | None = None
+    source_ref: str | None = None
+    worker_provider: str | None = None
+    worker_model: str | None = None
+
+
+def check_fields(category: str, title: str, content: str, scope: str, sensitivity: str) -> None:
+    """Raise :class:`KnowledgeInputError` naming the first field that is not acceptable."""
+    if category not in CATEGORIES:
+        raise KnowledgeInputError(f"category must be one of {', '.join(CATEGORIES)}, got {category!r}")
+    if scope not in SCOPES:
+        raise KnowledgeInputError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if sensitivity not in SENSITIVITIES:
+        raise KnowledgeInputError(
+            f"sensitivity must be one of {', '.join(SENSITIVITIES)}, got {sensitivity!r}"
+        )
+    if not title.strip() or "\n" in title.strip() or len(title) > MAX_TITLE_CHARS:
+        raise KnowledgeInputError(f"title must be one line of 1-{MAX_TITLE_CHARS} characters")
+    if not content.strip() or len(content) > MAX_CONTENT_CHARS:
+        raise KnowledgeInputError(f"content must be 1-{MAX_CONTENT_CHARS} characters")
+    if mask_secrets(title) != title or mask_secrets(content) != content:
+        raise KnowledgeInputError("the entry holds what looks like a secret (a key or token): not stored")
+
+
+class KnowledgeBook:
+    """Writes knowledge versions to a store under the rules above."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self._clock = clock
+        #: Called with each version written (the prompt blocks and ``.lore.md`` follow).
+        self.listeners: list[Callable[[KnowledgeVersion], Any]] = []
+
+    async def entries(self, project: str | None, *, include_global: bool = True) -> list[KnowledgeVersion]:
+        return await self.store.current_knowledge(project, include_global=include_global)
+
+    async def get(self, logical_id: str) -> KnowledgeVersion | None:
+        """The current version of an entry (a death certificate when deleted)."""
+        versions = await self.store.knowledge_versions(logical_id.removeprefix("k:"))
+        return versions[-1] if versions else None
+
+    async def by_title(self, project: str, title: str) -> KnowledgeVersion | None:
+        """The alive entry of ``project`` (or a global one) with this normalised title."""
+        wanted = normalize_title(title)
+        for entry in await self.entries(project):
+            if normalize_title(entry.title) == wanted:
+                return entry
+        return None
+
+    async def create(
+        self,
+        *,
+        project: str,
+        category: str,
+        title: str,
+        content: str,
+        scope: str = "project",
+        sensitivity: str = "normal",
+        provenance: Provenance | None = None,
+        logical_id: str | None = None,
+    ) -> WriteResult:
+        """A new entry, or an edit of the alive entry with the same title, or a refusal."""
+        provenance = provenance or Provenance()
+        title, content = title.strip(), content.strip()
+        try:
+            check_fields(category, title, content, scope, sensitivity)
+        except KnowledgeInputError as exc:
+            return self._refused(title, str(exc), provenance)
+        if logical_id is not None:
+            tomb = await self.store.knowledge_tombstone(project, logical_id=logical_id)
+            if tomb is not None:
+                return self._refused(title, f"k:{logical_id} was deleted ({_when(tomb)})", provenance, tomb)
+        tomb = await self.store.knowledge_tombstone(project, title=title)
+        if tomb is not None:
+            return self._refused(
+                title,
+                f"an entry titled {tomb.title!r} was deleted ({_when(tomb)}, k:{tomb.logical_id})",
+                provenance,
+                tomb,
+            )
+        same = await self.by_title(project, title)
+        if same is not None and (logical_id is None or logical_id == same.logical_id):
+            return await self.update(
+                same.logical_id,
+                category=category,
+                content=content,
+                sensitivity=sensitivity,
+                provenance=provenance,
+            )
+        new_id = logical_id or new_logical_id()
+        version = KnowledgeVersion(
+            version_id=new_version_id(new_id, 1),
+            logical_id=new_id,
+            version=1,
+            category=category,
+            title=title,
+            content=content,
+            scope=scope,
+            project="" if scope == "global" else project,
+            sensitivity=sensitivity,
+            created_at=self._clock(),
+            created_by=provenance.author,
+            updated_by=provenance.author,
+            source_session=provenance.source_session,
+            source_ref=provenance.source_ref,
+            worker_provider=provenance.worker_provider,
+            worker_model=provenance.worker_model,
+        )
+        return await self._write(CREATED, version)
+
+    async def update(
+        self,
+        logical_id: str,
+        *,
+        provenance: Provenance | None = None,
+        revive: bool = False,
+        **changes: str,
+    ) -> WriteResult:
+        """Append a version with ``changes`` (category, title, content, scope, sensitivity)."""
+        provenance = provenance or Provenance()
+        current = await self.get(logical_id)
+        if current is None:
+            return self._refused(logical_id, f"no entry k:{logical_id.removeprefix('k:')}", provenance)
+        if current.is_deleted and not revive:
+            return self._refused(
+                current.title, f"k:{current.logical_id} was deleted ({_when(current)})", provenance
+            )
+        fields = {k: (v.strip() if isinstance(v, str) else v) for k, v in changes.items() if v is not None}
+        merged = attrs.evolve(current, **fields)  # type: ignore[arg-type]
+        try:
+            check_fields(merged.category, merged.title, merged.content, merged.scope, merged.sensitivity)
+        except KnowledgeInputError as exc:
+            return self._refused(current.title, str(exc), provenance)
+        if not current.is_deleted and all(getattr(current, k) == v for k, v in fields.items()):
+            return WriteResult(UNCHANGED, current)
+        if "scope" in fields:
+            fields["project"] = "" if merged.scope == "global" else (current.project or "")
+        version = next_version(
+            current, updated_by=provenance.author, at=self._clock(), **fields, **_prov(provenance)
+        )
+        return await self._write(UPDATED, version)
+
+    async def delete(self, logical_id: str, *, provenance: Provenance | None = None) -> WriteResult:
+        """Append a death certificate."""
+        provenance = provenance or Provenance()
+        current = await self.get(logical_id)
+        if current is None:
+            return self._refused(logical_id, f"no entry k:{logical_id.removeprefix('k:')}", provenance)
+        if current.is_deleted:
+            return WriteResult(UNCHANGED, current)
+        version = next_version(
+            current, updated_by=provenance.author, at=self._clock(), deleted=True, **_prov(provenance)
+        )
+        return await self._write(DELETED, version)
+
+    async def reinforce(self, logical_ids: Sequence[str], amount: float) -> None:
+        if logical_ids:
+            await self.store.reinforce_knowledge(list(logical_ids), amount, self._clock())
+
+    async def _write(self, status: str, version: KnowledgeVersion) -> WriteResult:
+        try:
+            await self.store.write_knowledge(version)
+        except KnowledgeConflict as exc:
+            return WriteResult(REFUSED, version, f"changed by someone else meanwhile ({exc}); try again")
+        version = attrs.evolve(version, is_current=True)
+        log.info("knowledge %s: k:%s %r (%s)", status, version.logical_id, version.title, version.updated_by)
+        for listener in self.listeners:
+            try:
+                listener(version)
+            except Exception:
+                log.exception("a knowledge listener failed")
+        return WriteResult(status, version)
+
+    def _refused(
+        self, title: str, reason: str, provenance: Provenance, standing: KnowledgeVersion | None = None
+    ) -> WriteResult:
+        log.warning(
+            "knowledge refused (%s): %r: %s", provenance.source_ref or provenance.author, title, reason
+        )
+        return WriteResult(REFUSED, standing, reason)
+
+
+def _prov(provenance: Provenance) -> dict[str, Any]:
+    return {
+        "source_session": provenance.source_session,
+        "source_ref": provenance.source_ref,
+        "worker_provider": provenance.worker_provider,
+        "worker_model": provenance.worker_model,
+    }
+
+
+def _when(version: KnowledgeVersion) -> str:
+    at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(version.created_at))
+    return f"by {version.updated_by} on {at}"
