@@ -37,6 +37,16 @@ import duckdb
 import pyarrow as pa
 
 from lore_core.interfaces import Store
+from lore_core.storage.knowledge import (
+    AUTHOR_USER,
+    DEFAULT_CONFIDENCE,
+    INITIAL_CONFIDENCE,
+    KnowledgeConflict,
+    KnowledgeMetric,
+    KnowledgeVersion,
+    canonical_order,
+    normalize_title,
+)
 from lore_core.storage.passages import PASSAGE_RULES, CallMemo, cut_text, message_passages, passage_key
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
@@ -149,6 +159,29 @@ _TEXT_IF_NO_BLOCKS = "CASE WHEN blocks IS NULL OR blocks = '[]' THEN text END"
 #: Tables of earlier index layouts, dropped when found (the index is rebuilt from DuckDB).
 _OLD_INDEX_TABLES = ("messages",)
 _WORD = re.compile(r"\w", re.UNICODE)
+#: The knowledge table's columns as write_knowledge writes and reads read them, in
+#: _knowledge_row's order (``approval`` stays NULL: a later tier sets it).
+_KNOWLEDGE_COLUMNS = (
+    "version_id",
+    "logical_id",
+    "version",
+    "is_current",
+    "is_deleted",
+    "category",
+    "title",
+    "content",
+    "scope",
+    "project",
+    "sensitivity",
+    "created_by",
+    "updated_by",
+    "source_session",
+    "source_ref",
+    "worker_provider",
+    "worker_model",
+    "created_at",
+)
+_KNOWLEDGE_SELECT = f"SELECT {', '.join(_KNOWLEDGE_COLUMNS)} FROM knowledge_versions"
 
 
 def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
@@ -557,6 +590,9 @@ class DuckDBStore(Store):
                 self._query(f"SELECT count(*) FROM {table}")[0]
                 for table in ("projects", "sessions", "messages", "distillations")
             )
+            ((knowledge,),) = self._query(
+                "SELECT count(*) FROM knowledge_versions WHERE is_current AND NOT is_deleted"
+            )
             version = self._query("SELECT value FROM lore_meta WHERE key = 'schema_version'")
             return {
                 "backend": self.name,
@@ -570,6 +606,8 @@ class DuckDBStore(Store):
                 "sessions": sessions,
                 "messages": messages,
                 "distillations": distillations,
+                # Entries current and alive (deleted ones are kept, not counted).
+                "knowledge": knowledge,
                 "index": self._index.health() if self._index else None,
                 # Per embedding model; opening LanceDB only when some model was indexed.
                 "vectors": self._vector_stats(None),
@@ -718,6 +756,135 @@ class DuckDBStore(Store):
     async def optimize_vectors(self, model: str) -> None:
         """Compact ``model``'s table now (the indexer calls it when idle; benchmarks too)."""
         await asyncio.to_thread(self._vectors.optimize, model)
+
+    # -- knowledge -------------------------------------------------------------------------
+    #
+    # knowledge_versions is the base table: every version, death certificates included, with
+    # ``is_current`` kept on the latest one by write_knowledge. "Current and alive" is
+    # ``is_current AND NOT is_deleted``; lookups that must see deletions never use it.
+    # Titles are compared with the kernel's normalize_title (NFKC, casefold), which SQL cannot
+    # reproduce, so candidates are filtered in Python: the tables are small.
+
+    async def write_knowledge(self, version: KnowledgeVersion) -> bool:
+        return await asyncio.to_thread(self._write_knowledge, version)
+
+    def _write_knowledge(self, v: KnowledgeVersion) -> bool:
+        with self._transaction() as cur:
+            stored = cur.execute("SELECT 1 FROM knowledge_versions WHERE version_id = ?", (v.version_id,))
+            if stored.fetchone():
+                return False
+            (latest,) = cur.execute(
+                "SELECT max(version) FROM knowledge_versions WHERE logical_id = ?", (v.logical_id,)
+            ).fetchone() or (None,)
+            expected = int(latest) + 1 if latest is not None else 1
+            if v.version != expected:
+                # Raised inside the transaction: it is rolled back, nothing is written.
+                raise KnowledgeConflict(
+                    f"k:{v.logical_id}: version {v.version} does not follow {expected - 1}"
+                )
+            cur.execute(
+                "UPDATE knowledge_versions SET is_current = false WHERE logical_id = ? AND is_current",
+                (v.logical_id,),
+            )
+            cur.execute(
+                f"""INSERT INTO knowledge_versions ({", ".join(_KNOWLEDGE_COLUMNS)})
+                VALUES ({", ".join("?" * len(_KNOWLEDGE_COLUMNS))})""",
+                _knowledge_row(v),
+            )
+            if v.version == 1:
+                cur.execute(
+                    "INSERT OR IGNORE INTO knowledge_metrics (logical_id, confidence, last_reinforced_at) "
+                    "VALUES (?, ?, ?)",
+                    (v.logical_id, INITIAL_CONFIDENCE.get(v.created_by, DEFAULT_CONFIDENCE), v.created_at),
+                )
+        return True
+
+    async def knowledge_versions(self, logical_id: str) -> list[KnowledgeVersion]:
+        rows = await asyncio.to_thread(
+            self._query, f"{_KNOWLEDGE_SELECT} WHERE logical_id = ? ORDER BY version", (logical_id,)
+        )
+        return [_knowledge(r) for r in rows]
+
+    async def current_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        sql = f"{_KNOWLEDGE_SELECT} WHERE is_current AND NOT is_deleted"
+        params: list[Any] = []
+        if project is not None:
+            sql += " AND ((scope = 'project' AND project = ?) OR (? AND scope = 'global'))"
+            params = [project, include_global]
+        rows = await asyncio.to_thread(self._query, sql, params)
+        return sorted((_knowledge(r) for r in rows), key=canonical_order)
+
+    async def knowledge_tombstone(
+        self, project: str, *, logical_id: str | None = None, title: str | None = None
+    ) -> KnowledgeVersion | None:
+        def run() -> KnowledgeVersion | None:
+            # The base table, never the alive view: a death certificate is what it must see.
+            if logical_id is not None:
+                rows = self._query(f"{_KNOWLEDGE_SELECT} WHERE logical_id = ? AND is_current", (logical_id,))
+                if rows:
+                    # The entry's own state decides: alive (un-deleted) means no tombstone.
+                    found = _knowledge(rows[0])
+                    return found if found.is_deleted else None
+            if title is not None:
+                wanted = normalize_title(title)
+                rows = self._query(
+                    f"{_KNOWLEDGE_SELECT} WHERE is_current AND is_deleted "
+                    "AND (scope = 'global' OR project = ?) ORDER BY created_at, logical_id",
+                    (project,),
+                )
+                for row in rows:
+                    found = _knowledge(row)
+                    if normalize_title(found.title) == wanted:
+                        return found
+            return None
+
+        return await asyncio.to_thread(run)
+
+    async def knowledge_metrics(self, logical_ids: Sequence[str] | None = None) -> dict[str, KnowledgeMetric]:
+        sql = "SELECT logical_id, confidence, last_reinforced_at FROM knowledge_metrics"
+        params: list[Any] = []
+        if logical_ids is not None:
+            if not logical_ids:
+                return {}
+            sql += " WHERE logical_id IN (SELECT unnest(?))"
+            params = [list(logical_ids)]
+        rows = await asyncio.to_thread(self._query, sql, params)
+        found = {i: KnowledgeMetric(i, float(c), float(at) if at is not None else None) for i, c, at in rows}
+        order = found if logical_ids is None else logical_ids
+        return {i: found[i] for i in order if i in found}
+
+    async def reinforce_knowledge(self, logical_ids: Sequence[str], amount: float, at: float) -> int:
+        ids = list(dict.fromkeys(logical_ids))  # one row per id: DuckDB's upsert refuses repeats
+        if not ids:
+            return 0
+
+        def run() -> int:
+            with self._transaction() as cur:
+                cur.execute(
+                    """INSERT INTO knowledge_metrics (logical_id, confidence, last_reinforced_at)
+                    SELECT unnest($1), least(1.0, $2 + $3), $4
+                    ON CONFLICT (logical_id) DO UPDATE SET
+                      confidence = least(1.0, knowledge_metrics.confidence + $3),
+                      last_reinforced_at = excluded.last_reinforced_at""",
+                    (ids, DEFAULT_CONFIDENCE, amount, at),
+                )
+            return len(ids)
+
+        return await asyncio.to_thread(run)
+
+    async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
+        def run() -> int:
+            with self._transaction() as cur:
+                result = cur.execute(
+                    """UPDATE knowledge_metrics SET confidence = confidence * ?
+                    WHERE last_reinforced_at IS NULL OR last_reinforced_at < ?""",
+                    (factor, not_reinforced_since),
+                ).fetchone()
+            return int(result[0]) if result else 0
+
+        return await asyncio.to_thread(run)
 
     # -- maintenance (benchmarks, tests) ---------------------------------------------------
 
@@ -1245,6 +1412,54 @@ def _distillation(row: tuple[Any, ...]) -> StoredDistillation:
         worker_provider=r["worker_provider"],
         worker_model=r["worker_model"],
         created_at=float(r["created_at"]),
+    )
+
+
+def _knowledge_row(v: KnowledgeVersion) -> tuple[Any, ...]:
+    return (
+        v.version_id,
+        v.logical_id,
+        v.version,
+        True,  # the written version becomes current; write_knowledge clears the previous one
+        v.is_deleted,
+        v.category,
+        v.title,
+        v.content,
+        v.scope,
+        v.project,
+        v.sensitivity,
+        v.created_by,
+        v.updated_by,
+        v.source_session,
+        v.source_ref,
+        v.worker_provider,
+        v.worker_model,
+        v.created_at,
+    )
+
+
+def _knowledge(row: tuple[Any, ...]) -> KnowledgeVersion:
+    r = dict(zip(_KNOWLEDGE_COLUMNS, row, strict=True))
+    created_by = r["created_by"] or AUTHOR_USER
+    return KnowledgeVersion(
+        version_id=r["version_id"],
+        logical_id=r["logical_id"],
+        version=int(r["version"]),
+        category=r["category"],
+        title=r["title"],
+        content=r["content"],
+        scope=r["scope"],
+        project=r["project"] or "",
+        sensitivity=r["sensitivity"],
+        is_deleted=bool(r["is_deleted"]),
+        created_at=float(r["created_at"]),
+        created_by=created_by,
+        updated_by=r["updated_by"] or created_by,
+        source_session=r["source_session"],
+        source_ref=r["source_ref"],
+        worker_provider=r["worker_provider"],
+        worker_model=r["worker_model"],
+        is_current=bool(r["is_current"]),
     )
 
 

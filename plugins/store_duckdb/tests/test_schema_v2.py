@@ -34,7 +34,7 @@ def test_version_1_database_migrates_and_keeps_its_messages(tmp_path: Path) -> N
         store = DuckDBStore(db)
         await store.open()
         try:
-            assert (await store.stats())["schema_version"] == 2
+            assert (await store.stats())["schema_version"] == schema.SCHEMA_VERSION  # through 2
             assert [m.id for m in await store.session_messages("s-1")] == ids
             row = StoredDistillation(
                 id=distillation_id("s-1", 0, ids),
