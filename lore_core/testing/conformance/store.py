@@ -23,13 +23,30 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import attrs
 import pytest
 
 from lore_core.interfaces import Store
 from lore_core.model import (
     TOOL_CALL,
     TOOL_RESULT,
+)
+from lore_core.storage.knowledge import (
+    AUTHOR_CURATOR,
+    AUTHOR_IMPORT,
+    AUTHOR_USER,
+    DEFAULT_CONFIDENCE,
+    INITIAL_CONFIDENCE,
+    KnowledgeConflict,
+    KnowledgeMetric,
+    KnowledgeVersion,
+    canonical_order,
+    new_logical_id,
+    new_version_id,
+    next_version,
+    normalize_title,
 )
 from lore_core.storage.records import (
     StoredDistillation,
@@ -536,6 +553,444 @@ class StoreConformance:
             assert await store.distilled_message_ids("s-1") == {"m1", "m2"}
             assert [h.id for h in await store.search("quokka")] == [obs.ref]
             assert await store.write_distillation(obs) is False
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)
+
+    # -- long-term knowledge ---------------------------------------------------------------
+
+    #: "Use tabs" in fullwidth letters, the same title under NFKC.
+    _FULLWIDTH = "\uff35\uff53\uff45 \uff54\uff41\uff42\uff53"
+
+    @staticmethod
+    def _knowledge(
+        title: str,
+        *,
+        logical_id: str | None = None,
+        category: str = "decision",
+        scope: str = "project",
+        project: str = "/work/alpha",
+        created_by: str = AUTHOR_USER,
+        at: float = 1000.0,
+        content: str | None = None,
+        **fields: Any,
+    ) -> KnowledgeVersion:
+        """Version 1 of a new entry (scope ``global`` entries belong to no project)."""
+        ident = logical_id or new_logical_id()
+        return KnowledgeVersion(
+            version_id=new_version_id(ident, 1),
+            logical_id=ident,
+            version=1,
+            category=category,
+            title=title,
+            content=f"about {title}" if content is None else content,
+            scope=scope,
+            project="" if scope == "global" else project,
+            created_at=at,
+            created_by=created_by,
+            updated_by=created_by,
+            **fields,
+        )
+
+    def test_knowledge_new_entry_roundtrips_every_field(self, make_store: Callable[[], Store]) -> None:
+        entry = self._knowledge(
+            "Use tabs in Makefiles",
+            category="gotcha",
+            content="make needs a tab before every recipe line ✓",
+            sensitivity="sensitive",
+            created_by=AUTHOR_CURATOR,
+            source_session="s-1",
+            source_ref="d:abc123",
+            worker_provider="anthropic",
+            worker_model="claude-test",
+            at=1234.5,
+        )
+        global_entry = self._knowledge(
+            "Commit messages say why", scope="global", category="preference", sensitivity="restricted"
+        )
+
+        async def body(store: Store) -> None:
+            assert await store.knowledge_versions(entry.logical_id) == []
+            assert await store.current_knowledge() == []
+            assert await store.write_knowledge(entry) is True
+            assert await store.write_knowledge(global_entry) is True
+            stored = attrs.evolve(entry, is_current=True)  # set by the store on reads
+            assert await store.knowledge_versions(entry.logical_id) == [stored]
+            assert await store.current_knowledge("/work/alpha", include_global=False) == [stored]
+            assert stored.ref == f"k:{entry.logical_id}"
+            (read,) = await store.knowledge_versions(global_entry.logical_id)
+            assert read == attrs.evolve(global_entry, is_current=True)
+            assert (read.scope, read.project, read.sensitivity) == ("global", "", "restricted")
+            assert read.source_session is None and read.worker_model is None
+            assert (await store.stats())["knowledge"] == 2
+
+        self.run(make_store, body)
+
+    def test_knowledge_edit_appends_a_version(self, make_store: Callable[[], Store]) -> None:
+        first = self._knowledge(
+            "Database", content="we use SQLite", created_by=AUTHOR_CURATOR, source_ref="d:1"
+        )
+        second = next_version(
+            first, updated_by=AUTHOR_USER, at=2000.0, content="we use DuckDB", title="Database choice"
+        )
+
+        async def body(store: Store) -> None:
+            await store.write_knowledge(first)
+            assert second.version == 2 and second.version_id != first.version_id
+            assert await store.write_knowledge(second) is True
+            versions = await store.knowledge_versions(first.logical_id)
+            assert [(v.version, v.is_current) for v in versions] == [(1, False), (2, True)]
+            # Version 1 is immutable: exactly as written, only no longer current.
+            assert versions[0] == first
+            assert versions[1] == attrs.evolve(second, is_current=True)
+            # The edit's provenance is its own; the creator is copied forward.
+            assert (versions[1].created_by, versions[1].updated_by) == (AUTHOR_CURATOR, AUTHOR_USER)
+            assert versions[1].source_ref is None
+            current = await store.current_knowledge("/work/alpha")
+            assert [(v.logical_id, v.version, v.content) for v in current] == [
+                (first.logical_id, 2, "we use DuckDB")
+            ]
+            assert (await store.stats())["knowledge"] == 1
+
+        self.run(make_store, body)
+
+    def test_knowledge_write_is_idempotent_and_refuses_conflicts(
+        self, make_store: Callable[[], Store]
+    ) -> None:
+        first = self._knowledge("Retries", content="retry three times")
+        second = next_version(first, updated_by=AUTHOR_USER, at=2000.0, content="retry five times")
+
+        async def body(store: Store) -> None:
+            assert await store.write_knowledge(first) is True
+            before = await store.knowledge_versions(first.logical_id)
+            # The same version again (a retry) is skipped, whatever it carries.
+            assert await store.write_knowledge(first) is False
+            assert await store.write_knowledge(attrs.evolve(first, content="changed")) is False
+            assert await store.knowledge_versions(first.logical_id) == before
+            # A version number that skips, or repeats one already stored under a new id.
+            skip = next_version(second, updated_by=AUTHOR_USER, content="skipped")
+            with pytest.raises(KnowledgeConflict):
+                await store.write_knowledge(skip)
+            repeat = attrs.evolve(first, version_id=f"{first.logical_id}.again", content="repeated")
+            with pytest.raises(KnowledgeConflict):
+                await store.write_knowledge(repeat)
+            # A first write must be version 1.
+            orphan = attrs.evolve(
+                self._knowledge("Orphan", logical_id="orphan-entry"), version=2, version_id="orphan-entry.2"
+            )
+            with pytest.raises(KnowledgeConflict):
+                await store.write_knowledge(orphan)
+            # Nothing of the refused writes is stored.
+            assert await store.knowledge_versions(first.logical_id) == before
+            assert await store.knowledge_versions("orphan-entry") == []
+            assert "orphan-entry" not in await store.knowledge_metrics()
+            assert [v.content for v in await store.current_knowledge()] == ["retry three times"]
+            # The store still writes after a refusal.
+            assert await store.write_knowledge(second) is True
+            # Two edits made from the same version get the same version id: the second is
+            # skipped as already stored (False), it does not overwrite the first.
+            rival = next_version(first, updated_by=AUTHOR_CURATOR, content="retry forever")
+            assert rival.version_id == second.version_id
+            assert await store.write_knowledge(rival) is False
+            assert [v.content for v in await store.current_knowledge()] == ["retry five times"]
+
+        self.run(make_store, body)
+
+    def test_knowledge_delete_appends_a_death_certificate(self, make_store: Callable[[], Store]) -> None:
+        tabs = self._knowledge("Use tabs")
+        beta = self._knowledge("Beta only", project="/work/beta")
+        everywhere = self._knowledge("Everywhere rule", scope="global")
+        kept = self._knowledge("Keep me")
+
+        async def body(store: Store) -> None:
+            for entry in (tabs, beta, everywhere, kept):
+                await store.write_knowledge(entry)
+            assert await store.knowledge_tombstone("/work/alpha", logical_id=tabs.logical_id) is None
+            assert await store.knowledge_tombstone("/work/alpha", title="Use tabs") is None
+            certificates = {}
+            for entry in (tabs, beta, everywhere):
+                dead = next_version(entry, updated_by=AUTHOR_USER, at=3000.0, deleted=True, source_ref="cli")
+                assert await store.write_knowledge(dead) is True
+                certificates[entry.logical_id] = attrs.evolve(dead, is_current=True)
+
+            assert [v.logical_id for v in await store.current_knowledge()] == [kept.logical_id]
+            assert (await store.stats())["knowledge"] == 1
+            # The history keeps every version, the certificate last and current.
+            history = await store.knowledge_versions(tabs.logical_id)
+            assert [(v.version, v.is_deleted, v.is_current) for v in history] == [
+                (1, False, False),
+                (2, True, True),
+            ]
+            assert history[0] == tabs
+
+            expected = certificates[tabs.logical_id]
+            assert await store.knowledge_tombstone("/work/alpha", logical_id=tabs.logical_id) == expected
+            # By title, compared normalised: case, whitespace, edge punctuation, NFKC.
+            for title in ("Use tabs", "  use   TABS!! ", "**Use tabs.**", self._FULLWIDTH):
+                assert await store.knowledge_tombstone("/work/alpha", title=title) == expected, title
+            assert await store.knowledge_tombstone("/work/alpha", title="Use tab") is None
+            # Global certificates count for every project; another project's do not.
+            wanted = certificates[everywhere.logical_id]
+            assert await store.knowledge_tombstone("/work/alpha", title="everywhere rule") == wanted
+            assert await store.knowledge_tombstone("/work/gamma", title="Everywhere rule") == wanted
+            assert await store.knowledge_tombstone("/work/alpha", title="Beta only") is None
+            assert (
+                await store.knowledge_tombstone("/work/beta", title="beta only")
+                == certificates[beta.logical_id]
+            )
+            # A logical id names one entry wherever it lives.
+            by_id = await store.knowledge_tombstone("/work/alpha", logical_id=beta.logical_id)
+            assert by_id == certificates[beta.logical_id]
+            # An unknown id falls back to the title; an alive entry has no tombstone.
+            assert (
+                await store.knowledge_tombstone("/work/alpha", logical_id="unknown-id", title="use tabs")
+                == expected
+            )
+            assert await store.knowledge_tombstone("/work/alpha", logical_id=kept.logical_id) is None
+            assert await store.knowledge_tombstone("/work/alpha", title="Keep me") is None
+            assert await store.knowledge_tombstone("/work/alpha") is None
+
+        self.run(make_store, body)
+
+    def test_knowledge_tombstone_after_recreate_and_undelete(self, make_store: Callable[[], Store]) -> None:
+        old = self._knowledge("Prefer ruff", content="ruff, not flake8")
+        dead = next_version(old, updated_by=AUTHOR_USER, at=2000.0, deleted=True)
+        # Re-created by hand under the same title: a new entry, a new logical id.
+        new = self._knowledge("prefer ruff", content="ruff for lint and format", at=2500.0)
+
+        async def body(store: Store) -> None:
+            await store.write_knowledge(old)
+            await store.write_knowledge(dead)
+            await store.write_knowledge(new)
+            certificate = attrs.evolve(dead, is_current=True)
+            # The import lanes' check by title still sees the old certificate ...
+            assert await store.knowledge_tombstone("/work/alpha", title="Prefer ruff") == certificate
+            assert await store.knowledge_tombstone("/work/alpha", logical_id=old.logical_id) == certificate
+            # ... while the new entry's own (alive) state decides when its id is known.
+            assert (
+                await store.knowledge_tombstone("/work/alpha", logical_id=new.logical_id, title="Prefer ruff")
+                is None
+            )
+            assert [v.logical_id for v in await store.current_knowledge("/work/alpha")] == [new.logical_id]
+
+            # Editing the deleted entry un-deletes it: a version after the certificate.
+            revived = next_version(dead, updated_by=AUTHOR_USER, at=3000.0, content="ruff again")
+            assert revived.version == 3 and not revived.is_deleted
+            assert await store.write_knowledge(revived) is True
+            assert await store.knowledge_tombstone("/work/alpha", logical_id=old.logical_id) is None
+            assert await store.knowledge_tombstone("/work/alpha", title="Prefer ruff") is None
+            history = await store.knowledge_versions(old.logical_id)
+            assert [(v.version, v.is_deleted, v.is_current) for v in history] == [
+                (1, False, False),
+                (2, True, False),
+                (3, False, True),
+            ]
+            current = await store.current_knowledge("/work/alpha")
+            assert {v.logical_id for v in current} == {old.logical_id, new.logical_id}
+
+        self.run(make_store, body)
+
+    def test_deletions_are_found_in_the_base_table_not_the_alive_view(
+        self, make_store: Callable[[], Store]
+    ) -> None:
+        """The trap every import lane must avoid: asking the "current and alive" view whether
+        the user deleted an entry. By definition it cannot show a death certificate, so the
+        answer is always "no" and the deleted entry would be imported again; only
+        knowledge_tombstone (the base table) sees it."""
+        entry = self._knowledge("Never use eval", category="gotcha")
+        dead = next_version(entry, updated_by=AUTHOR_USER, at=2000.0, deleted=True)
+
+        async def body(store: Store) -> None:
+            await store.write_knowledge(entry)
+            await store.write_knowledge(dead)
+            wanted = normalize_title("never use EVAL.")
+            for view in (
+                await store.current_knowledge("/work/alpha"),
+                await store.current_knowledge("/work/alpha", include_global=False),
+                await store.current_knowledge(None),
+            ):
+                assert [v for v in view if normalize_title(v.title) == wanted] == []
+            found = await store.knowledge_tombstone("/work/alpha", title="never use EVAL.")
+            assert found is not None
+            assert (found.logical_id, found.version, found.is_deleted, found.is_current) == (
+                entry.logical_id,
+                2,
+                True,
+                True,
+            )
+
+        self.run(make_store, body)
+
+    def test_current_knowledge_filters_by_project_in_canonical_order(
+        self, make_store: Callable[[], Store]
+    ) -> None:
+        gotcha = self._knowledge("Zebra crossing", category="gotcha")
+        banana = self._knowledge("Banana", category="decision")
+        apple = self._knowledge("apple", category="decision")  # before "Banana" once normalised
+        same_b = self._knowledge("Same title", logical_id="bbbb-entry", category="pattern")
+        same_a = self._knowledge("same title.", logical_id="aaaa-entry", category="pattern")  # tie: by id
+        architecture = self._knowledge("Layers", category="architecture")
+        preference = self._knowledge("Short answers", category="preference", scope="global")
+        beta = self._knowledge("Beta decision", category="decision", project="/work/beta")
+        gone = self._knowledge("Gone", category="decision")
+        edited = self._knowledge("Caching", category="pattern", content="old")
+
+        async def body(store: Store) -> None:
+            for entry in (
+                gotcha,
+                banana,
+                apple,
+                same_b,
+                same_a,
+                architecture,
+                preference,
+                beta,
+                gone,
+                edited,
+            ):
+                await store.write_knowledge(entry)
+            await store.write_knowledge(next_version(gone, updated_by=AUTHOR_USER, deleted=True))
+            await store.write_knowledge(next_version(edited, updated_by=AUTHOR_USER, content="new"))
+
+            alpha = await store.current_knowledge("/work/alpha")
+            assert [v.title for v in alpha] == [
+                "apple",
+                "Banana",
+                "Caching",
+                "same title.",
+                "Same title",
+                "Short answers",
+                "Layers",
+                "Zebra crossing",
+            ]
+            assert alpha == sorted(alpha, key=canonical_order)
+            assert all(v.is_current and not v.is_deleted for v in alpha)
+            assert next(v for v in alpha if v.title == "Caching").content == "new"
+            local = await store.current_knowledge("/work/alpha", include_global=False)
+            assert [v.title for v in local] == [v.title for v in alpha if v.title != "Short answers"]
+            assert [v.title for v in await store.current_knowledge("/work/beta")] == [
+                "Beta decision",
+                "Short answers",
+            ]
+            assert [v.title for v in await store.current_knowledge("/work/nowhere")] == ["Short answers"]
+            assert await store.current_knowledge("/work/nowhere", include_global=False) == []
+            everything = await store.current_knowledge(None)
+            assert [v.title for v in everything] == [
+                "apple",
+                "Banana",
+                "Beta decision",
+                "Caching",
+                "same title.",
+                "Same title",
+                "Short answers",
+                "Layers",
+                "Zebra crossing",
+            ]
+            assert await store.current_knowledge() == everything
+
+        self.run(make_store, body)
+
+    def test_knowledge_metrics_created_reinforced_and_decayed(self, make_store: Callable[[], Store]) -> None:
+        by_user = self._knowledge("By user", created_by=AUTHOR_USER, at=1000.0)
+        by_curator = self._knowledge("By curator", created_by=AUTHOR_CURATOR, at=1100.0)
+        by_import = self._knowledge("By import", created_by=AUTHOR_IMPORT, at=1200.0)
+
+        def numbers(metrics: dict[str, KnowledgeMetric]) -> dict[str, tuple[Any, float | None]]:
+            return {i: (pytest.approx(m.confidence), m.last_reinforced_at) for i, m in metrics.items()}
+
+        async def body(store: Store) -> None:
+            assert await store.knowledge_metrics() == {}
+            for entry in (by_user, by_curator, by_import):
+                await store.write_knowledge(entry)
+            ids = [by_user.logical_id, by_curator.logical_id, by_import.logical_id]
+            created = await store.knowledge_metrics(ids)
+            assert created == {
+                by_user.logical_id: KnowledgeMetric(
+                    by_user.logical_id, INITIAL_CONFIDENCE[AUTHOR_USER], 1000.0
+                ),
+                by_curator.logical_id: KnowledgeMetric(
+                    by_curator.logical_id, INITIAL_CONFIDENCE[AUTHOR_CURATOR], 1100.0
+                ),
+                by_import.logical_id: KnowledgeMetric(
+                    by_import.logical_id, INITIAL_CONFIDENCE[AUTHOR_IMPORT], 1200.0
+                ),
+            }
+            # An edit and a death certificate leave the register as it was.
+            await store.write_knowledge(
+                next_version(by_user, updated_by=AUTHOR_CURATOR, at=1500.0, content="x")
+            )
+            await store.write_knowledge(
+                next_version(by_curator, updated_by=AUTHOR_USER, at=1600.0, deleted=True)
+            )
+            assert await store.knowledge_metrics(ids) == created
+            assert await store.knowledge_metrics([by_import.logical_id, "unknown"]) == {
+                by_import.logical_id: created[by_import.logical_id]
+            }
+            assert await store.knowledge_metrics([]) == {}
+
+            # Reinforcement adds, caps at 1.0 and stamps the time; a missing metric starts at
+            # the default. Repeated ids count once.
+            changed = await store.reinforce_knowledge(
+                [by_user.logical_id, by_curator.logical_id, by_curator.logical_id, "no-metric-yet"],
+                0.15,
+                3000.0,
+            )
+            assert changed == 3
+            assert await store.reinforce_knowledge([], 0.15, 3000.0) == 0
+            assert numbers(await store.knowledge_metrics()) == {
+                by_user.logical_id: (1.0, 3000.0),
+                by_curator.logical_id: (INITIAL_CONFIDENCE[AUTHOR_CURATOR] + 0.15, 3000.0),
+                by_import.logical_id: (INITIAL_CONFIDENCE[AUTHOR_IMPORT], 1200.0),
+                "no-metric-yet": (DEFAULT_CONFIDENCE + 0.15, 3000.0),
+            }
+
+            # Decay touches only entries not reinforced since the given time.
+            assert await store.decay_knowledge(0.5, not_reinforced_since=3000.0) == 1
+            assert await store.decay_knowledge(0.5, not_reinforced_since=1000.0) == 0
+            assert numbers(await store.knowledge_metrics()) == {
+                by_user.logical_id: (1.0, 3000.0),
+                by_curator.logical_id: (INITIAL_CONFIDENCE[AUTHOR_CURATOR] + 0.15, 3000.0),
+                by_import.logical_id: (INITIAL_CONFIDENCE[AUTHOR_IMPORT] * 0.5, 1200.0),
+                "no-metric-yet": (DEFAULT_CONFIDENCE + 0.15, 3000.0),
+            }
+            assert await store.decay_knowledge(0.9, not_reinforced_since=3001.0) == 4
+            assert (await store.knowledge_metrics([by_user.logical_id]))[by_user.logical_id].confidence == (
+                pytest.approx(0.9)
+            )
+
+        self.run(make_store, body)
+
+    def test_knowledge_persists_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+        edited = self._knowledge("Indent with spaces", created_by=AUTHOR_IMPORT, source_ref=".lore.md")
+        second = next_version(edited, updated_by=AUTHOR_USER, at=2000.0, content="four spaces")
+        deleted = self._knowledge("Old habit", scope="global")
+        certificate = next_version(deleted, updated_by=AUTHOR_USER, at=2100.0, deleted=True)
+
+        async def write(store: Store) -> None:
+            for version in (edited, second, deleted, certificate):
+                await store.write_knowledge(version)
+            await store.reinforce_knowledge([edited.logical_id], 0.05, 2500.0)
+
+        async def read(store: Store) -> None:
+            assert await store.knowledge_versions(edited.logical_id) == [
+                edited,
+                attrs.evolve(second, is_current=True),
+            ]
+            assert await store.current_knowledge("/work/alpha") == [attrs.evolve(second, is_current=True)]
+            found = await store.knowledge_tombstone("/work/other", title="old habit")
+            assert found == attrs.evolve(certificate, is_current=True)
+            metrics = await store.knowledge_metrics()
+            assert set(metrics) == {edited.logical_id, deleted.logical_id}
+            assert metrics[edited.logical_id].confidence == pytest.approx(
+                INITIAL_CONFIDENCE[AUTHOR_IMPORT] + 0.05
+            )
+            assert metrics[edited.logical_id].last_reinforced_at == 2500.0
+            assert (await store.stats())["knowledge"] == 1
+            assert await store.write_knowledge(second) is False
+            with pytest.raises(KnowledgeConflict):
+                await store.write_knowledge(attrs.evolve(second, version_id="x.2"))
 
         self.run(make_store, write)
         self.reopen(make_store, read)
