@@ -275,6 +275,33 @@ class RecallConfig:
 
 
 @attrs.define
+class KnowledgeConfig:
+    """Long-term knowledge (tier 3): curated entries injected into every later session."""
+
+    # Inject knowledge into requests that offer tools (the agent's own loop), curate it
+    # with the worker model, and keep .lore.md in step. Off: nothing is injected or curated
+    # (entries stay in the store; the CLI and the API still work).
+    enabled: bool = True
+    # The knowledge curator runs after a session's idle distillation and, during long
+    # sessions, after this many turns since it last ran.
+    curate_every_turns: int = setting(20, low=1, high=100_000)
+    # Tokens of the frozen baseline block (preferences in full, a catalogue of the rest).
+    baseline_max_tokens: int = setting(1_500, low=0, high=100_000)
+    # Tokens and entries of the session's context-bound block (the most relevant entries).
+    context_max_tokens: int = setting(2_000, low=0, high=100_000)
+    context_entries: int = setting(8, low=0, high=200)
+    # Entries whose confidence fell below this are no longer injected (still searchable).
+    confidence_floor: float = setting(0.2, low=0, high=1)
+    # Once a day, entries nothing reinforced for decayAfterDays lose this share of their
+    # confidence (0.02: about a third in 20 days).
+    decay_per_day: float = setting(0.02, low=0, high=1)
+    decay_after_days: float = setting(14.0, low=0, high=3650)
+    # Write .lore.md at the project root on idle (entries of sensitivity "normal" only) and
+    # import it when it changes.
+    lore_md: bool = True
+
+
+@attrs.define
 class ModelConfig:
     """One entry of ``models``: overrides of the shipped price table for a model-name prefix.
 
@@ -306,6 +333,7 @@ class LoreConfig:
     distill: DistillConfig = attrs.field(factory=DistillConfig)
     budget: BudgetConfig = attrs.field(factory=BudgetConfig)
     recall: RecallConfig = attrs.field(factory=RecallConfig)
+    knowledge: KnowledgeConfig = attrs.field(factory=KnowledgeConfig)
     # Model-name prefix -> price/limit overrides (the longest matching prefix wins).
     models: dict[str, ModelConfig] = attrs.field(factory=dict)
     # Plugin sections, structured by each plugin's own class (see ``lore_config_sections``).
@@ -327,6 +355,7 @@ CORE_SECTIONS: dict[str, Any] = {
     "distill": DistillConfig,
     "budget": BudgetConfig,
     "recall": RecallConfig,
+    "knowledge": KnowledgeConfig,
     # Keyed by model-name prefix rather than by fixed field names.
     "models": dict[str, ModelConfig],
 }

@@ -38,6 +38,8 @@ from lore_core.interfaces import (
     RequestContext,
     Store,
 )
+from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.inject import KnowledgeInjector
 from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, bootstrap
@@ -119,6 +121,13 @@ class Gateway:
             distill_now=lambda sid: self.distiller.distill_session(sid, reason="urgent"),
             costs=self.costs,
         )
+        # Long-term knowledge: every write goes through the book; the injector puts it in
+        # each session's prompt, pinned per session (lore_core/knowledge/).
+        self.knowledge = KnowledgeBook(self.store)
+        if config.knowledge.enabled:
+            self.context.knowledge = KnowledgeInjector(
+                self.knowledge, config.knowledge, self.context.counter.text
+            )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
         self.recall = store_recall_engine(

@@ -290,35 +290,80 @@ def test_gateway_breakpoints_take_the_one_hour_ttl_when_a_later_client_marker_ha
     assert ttls == ["1h", "1h"]  # the prefix's, then the client's: never 5m before 1h
 
 
+TOOLS = {
+    "openai-chat": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+    "openai-responses": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}],
+}
+
+
+def agent_request(api, turns):
+    """A request of the agent's own loop: it offers tools (knowledge goes only there)."""
+    view = request(api, turns)
+    if api in TOOLS:
+        raw = {**view.raw, "tools": TOOLS[api]}
+        view = CODECS[api].parse(raw, json.dumps(raw).encode())
+    return view
+
+
+@pytest.mark.parametrize("layer", [0, 1])
 @pytest.mark.parametrize("api", sorted(CODECS))
-def test_ltm_slots_are_pinned_at_their_first_render(api):
-    turns = coding_session(12, seed=6)
-    versions = iter(["prefers pytest -q; service billing-api", "prefers tox", "changed again"])
+def test_knowledge_blocks_are_pinned_and_changes_arrive_as_deltas(api, layer):
+    from lore_core.knowledge.book import KnowledgeBook
+    from lore_core.knowledge.inject import KnowledgeInjector
+
+    turns = coding_session(14, seed=6)
 
     async def run():
         manager = await manager_with_logs(api, turns)
-        manager.ltm_baseline_provider = lambda session, project: next(versions)
-        manager.session(SID).force_min_layer = 1
-        manager.session(SID).force_loaded = True
-        bodies = []
-        for n in (10, 11):
-            out, plan = await compose(manager, api, request(api, turns[:n]))
-            assert plan.ltm_baseline == "prefers pytest -q; service billing-api"
+        book = KnowledgeBook(manager.store)
+        manager.knowledge = KnowledgeInjector(book, LoreConfig().knowledge, manager.counter.text)
+        pref = await book.create(
+            project="/project", category="preference", title="Test runner", content="Run tests with pytest -q."
+        )
+        if layer:
+            manager.session(SID).force_min_layer = layer
+            manager.session(SID).force_loaded = True
+        else:
+            manager.budget.max_layer0_tokens = 1_000_000  # no cost cap: stays at layer 0
+        bodies, plans = [], []
+        for n in (10, 11, 12, 13):
+            if n == 12:  # knowledge changes mid-session
+                await book.update(pref.version.logical_id, content="Run tests with tox -q.")
+            out, plan = await compose(manager, api, agent_request(api, turns[:n]))
+            assert plan.layer == layer
+            plans.append(plan)
             bodies.append(CODECS[api].render(out))
-        return bodies
+        return bodies, plans
 
-    first, second = asyncio.run(run())
-    for body in (first, second):
-        text = json.dumps(body)
-        assert text.count("prefers pytest -q; service billing-api") == 1 and "prefers tox" not in text
+    bodies, plans = asyncio.run(run())
+    for body in bodies:
+        assert json.dumps(body).count("Run tests with pytest -q.") == 1  # the frozen baseline
+    assert all("tox -q" not in json.dumps(b) for b in bodies[:2])
+    # The change arrives once, as a delta after the last message of the turn it appeared in,
+    # and stays at that place: each request extends the previous one (cache prefix intact).
+    for body in bodies[2:]:
+        assert json.dumps(body).count("Run tests with tox -q.") == 1
+    if layer == 0:
+        for before, after in itertools.pairwise(bodies[2:]):
+            old, new = wire_items(api, drop_markers(before)), wire_items(api, drop_markers(after))
+            assert new[: len(old)] == old
+    delta_items = [i for i, item in enumerate(wire_items(api, bodies[3])) if "tox -q" in json.dumps(item)]
+    assert len(delta_items) == 1
     if api == "anthropic-messages":
-        block = first["system"][-1]
+        block = bodies[0]["system"][-1]
         assert block["text"].startswith("<lore-knowledge>")
         assert block["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
-        assert first["system"] == second["system"]
+        assert all(drop_markers(b["system"]) == drop_markers(bodies[0]["system"]) for b in bodies)
+        markers = sum(
+            1
+            for item in bodies[3]["messages"]
+            for part in (item["content"] if isinstance(item["content"], list) else [])
+            if "cache_control" in part
+        ) + sum(1 for part in bodies[3]["system"] if "cache_control" in part)
+        assert markers <= MAX_BREAKPOINTS
     elif api == "openai-responses":
-        assert first["instructions"].startswith("You are a coding agent.\n\n<lore-knowledge>")
+        assert bodies[0]["instructions"].startswith("You are a coding agent.\n\n<lore-knowledge>")
+        assert all(b["instructions"] == bodies[0]["instructions"] for b in bodies)
     else:
-        assert (
-            first["messages"][1]["role"] == "system" and "<lore-knowledge>" in first["messages"][1]["content"]
-        )
+        assert bodies[0]["messages"][1]["role"] == "system"
+        assert "<lore-knowledge>" in bodies[0]["messages"][1]["content"]

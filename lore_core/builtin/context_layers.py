@@ -9,8 +9,8 @@ preamble and each later one appends its part; the codec of the request's API ren
 result, keeping every field the client sent that the pipeline does not own.
 
 Priorities leave room between them for plugins: 100 system, 200 LTM baseline, 300 LTM
-context-bound, 400 distilled prefix, 500 delta updates, 600 conversation, 900 cache
-breakpoints.
+context-bound, 400 distilled prefix, 600 conversation, 700 delta updates (placed into the
+conversation), 900 cache breakpoints.
 """
 
 from __future__ import annotations
@@ -87,12 +87,24 @@ class DistilledPrefixLayer(_Layer):
 
 
 class DeltaLayer(_Layer):
-    """Knowledge that changed after the pin (none until the LTM tier lands)."""
+    """Knowledge that changed after the pin: each delta right after the request message it
+    was first placed after, so every later turn has it at the same place. It runs after
+    the conversation layer because it inserts into the conversation. A delta whose message
+    is not in the window as it was sent (dropped or stripped by a compressed layer) goes
+    at the window's start, right after the distilled prefix."""
 
-    name, priority = "delta-updates", 500
+    name, priority = "delta-updates", 700
 
     def place(self, view: RequestView, plan: Composition, codec: Codec) -> None:
-        view.messages.extend(plan.deltas)
+        if not plan.deltas:
+            return
+        start = len(view.messages) - len(plan.conversation)
+        placed: dict[int, list[Message]] = {}
+        for anchor, message in plan.deltas:
+            at = next((i for i, m in enumerate(view.messages) if m is anchor), None)
+            placed.setdefault(start - 1 if at is None else at, []).append(message)
+        for at in sorted(placed, reverse=True):
+            view.messages[at + 1 : at + 1] = placed[at]
 
 
 class ConversationLayer(_Layer):
@@ -135,8 +147,8 @@ LAYERS = (
     LtmBaselineLayer(),
     LtmContextLayer(),
     DistilledPrefixLayer(),
-    DeltaLayer(),
     ConversationLayer(),
+    DeltaLayer(),
     CacheBreakpointLayer(),
 )
 

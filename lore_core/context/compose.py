@@ -346,7 +346,8 @@ class Composition:
     ltm_baseline: str = ""
     ltm_context: str = ""
     prefix: list[PrefixPart] = attrs.field(factory=list)
-    deltas: list[Message] = attrs.field(factory=list)
+    #: Knowledge changes, each to be placed right after its request message (the first).
+    deltas: list[tuple[Message, Message]] = attrs.field(factory=list)
     conversation: list[Message] = attrs.field(factory=list)
     #: Local estimate of the whole prompt (uncorrected).
     tokens: int = 0
@@ -365,7 +366,9 @@ class Composition:
 
     @property
     def modified(self) -> bool:
-        return self.layer > 0
+        """Whether the prompt differs from the client's: a compressed layer, or knowledge
+        added (at layer 0 too: the client's messages as they are, plus the knowledge)."""
+        return self.layer > 0 or bool(self.ltm_baseline or self.ltm_context or self.deltas)
 
 
 def prefix_messages(parts: Sequence[PrefixPart]) -> list[Message]:

@@ -37,6 +37,7 @@ import attrs
 
 from lore_core.config import LoreConfig
 from lore_core.context.compose import (
+    Analysis,
     Composition,
     Memo,
     PrefixPart,
@@ -60,7 +61,8 @@ from lore_core.context.economics import (
 from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
 from lore_core.interfaces import CompositionContext, PromptLayer, Store
-from lore_core.model import Exchange, RequestView
+from lore_core.knowledge.inject import Injection, KnowledgeInjector
+from lore_core.model import TEXT, Exchange, RequestView
 from lore_core.storage.records import FORCE_MIN_LAYER, canonical_message
 
 log = logging.getLogger("lore.context")
@@ -68,6 +70,8 @@ log = logging.getLogger("lore.context")
 #: A composition is sized to at most this share of the model's input limit: the local
 #: estimate, even calibrated, is not exact.
 FIT_SHARE = 0.95
+#: Knowledge (its blocks and deltas) may take at most this share of what a prompt may use.
+KNOWLEDGE_WINDOW_SHARE = 0.15
 #: Longest wait for the store on the request path (seconds).
 STORE_TIMEOUT_SECONDS = 0.5
 #: Distillations are re-read at most this often per session unless the distiller wrote.
@@ -273,10 +277,9 @@ class ContextManager:
         self.sessions: dict[str, SessionContext] = {}
         self._timings: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
         self.counts: collections.Counter[str] = collections.Counter()
-        #: Long-term knowledge providers: ``(session_id, project) -> text``; none until the
-        #: LTM tier lands, the slots and their pinning exist already.
-        self.ltm_baseline_provider: Callable[[str, str], str | None] | None = None
-        self.ltm_context_provider: Callable[[str, str], str | None] | None = None
+        #: Long-term knowledge for each request (lore_core.knowledge.inject): pinned per
+        #: session, counted in the budget like the rest of the prompt. ``None``: no knowledge.
+        self.knowledge: KnowledgeInjector | None = None
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -433,21 +436,37 @@ class ContextManager:
         if state is not None:
             state.parts_read_at = 0.0
 
-    def _ltm(self, state: SessionContext, project: str) -> tuple[str, str]:
-        """The LTM blocks, pinned at their first non-empty render."""
-        for attr, provider in (
-            ("ltm_baseline", self.ltm_baseline_provider),
-            ("ltm_context", self.ltm_context_provider),
-        ):
-            if getattr(state, attr) is None and provider is not None:  # the two fields, by name
-                try:
-                    text = provider(state.session_id, project)
-                except Exception:
-                    log.exception("an LTM provider failed")
-                    text = None
-                if text:
-                    setattr(state, attr, text)
-        return state.ltm_baseline or "", state.ltm_context or ""
+    async def _knowledge(
+        self,
+        view: RequestView,
+        ctx: CompositionContext,
+        an: Analysis,
+        thread: ThreadState,
+        state: SessionContext,
+    ) -> Injection:
+        """This request's knowledge blocks and deltas; none for requests without tools (a
+        harness's side requests) and none when the injector fails (logged; fail open)."""
+        if self.knowledge is None or not view.tools:
+            return Injection()
+        opening = an.messages[an.head] if an.head < len(an.messages) else None
+        opening_text = " ".join(b.text for b in opening.blocks if b.type == TEXT) if opening else ""
+        try:
+            return await self._store_call(
+                "knowledge",
+                self.knowledge.for_request(
+                    ctx.session_id,
+                    ctx.project,
+                    opening_text=opening_text,
+                    message_ids=an.ids,
+                    thread=thread.key,
+                    main=thread.key == state.main,
+                ),
+            )
+        except _StoreMiss:
+            return Injection()
+        except Exception:
+            log.exception("context: knowledge injection failed; this request goes without it")
+            return Injection()
 
     # -- the turn ------------------------------------------------------------------------------
 
@@ -471,6 +490,8 @@ class ContextManager:
     def _forget(self, session_id: str) -> None:
         del self.sessions[session_id]
         self._urgent_at.pop(session_id, None)
+        if self.knowledge is not None:
+            self.knowledge.forget(session_id)
 
     async def plan(self, view: RequestView, ctx: CompositionContext) -> Composition:
         """Choose this request's layer and composition (see the module docstring)."""
@@ -498,10 +519,8 @@ class ContextManager:
         def fits(tokens: int) -> bool:
             return correct(tokens) <= limit
 
-        baseline, context_block = self._ltm(state, ctx.project)
-        extra = (self.counter.text(baseline) if baseline else 0) + (
-            self.counter.text(context_block) if context_block else 0
-        )
+        knowledge = await self._knowledge(view, ctx, an, thread, state)
+        extra = self._knowledge_tokens(knowledge, usable)
         pressure = self.costs.pressure() if self.costs.daily_budget_usd > 0 else None
         cap = layer0_cap(
             model,
@@ -579,7 +598,9 @@ class ContextManager:
             # re-composition does not wait for the store.
             if state.parts is None or cap.tokens is None or size > cap.tokens // 2:
                 await self._parts(state, wait=False)
-        composition.ltm_baseline, composition.ltm_context = baseline, context_block
+        if extra:
+            composition.ltm_baseline, composition.ltm_context = knowledge.baseline, knowledge.context
+            composition.deltas = [(an.messages[i], m) for i, m in knowledge.deltas if i < len(an.messages)]
         thread.layer = composition.layer
         thread.reason = composition.reason
         thread.model = view.model
@@ -591,6 +612,17 @@ class ContextManager:
         ctx.record = _Sent(ctx.session_id, key, composition.tokens, expired)
         self.counts[f"layer{composition.layer}"] += 1
         return composition
+
+    def _knowledge_tokens(self, knowledge: Injection, usable: int) -> int:
+        """Tokens the knowledge adds; 0 (and nothing injected) when it would take more than
+        :data:`KNOWLEDGE_WINDOW_SHARE` of what the prompt may use: knowledge never crowds
+        out the conversation on a small window."""
+        texts = [knowledge.baseline, knowledge.context, *(m.blocks[0].text for _, m in knowledge.deltas)]
+        tokens = sum(self.counter.text(t) for t in texts if t)
+        if tokens > usable * KNOWLEDGE_WINDOW_SHARE:
+            self.counts["knowledge_skipped"] += 1
+            return 0
+        return tokens
 
     def _elect_main(self, state: SessionContext, thread: ThreadState) -> None:
         main = state.threads.get(state.main) if state.main is not None else None

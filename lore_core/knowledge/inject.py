@@ -1,0 +1,250 @@
+"""Knowledge in the prompt, cache-stable (MISSION section 3).
+
+Per session, at its first request that offers tools (the agent's own loop; a harness's small
+side requests get none), the injector **pins**:
+
+* the baseline block (preferences and the catalogue) and the context-bound block (the
+  entries most relevant to the session's opening request), as text, kept byte for byte for
+  the whole session: the codec places them after the client's own system prompt, where the
+  provider caches them (Anthropic: their own block with a 1-hour breakpoint);
+* which version of every alive entry that picture reflects (``known``).
+
+On every later request it compares the project's entries with ``known``. What changed
+(created, edited, deleted) becomes one **delta**: a short synthetic user message placed
+right after the request's last message, on the session's main conversation, and recorded
+with that message's id, so every later request carries it at the same place (the prefix up
+to it stays byte-identical and cached). The pin and its deltas are kept in the store's
+session state (key ``ltm``), so a restart renders the same bytes.
+
+Reading the entries costs one store read per project after each knowledge write (the book
+tells the injector), none otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.config import KnowledgeConfig
+from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.prompt import baseline_text, choose_context, context_text, delta_text
+from lore_core.model import TEXT, Block, Message
+from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion
+
+log = logging.getLogger("lore.knowledge")
+
+STATE_KEY = "ltm"
+#: Confidence an entry gains each time a session's context-bound block carries it.
+INJECTION_REINFORCEMENT = 0.02
+
+
+@attrs.define
+class Delta:
+    """A change message, placed after the message ``anchor_id`` of conversation ``thread``."""
+
+    anchor_id: str | None
+    anchor_index: int
+    text: str
+    thread: str
+
+
+@attrs.define
+class Pin:
+    """A session's knowledge as pinned at its first request, and the deltas since."""
+
+    baseline: str
+    context: str
+    context_ids: list[str]
+    #: logical_id -> version_id of every entry the blocks and deltas reflect.
+    known: dict[str, str]
+    deltas: list[Delta] = attrs.field(factory=list)
+    #: The injector's write counter when ``known`` was last brought up to date.
+    generation: int = -1
+
+    def as_json(self) -> dict[str, Any]:
+        return attrs.asdict(self, filter=lambda a, _: a.name != "generation")
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Pin | None:
+        if not isinstance(raw, dict):
+            return None
+        try:
+            deltas = [Delta(**d) for d in raw.get("deltas", [])]
+            return cls(
+                baseline=str(raw["baseline"]),
+                context=str(raw["context"]),
+                context_ids=[str(i) for i in raw.get("context_ids", [])],
+                known={str(k): str(v) for k, v in dict(raw.get("known", {})).items()},
+                deltas=deltas,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@attrs.define
+class Injection:
+    """What one request gets: the two system blocks and the deltas to place, each after
+    the message at its index in the request's message list."""
+
+    baseline: str = ""
+    context: str = ""
+    deltas: list[tuple[int, Message]] = attrs.field(factory=list)
+
+
+@attrs.define
+class _Entries:
+    generation: int
+    entries: list[KnowledgeVersion]
+    metrics: dict[str, KnowledgeMetric]
+
+
+class KnowledgeInjector:
+    def __init__(
+        self,
+        book: KnowledgeBook,
+        config: KnowledgeConfig,
+        count: Callable[[str], int],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.book = book
+        self.store = book.store
+        self.config = config
+        self.count = count
+        self._clock = clock
+        self._generation = 0
+        self._entries: dict[str, _Entries] = {}
+        self._pins: dict[str, Pin | None] = {}
+        book.listeners.append(self._changed)
+
+    def _changed(self, _version: KnowledgeVersion) -> None:
+        self._generation += 1
+
+    def forget(self, session_id: str) -> None:
+        self._pins.pop(session_id, None)
+
+    async def _project_entries(self, project: str) -> _Entries:
+        cached = self._entries.get(project)
+        if cached is not None and cached.generation == self._generation:
+            return cached
+        generation = self._generation
+        entries = await self.store.current_knowledge(project)
+        metrics = await self.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
+        floor = self.config.confidence_floor
+        # Restricted entries never leave the store (recall can still find them locally).
+        shown = [
+            e
+            for e in entries
+            if e.sensitivity != "restricted"
+            and (metrics.get(e.logical_id) is None or metrics[e.logical_id].confidence >= floor)
+        ]
+        found = _Entries(generation, shown, metrics)
+        if len(self._entries) > 256:
+            self._entries.clear()
+        self._entries[project] = found
+        return found
+
+    async def _pin(self, session_id: str) -> Pin | None:
+        if session_id not in self._pins:
+            raw = await self.store.get_state(session_id, STATE_KEY)
+            self._pins[session_id] = Pin.from_json(raw)
+        return self._pins[session_id]
+
+    async def _save(self, session_id: str, pin: Pin) -> None:
+        self._pins[session_id] = pin
+        await self.store.set_state(session_id, STATE_KEY, pin.as_json())
+
+    async def for_request(
+        self,
+        session_id: str,
+        project: str,
+        *,
+        opening_text: str,
+        message_ids: Sequence[str | None],
+        thread: str,
+        main: bool,
+    ) -> Injection:
+        """The knowledge of one request. ``opening_text``: the session's opening request
+        (chooses the context-bound entries at the pin); ``message_ids``: the request's
+        message ids, in order (deltas are anchored to them)."""
+        if not self.config.enabled:
+            return Injection()
+        pin = await self._pin(session_id)
+        current = await self._project_entries(project)
+        if pin is None:
+            pin = self._new_pin(current, opening_text)
+            pin.generation = current.generation
+            await self._save(session_id, pin)
+            if pin.context_ids:
+                await self.book.reinforce(pin.context_ids, INJECTION_REINFORCEMENT)
+        elif main and pin.generation != current.generation:
+            changed = await self._changes(pin, current.entries)
+            pin.generation = current.generation
+            if changed:
+                anchor = len(message_ids) - 1
+                pin.deltas.append(
+                    Delta(message_ids[anchor] if anchor >= 0 else None, anchor, delta_text(changed), thread)
+                )
+                for entry in changed:
+                    pin.known[entry.logical_id] = entry.version_id
+                await self._save(session_id, pin)
+        return Injection(pin.baseline, pin.context, self._placed(pin, message_ids, thread))
+
+    def _new_pin(self, current: _Entries, opening_text: str) -> Pin:
+        entries = current.entries
+        baseline = baseline_text(
+            entries, current.metrics, max_tokens=self.config.baseline_max_tokens, count=self.count
+        )
+        chosen = choose_context(
+            opening_text,
+            entries,
+            limit=self.config.context_entries,
+            max_tokens=self.config.context_max_tokens,
+            count=self.count,
+        )
+        return Pin(
+            baseline=baseline,
+            context=context_text(chosen),
+            context_ids=[e.logical_id for e in chosen],
+            known={e.logical_id: e.version_id for e in entries},
+        )
+
+    async def _changes(self, pin: Pin, entries: Sequence[KnowledgeVersion]) -> list[KnowledgeVersion]:
+        """Entries whose current version the pin does not reflect: new or edited ones, and
+        the death certificates of entries it showed that are gone."""
+        alive = {e.logical_id: e for e in entries}
+        changed = [e for e in entries if pin.known.get(e.logical_id) != e.version_id]
+        for logical_id in sorted(set(pin.known) - set(alive)):
+            gone = await self.book.get(logical_id)
+            if gone is not None and gone.version_id != pin.known[logical_id]:
+                changed.append(gone)
+        return changed
+
+    def _placed(self, pin: Pin, message_ids: Sequence[str | None], thread: str) -> list[tuple[int, Message]]:
+        placed = []
+        for delta in pin.deltas:
+            if delta.thread != thread:
+                continue
+            index = _index_of(message_ids, delta.anchor_id, delta.anchor_index)
+            if index is None:
+                continue  # another branch of the conversation: its history never had it
+            placed.append((index, delta_message(delta.text)))
+        return placed
+
+
+def delta_message(text: str) -> Message:
+    return Message(role="user", blocks=[Block(TEXT, text=text)], synthetic=True)
+
+
+def _index_of(ids: Sequence[str | None], wanted: str | None, hint: int) -> int | None:
+    if wanted is None:
+        return hint if 0 <= hint < len(ids) and ids[hint] is None else None
+    if 0 <= hint < len(ids) and ids[hint] == wanted:
+        return hint
+    for i, found in enumerate(ids):
+        if found == wanted:
+            return i
+    return None

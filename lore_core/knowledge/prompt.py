@@ -1,0 +1,181 @@
+"""The text of the knowledge blocks the model sees (MISSION section 3), and which entries are
+relevant to a text.
+
+* **Baseline**: preferences in full and a catalogue of the project's knowledge (one line per
+  entry: its ``k:`` id, category and title; recall opens an id in full). Frozen for the
+  session at its first request.
+* **Context-bound**: the entries most relevant to what the session is about (its first user
+  request), in full. The set is chosen once and its text kept byte for byte.
+* **Delta**: what changed after the pin (created, edited or deleted entries), as a short
+  message placed once near the tail and replayed at the same place on every later turn.
+
+Every rendering lists entries in :func:`~lore_core.storage.knowledge.canonical_order`, so the
+same entries always give the same bytes. Token limits drop whole lines from the end (least
+important last: the catalogue is ordered by confidence within the limit).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion, canonical_order
+
+#: Field weights of the knowledge full-text score (MISSION section 7: title 6, content 2,
+#: category 3).
+TITLE_WEIGHT, CONTENT_WEIGHT, CATEGORY_WEIGHT = 6.0, 2.0, 3.0
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+_STOP = frozenset(
+    "a an and are as at be by can do does for from has have how i in is it its me my of on or "
+    "our that the this to was we what when where which who why will with you your".split()
+)
+_K1, _B = 1.2, 0.75
+
+BASELINE_INTRO = (
+    "Long-term knowledge of this project, curated by Lore from earlier sessions and by the "
+    "developers. Follow the preferences. The catalogue lists what is known; call the recall "
+    "tool with an id (for example k:1a2b3c4d5e6f7a8b) to read an entry in full."
+)
+CONTEXT_INTRO = "Knowledge relevant to this session (from earlier sessions):"
+DELTA_INTRO = (
+    "Lore: project knowledge changed since this session began. This supersedes what was shown before:"
+)
+
+
+def tokens(text: str) -> list[str]:
+    return [t for t in _TOKEN.findall(text.casefold()) if t not in _STOP]
+
+
+def relevance(query: str, entries: Sequence[KnowledgeVersion]) -> list[tuple[float, KnowledgeVersion]]:
+    """BM25 of ``query`` against each entry's title, content and category (weighted fields
+    in one bag of words), best first; entries sharing no word with the query are left out."""
+    words = set(tokens(query))
+    if not words or not entries:
+        return []
+    bags: list[Counter[str]] = []
+    for entry in entries:
+        bag: Counter[str] = Counter()
+        for weight, text in (
+            (TITLE_WEIGHT, entry.title),
+            (CONTENT_WEIGHT, entry.content),
+            (CATEGORY_WEIGHT, entry.category),
+        ):
+            for word in tokens(text):
+                bag[word] += weight
+        bags.append(bag)
+    lengths = [sum(b.values()) for b in bags]
+    average = sum(lengths) / len(lengths) or 1.0
+    df = Counter(word for bag in bags for word in words if word in bag)
+    n = len(entries)
+    scored = []
+    for entry, bag, length in zip(entries, bags, lengths, strict=True):
+        score = 0.0
+        for word in words:
+            tf = bag.get(word, 0.0)
+            if tf:
+                idf = math.log(1 + (n - df[word] + 0.5) / (df[word] + 0.5))
+                score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / average))
+        if score > 0:
+            scored.append((score, entry))
+    scored.sort(key=lambda pair: (-pair[0], canonical_order(pair[1])))
+    return scored
+
+
+def entry_text(entry: KnowledgeVersion) -> str:
+    """One entry in full, as the model reads it."""
+    where = " (all projects)" if entry.scope == "global" else ""
+    return f"[{entry.ref}] {entry.category}{where}: {entry.title}\n{entry.content.strip()}"
+
+
+def catalogue_line(entry: KnowledgeVersion) -> str:
+    return f"- {entry.ref} [{entry.category}] {entry.title}"
+
+
+def within(lines: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[str]:
+    """The leading lines whose tokens together stay within ``max_tokens``."""
+    kept, used = [], 0
+    for line in lines:
+        used += count(line) + 1
+        if used > max_tokens:
+            break
+        kept.append(line)
+    return kept
+
+
+def baseline_text(
+    entries: Sequence[KnowledgeVersion],
+    metrics: Mapping[str, KnowledgeMetric],
+    *,
+    max_tokens: int,
+    count: Callable[[str], int],
+) -> str:
+    """Preferences in full, then the catalogue of every other entry; ``""`` when there is
+    no knowledge. Within ``max_tokens``: preferences first, then catalogue lines by
+    confidence; what is kept is listed in canonical order."""
+    if not entries:
+        return ""
+    preferences = [e for e in entries if e.category == "preference"]
+    others = [e for e in entries if e.category != "preference"]
+    budget = max_tokens - count(BASELINE_INTRO)
+    prefs_by_confidence = sorted(preferences, key=lambda e: (-_confidence(e, metrics), canonical_order(e)))
+    pref_texts = within([entry_text(e) for e in prefs_by_confidence], budget, count)
+    kept_prefs = {e.logical_id for e in prefs_by_confidence[: len(pref_texts)]}
+    used = sum(count(text) + 1 for text in pref_texts)
+    by_confidence = sorted(others, key=lambda e: (-_confidence(e, metrics), canonical_order(e)))
+    lines = within([catalogue_line(e) for e in by_confidence], budget - used, count)
+    kept_others = {e.logical_id for e in by_confidence[: len(lines)]}
+    parts = [BASELINE_INTRO]
+    prefs = [entry_text(e) for e in sorted(preferences, key=canonical_order) if e.logical_id in kept_prefs]
+    if prefs:
+        parts.append("Preferences:\n" + "\n\n".join(prefs))
+    listed = [catalogue_line(e) for e in sorted(others, key=canonical_order) if e.logical_id in kept_others]
+    if listed:
+        parts.append("Catalogue:\n" + "\n".join(listed))
+    return "\n\n".join(parts) if len(parts) > 1 else ""
+
+
+def context_text(entries: Sequence[KnowledgeVersion]) -> str:
+    """The chosen entries in full, canonical order; ``""`` for none."""
+    if not entries:
+        return ""
+    return CONTEXT_INTRO + "\n\n" + "\n\n".join(entry_text(e) for e in sorted(entries, key=canonical_order))
+
+
+def choose_context(
+    query: str,
+    entries: Sequence[KnowledgeVersion],
+    *,
+    limit: int,
+    max_tokens: int,
+    count: Callable[[str], int],
+) -> list[KnowledgeVersion]:
+    """The entries most relevant to ``query`` (not preferences: the baseline holds those in
+    full), at most ``limit`` and within ``max_tokens``."""
+    candidates = [e for e in entries if e.category != "preference"]
+    chosen, used = [], count(CONTEXT_INTRO)
+    for _, entry in relevance(query, candidates)[:limit]:
+        cost = count(entry_text(entry)) + 2
+        if used + cost > max_tokens:
+            continue
+        chosen.append(entry)
+        used += cost
+    return chosen
+
+
+def delta_text(changed: Sequence[KnowledgeVersion]) -> str:
+    """What changed, in canonical order: a deleted entry as a line that withdraws it, any
+    other in full."""
+    lines = [DELTA_INTRO]
+    for entry in sorted(changed, key=canonical_order):
+        if entry.is_deleted:
+            lines.append(f"[{entry.ref}] deleted: {entry.title} (no longer applies)")
+        else:
+            lines.append(entry_text(entry))
+    return "\n\n".join(lines)
+
+
+def _confidence(entry: KnowledgeVersion, metrics: Mapping[str, KnowledgeMetric]) -> float:
+    metric = metrics.get(entry.logical_id)
+    return metric.confidence if metric is not None else 0.0
