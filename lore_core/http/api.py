@@ -1,11 +1,12 @@
-"""The gateway's local API (``/lore/api/...``) used by ``lore sessions/show/search/status``
-and ``lore distill/distillations``.
+"""The gateway's local API (``/lore/api/...``) used by ``lore sessions/show/search/status``,
+``lore distill/distillations`` and ``lore knowledge``.
 
 DuckDB lets one process hold the database file, so while the gateway runs every other
 process reads the store through here. Read-only except ``POST /distill`` (which only runs
-what the scheduler would run on idle). Every route needs the gateway token, and answers
-loopback clients only unless ``server.allowRemote`` is set: :mod:`lore_core.http.access` checks
-both (and Host and Origin) before any route runs.
+what the scheduler would run on idle) and the knowledge routes (every write goes through the
+gateway's :class:`~lore_core.knowledge.book.KnowledgeBook`, under its rules). Every route
+needs the gateway token, and answers loopback clients only unless ``server.allowRemote`` is
+set: :mod:`lore_core.http.access` checks both (and Host and Origin) before any route runs.
 """
 
 from __future__ import annotations
@@ -151,6 +152,133 @@ async def distill() -> Response:
         # What was distilled before the failed call stays stored; the scheduler retries.
         return _json(502, {"error": f"the worker call failed: {exc.reason}"})
     return _json(200, {"reports": [r.as_json() for r in reports], "worker": gateway.worker.status()})
+
+
+# -- long-term knowledge ------------------------------------------------------------------------
+
+
+async def _json_body() -> dict[str, Any] | Response:
+    """The request's JSON object, or a 400 saying what is wrong with it."""
+    raw = await request.get_data()
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _json(400, {"error": f"the body is not JSON: {exc}"})
+    if not isinstance(body, dict):
+        return _json(400, {"error": "the body must be a JSON object"})
+    return body
+
+
+def _fields(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, str] | Response:
+    found = {}
+    for name in names:
+        if name in body and body[name] is not None:
+            if not isinstance(body[name], str):
+                return _json(400, {"error": f"{name} must be a string"})
+            found[name] = body[name]
+    return found
+
+
+def _entry_json(version: Any, metric: Any = None) -> dict[str, Any]:
+    out = attrs.asdict(version)
+    out["id"] = version.ref
+    if metric is not None:
+        out["confidence"] = round(metric.confidence, 4)
+        out["last_reinforced_at"] = metric.last_reinforced_at
+    return out
+
+
+def _result(result: Any, created: bool = False) -> Response:
+    from lore_core.knowledge.book import REFUSED
+
+    if result.status == REFUSED:
+        standing = _entry_json(result.version) if result.version is not None else None
+        return _json(409, {"status": result.status, "error": result.reason, "entry": standing})
+    return _json(
+        201 if created and result.status == "created" else 200,
+        {
+            "status": result.status,
+            "entry": _entry_json(result.version),
+        },
+    )
+
+
+@api.get("/knowledge")
+async def knowledge_list() -> Response:
+    """Current entries: ``?project=`` (with the global ones unless ``global=0``), or every
+    project's without it."""
+    book = _gateway().knowledge
+    project = request.args.get("project") or None
+    entries = await book.entries(project, include_global=request.args.get("global") != "0")
+    metrics = await book.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
+    return _json(200, [_entry_json(e, metrics.get(e.logical_id)) for e in entries])
+
+
+@api.post("/knowledge")
+async def knowledge_add() -> Response:
+    from lore_core.knowledge.book import Provenance
+
+    body = await _json_body()
+    if isinstance(body, Response):
+        return body
+    fields = _fields(body, ("project", "category", "title", "content", "scope", "sensitivity"))
+    if isinstance(fields, Response):
+        return fields
+    missing = [n for n in ("project", "category", "title", "content") if not fields.get(n)]
+    if missing:
+        return _json(400, {"error": f"missing {', '.join(missing)}"})
+    result = await _gateway().knowledge.create(
+        project=fields["project"],
+        category=fields["category"],
+        title=fields["title"],
+        content=fields["content"],
+        scope=fields.get("scope", "project"),
+        sensitivity=fields.get("sensitivity", "normal"),
+        provenance=Provenance(source_ref="api"),
+    )
+    return _result(result, created=True)
+
+
+@api.get("/knowledge/<path:logical_id>")
+async def knowledge_show(logical_id: str) -> Response:
+    store = _gateway().store
+    versions = await store.knowledge_versions(logical_id.removeprefix("k:"))
+    if not versions:
+        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
+    metric = (await store.knowledge_metrics([versions[-1].logical_id])).get(versions[-1].logical_id)
+    return _json(
+        200,
+        {"entry": _entry_json(versions[-1], metric), "versions": [_entry_json(v) for v in versions]},
+    )
+
+
+@api.patch("/knowledge/<path:logical_id>")
+async def knowledge_edit(logical_id: str) -> Response:
+    from lore_core.knowledge.book import Provenance
+
+    body = await _json_body()
+    if isinstance(body, Response):
+        return body
+    fields = _fields(body, ("category", "title", "content", "scope", "sensitivity"))
+    if isinstance(fields, Response):
+        return fields
+    if not fields:
+        return _json(400, {"error": "nothing to change: give category, title, content, scope or sensitivity"})
+    book = _gateway().knowledge
+    if await book.get(logical_id) is None:
+        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
+    result = await book.update(logical_id, provenance=Provenance(source_ref="api"), **fields)
+    return _result(result)
+
+
+@api.delete("/knowledge/<path:logical_id>")
+async def knowledge_delete(logical_id: str) -> Response:
+    from lore_core.knowledge.book import Provenance
+
+    book = _gateway().knowledge
+    if await book.get(logical_id) is None:
+        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
+    return _result(await book.delete(logical_id, provenance=Provenance(source_ref="api")))
 
 
 @api.errorhandler(Exception)

@@ -200,7 +200,9 @@ class KnowledgeBook:
             return self._refused(
                 current.title, f"k:{current.logical_id} was deleted ({_when(current)})", provenance
             )
-        fields = {k: (v.strip() if isinstance(v, str) else v) for k, v in changes.items() if v is not None}
+        fields: dict[str, Any] = {
+            k: (v.strip() if isinstance(v, str) else v) for k, v in changes.items() if v is not None
+        }
         merged = attrs.evolve(current, **fields)  # type: ignore[arg-type]
         try:
             check_fields(merged.category, merged.title, merged.content, merged.scope, merged.sensitivity)
@@ -234,9 +236,14 @@ class KnowledgeBook:
 
     async def _write(self, status: str, version: KnowledgeVersion) -> WriteResult:
         try:
-            await self.store.write_knowledge(version)
+            written = await self.store.write_knowledge(version)
         except KnowledgeConflict as exc:
-            return WriteResult(REFUSED, version, f"changed by someone else meanwhile ({exc}); try again")
+            written, reason = False, str(exc)
+        else:
+            reason = f"k:{version.logical_id} version {version.version} exists already"
+        if not written:
+            # Another edit of the same version landed first (its version id is this one's).
+            return WriteResult(REFUSED, None, f"changed by someone else meanwhile ({reason}); try again")
         version = attrs.evolve(version, is_current=True)
         log.info("knowledge %s: k:%s %r (%s)", status, version.logical_id, version.title, version.updated_by)
         for listener in self.listeners:

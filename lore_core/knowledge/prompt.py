@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion, canonical_order
@@ -54,9 +54,9 @@ def relevance(query: str, entries: Sequence[KnowledgeVersion]) -> list[tuple[flo
     words = set(tokens(query))
     if not words or not entries:
         return []
-    bags: list[Counter[str]] = []
+    bags: list[dict[str, float]] = []
     for entry in entries:
-        bag: Counter[str] = Counter()
+        bag: dict[str, float] = defaultdict(float)
         for weight, text in (
             (TITLE_WEIGHT, entry.title),
             (CONTENT_WEIGHT, entry.content),

@@ -20,6 +20,7 @@ import re
 import secrets
 import time
 import unicodedata
+from typing import Any
 
 import attrs
 
@@ -137,12 +138,12 @@ def next_version(
     updated_by: str,
     at: float | None = None,
     deleted: bool = False,
-    **changes: object,
+    **changes: Any,
 ) -> KnowledgeVersion:
     """The version that follows ``current``: the same entry with ``changes`` applied, its
     creator copied forward, provenance of this version only (unset unless given)."""
     number = current.version + 1
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "source_session": None,
         "source_ref": None,
         "worker_provider": None,
@@ -157,5 +158,5 @@ def next_version(
         created_at=time.time() if at is None else at,
         updated_by=updated_by,
         is_current=False,
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
