@@ -114,11 +114,12 @@ class KnowledgeBook:
         versions = await self.store.knowledge_versions(logical_id.removeprefix("k:"))
         return versions[-1] if versions else None
 
-    async def by_title(self, project: str, title: str) -> KnowledgeVersion | None:
-        """The alive entry of ``project`` (or a global one) with this normalised title."""
+    async def by_title(self, project: str, title: str, scope: str = "project") -> KnowledgeVersion | None:
+        """The alive entry of this scope (of ``project``, or a global one) with this
+        normalised title. One project's writes never edit a global entry by title."""
         wanted = normalize_title(title)
         for entry in await self.entries(project):
-            if normalize_title(entry.title) == wanted:
+            if entry.scope == scope and normalize_title(entry.title) == wanted:
                 return entry
         return None
 
@@ -153,13 +154,15 @@ class KnowledgeBook:
                 provenance,
                 tomb,
             )
-        same = await self.by_title(project, title)
-        if same is not None and (logical_id is None or logical_id == same.logical_id):
+        same = await self.by_title(project, title, scope)
+        if same is not None:
+            # The same subject: an edit of that entry (whatever id the writer had in mind);
+            # its sensitivity is never lowered this way.
             return await self.update(
                 same.logical_id,
                 category=category,
                 content=content,
-                sensitivity=sensitivity,
+                sensitivity=max(sensitivity, same.sensitivity, key=SENSITIVITIES.index),
                 provenance=provenance,
             )
         new_id = logical_id or new_logical_id()
@@ -210,6 +213,16 @@ class KnowledgeBook:
             return self._refused(current.title, str(exc), provenance)
         if not current.is_deleted and all(getattr(current, k) == v for k, v in fields.items()):
             return WriteResult(UNCHANGED, current)
+        if normalize_title(merged.title) != normalize_title(current.title):
+            project = current.project
+            tomb = await self.store.knowledge_tombstone(project, title=merged.title)
+            if tomb is not None and tomb.logical_id != current.logical_id:
+                return self._refused(
+                    merged.title, f"an entry titled {tomb.title!r} was deleted ({_when(tomb)})", provenance
+                )
+            other = await self.by_title(project, merged.title, merged.scope)
+            if other is not None and other.logical_id != current.logical_id:
+                return self._refused(merged.title, f"k:{other.logical_id} has that title already", provenance)
         if "scope" in fields:
             fields["project"] = "" if merged.scope == "global" else (current.project or "")
         version = next_version(
