@@ -30,6 +30,7 @@ from lore_core.http.access import SessionOwners, TokenKeeper
 from lore_core.interfaces import (
     Codec,
     CompositionContext,
+    CuratorContext,
     EditPolicy,
     Embedder,
     EmbedderFactory,
@@ -39,6 +40,8 @@ from lore_core.interfaces import (
     Store,
 )
 from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.curation import KnowledgeUpkeep
+from lore_core.knowledge.curator import KnowledgeCurator
 from lore_core.knowledge.inject import KnowledgeInjector
 from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.upstream import UpstreamClient
@@ -160,6 +163,17 @@ class Gateway:
         _report_codec_features(registry.codecs.values())
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
+        # The knowledge curator follows distillation; .lore.md and decay run beside it.
+        curator_factory = registry.curators.get("knowledge", {}).get("llm")
+        curator = (
+            curator_factory(CuratorContext(config=config, worker=self.worker)) if curator_factory else None
+        )
+        self.knowledge_upkeep = KnowledgeUpkeep(
+            self.knowledge,
+            config.knowledge,
+            curator if isinstance(curator, KnowledgeCurator) else None,
+            self.embedder,
+        )
         self.distiller = DistillScheduler(
             self.store,
             config.distill,
@@ -167,6 +181,7 @@ class Gateway:
             settle=self._settle_writes,
             observer=observer,
             reflector=reflector,
+            after_run=self.knowledge_upkeep.after_distill,
         )
 
     @classmethod
@@ -191,6 +206,7 @@ class Gateway:
         if self.indexer is not None:
             await self.indexer.start()
         await self.distiller.start()
+        await self.knowledge_upkeep.start()
         self._spend_saver = asyncio.create_task(self._save_spend_periodically(), name="lore-spend-saver")
         if self.embedder is not None:
             # Load the model in the background: the proxy serves at once, and a model that
@@ -205,6 +221,7 @@ class Gateway:
             # An interrupted distillation is re-done on the next start (it is derived state).
             await self.context.stop()
             await self.distiller.stop()
+            await self.knowledge_upkeep.stop()
             if self._spend_saver is not None:
                 self._spend_saver.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -453,6 +470,7 @@ class Gateway:
             self.distiller.exchange_finished(exchange)
         except Exception:
             log.exception("could not tell the distillation scheduler about an exchange")
+        self.knowledge_upkeep.note_turn(exchange.session_id, exchange.project)
         try:
             self.pm.hook.lore_exchange_complete(app=self.app, exchange=exchange)
         except Exception:

@@ -1,5 +1,5 @@
-"""Registers the built-in curators: the LLM observer and reflector (through the worker
-model) and the deterministic extractive observer (no LLM)."""
+"""Registers the built-in curators: the LLM observer, reflector and knowledge curator
+(through the worker model) and the deterministic extractive observer (no LLM)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from lore_core.distill.observer import ExtractiveObserver, Observer
 from lore_core.distill.reflector import Reflector
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Curator, CuratorContext, CuratorFactory
+from lore_core.knowledge.curator import KnowledgeCurator
 from lore_core.plugins import Factory
 
 
@@ -19,6 +20,11 @@ def _llm_observer(ctx: CuratorContext) -> Curator:
 
 def _extractive_observer(ctx: CuratorContext) -> Curator:
     return ExtractiveObserver(ctx.config.distill.tool_output_max_chars)
+
+
+def _llm_knowledge(ctx: CuratorContext) -> Curator | None:
+    # Without a worker client nothing is invented: knowledge then comes from people only.
+    return KnowledgeCurator(ctx.worker) if ctx.worker is not None else None
 
 
 def _llm_reflector(ctx: CuratorContext) -> Curator | None:
@@ -32,3 +38,4 @@ def lore_register_curators(register: Callable[[CuratorFactory], None]) -> None:
     register(Factory("llm", _llm_observer, kind="observer"))
     register(Factory("extractive", _extractive_observer, kind="observer"))
     register(Factory("llm", _llm_reflector, kind="reflector"))
+    register(Factory("llm", _llm_knowledge, kind="knowledge"))

@@ -240,8 +240,12 @@ class DistillScheduler:
         clock: Callable[[], float] = time.time,
         observer: Any = None,
         reflector: Any = None,
+        after_run: Callable[[str, str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        # Called with (session, project, reason) after each run that read a session: the
+        # knowledge curator follows distillation (lore_core.knowledge.curation).
+        self.after_run = after_run
         self.config = config
         self.worker = worker
         self.policy = policy_of(config)
@@ -502,6 +506,11 @@ class DistillScheduler:
         await self._reflect(session_id, project, live, report)
         self._failures.pop(session_id, None)
         self._retry_at.pop(session_id, None)
+        if self.after_run is not None:
+            try:
+                await self.after_run(session_id, project, reason)
+            except Exception:
+                log.exception("what follows the distillation of %s failed", session_id)
         return report, tail
 
     async def compaction_summary(self, session_id: str) -> str | None:

@@ -192,10 +192,21 @@ class KnowledgeBook:
         *,
         provenance: Provenance | None = None,
         revive: bool = False,
-        **changes: str,
+        category: str | None = None,
+        title: str | None = None,
+        content: str | None = None,
+        scope: str | None = None,
+        sensitivity: str | None = None,
     ) -> WriteResult:
-        """Append a version with ``changes`` (category, title, content, scope, sensitivity)."""
+        """Append a version with the fields given (``None``: unchanged)."""
         provenance = provenance or Provenance()
+        changes = {
+            "category": category,
+            "title": title,
+            "content": content,
+            "scope": scope,
+            "sensitivity": sensitivity,
+        }
         current = await self.get(logical_id)
         if current is None:
             return self._refused(logical_id, f"no entry k:{logical_id.removeprefix('k:')}", provenance)

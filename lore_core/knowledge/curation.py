@@ -1,0 +1,331 @@
+"""Knowledge upkeep in the background: the curator after distillation, ``.lore.md`` kept in
+step with the store, and the daily decay of confidence.
+
+* **Curation** runs after a session's idle (or on-demand) distillation, and during a long
+  session after ``knowledge.curateEveryTurns`` turns since it last ran. It shows the worker
+  the session's distillations it has not curated yet and the project's entries (restricted
+  ones never leave the store), and applies the operations through the book, with the
+  curator's provenance. A create whose text is nearly the same as an entry of its category
+  (cosine >= :data:`DUPLICATE_SIMILARITY` with the on-device embedder) reconfirms that entry
+  instead. Which distillations were curated is kept in session state, so a restart repeats
+  nothing; without a usable worker the run is skipped and tried again later.
+* **``.lore.md``** at a project's root (when the project is a directory): written
+  :data:`EXPORT_DEBOUNCE_SECONDS` after the project's knowledge last changed, and imported
+  when it changes on disk (someone edited it, or ``git pull`` brought a teammate's entries).
+  Our own writes are recognised by the file's size and modification time.
+* **Decay**: once a day, entries nothing reinforced for ``knowledge.decayAfterDays`` lose
+  ``knowledge.decayPerDay`` of their confidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lore_core.config import KnowledgeConfig
+from lore_core.interfaces import Embedder
+from lore_core.knowledge import lorefile
+from lore_core.knowledge.book import REFUSED, KnowledgeBook, Provenance, WriteResult
+from lore_core.knowledge.curator import KnowledgeCurator, Operation
+from lore_core.storage.knowledge import AUTHOR_CURATOR, KnowledgeVersion
+from lore_core.worker.client import WorkerError, WorkerUnavailable
+
+log = logging.getLogger("lore.knowledge")
+
+#: Session state: ids of the distillations the curator has seen.
+CURATED_KEY = "knowledge.curated"
+#: Gateway state: when the last decay pass ran.
+DECAY_KEY = "knowledge.decayedAt"
+GATEWAY_STATE_ID = "_gateway"
+#: Confidence an entry gains when the curator reconfirms it.
+RECONFIRM_REINFORCEMENT = 0.1
+#: A new entry this close to an existing one of its category is that entry again.
+DUPLICATE_SIMILARITY = 0.92
+EXPORT_DEBOUNCE_SECONDS = 2.0
+WATCH_SECONDS = 2.0
+#: Projects whose .lore.md is watched: those seen within this long.
+WATCH_PROJECTS_SECONDS = 24 * 3600.0
+DAY = 86_400.0
+
+
+@attrs.define
+class CurationReport:
+    session_id: str
+    observations: int = 0
+    applied: Counter[str] = attrs.field(factory=Counter)
+    refused: list[tuple[str, str]] = attrs.field(factory=list)
+    warnings: list[str] = attrs.field(factory=list)
+    skipped: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session_id,
+            "observations": self.observations,
+            "applied": dict(self.applied),
+            "refused": [{"title": t, "reason": r} for t, r in self.refused],
+            "warnings": self.warnings,
+            "skipped": self.skipped,
+        }
+
+
+class KnowledgeUpkeep:
+    def __init__(
+        self,
+        book: KnowledgeBook,
+        config: KnowledgeConfig,
+        curator: KnowledgeCurator | None,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.book = book
+        self.store = book.store
+        self.config = config
+        self.curator = curator
+        self.embedder = embedder
+        self._clock = clock
+        self._turns: Counter[str] = Counter()
+        self._locks: dict[str, asyncio.Lock] = {}
+        # Project -> when its knowledge last changed (export pending) / was seen in a request.
+        self._dirty: dict[str, float] = {}
+        self._seen: dict[str, float] = {}
+        # Project -> (size, mtime_ns) of .lore.md as we last wrote or read it.
+        self._file_state: dict[str, tuple[int, int] | None] = {}
+        self._vectors: dict[str, list[float]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.counts: Counter[str] = Counter()
+        book.listeners.append(self._changed)
+
+    # -- the request path's side ---------------------------------------------------------------
+
+    def note_turn(self, session_id: str, project: str) -> None:
+        self._turns[session_id] += 1
+        if project:
+            self._seen[project] = self._clock()
+
+    def _changed(self, version: KnowledgeVersion) -> None:
+        if version.project:
+            self._dirty[version.project] = self._clock()
+
+    # -- curation ------------------------------------------------------------------------------
+
+    async def after_distill(self, session_id: str, project: str, reason: str) -> None:
+        """Called by the distillation scheduler after each run of a session."""
+        if not self.config.enabled or self.curator is None:
+            return
+        if reason not in ("idle", "manual") and self._turns[session_id] < self.config.curate_every_turns:
+            return
+        await self.curate_session(session_id, project)
+
+    async def curate_session(self, session_id: str, project: str) -> CurationReport:
+        report = CurationReport(session_id)
+        if self.curator is None:
+            report.skipped = "no knowledge curator"
+            return report
+        async with self._locks.setdefault(session_id, asyncio.Lock()):
+            curated = set(await self.store.get_state(session_id, CURATED_KEY, None) or [])
+            observations = [
+                d
+                for d in await self.store.list_distillations(session_id, include_archived=True)
+                if d.id not in curated
+            ]
+            report.observations = len(observations)
+            if not observations:
+                return report
+            entries = [e for e in await self.book.entries(project) if e.sensitivity != "restricted"]
+            try:
+                curation = await self.curator.curate(observations, entries, session_id=session_id)
+            except WorkerUnavailable as exc:
+                report.skipped = f"no usable worker ({exc})"
+                return report
+            except WorkerError as exc:
+                self.counts["errors"] += 1
+                log.warning("knowledge curation of %s failed (tried again later): %s", session_id, exc)
+                report.skipped = f"the worker call failed: {exc}"
+                return report
+            report.warnings = curation.warnings
+            for warning in curation.warnings:
+                log.warning("knowledge curator, session %s: %s", session_id, warning)
+            provenance = Provenance(
+                author=AUTHOR_CURATOR,
+                source_session=session_id,
+                worker_provider=curation.worker_provider,
+                worker_model=curation.worker_model,
+            )
+            by_id = {e.logical_id: e for e in entries}
+            for op in curation.operations:
+                result = await self._apply(op, project, by_id, attrs.evolve(provenance, source_ref=op.source))
+                report.applied[result.status] += 1
+                if result.status == REFUSED:
+                    report.refused.append((op.title or op.logical_id or "", result.reason))
+            done = sorted(curated | {d.id for d in observations})
+            await self.store.set_state(session_id, CURATED_KEY, done[-2000:])
+            self._turns[session_id] = 0
+            self.counts["runs"] += 1
+            return report
+
+    async def _apply(
+        self, op: Operation, project: str, by_id: dict[str, KnowledgeVersion], provenance: Provenance
+    ) -> WriteResult:
+        if op.op == "create":
+            assert op.category and op.title and op.content
+            twin = await self._near_duplicate(op, by_id.values())
+            if twin is not None:
+                await self.book.reinforce([twin.logical_id], RECONFIRM_REINFORCEMENT)
+                return WriteResult("reconfirmed", twin)
+            return await self.book.create(
+                project=project,
+                category=op.category,
+                title=op.title,
+                content=op.content,
+                provenance=provenance,
+            )
+        assert op.logical_id is not None
+        if op.op == "update":
+            return await self.book.update(
+                op.logical_id, provenance=provenance, title=op.title, content=op.content, category=op.category
+            )
+        if op.op == "delete":
+            return await self.book.delete(op.logical_id, provenance=provenance)
+        await self.book.reinforce([op.logical_id], RECONFIRM_REINFORCEMENT)
+        return WriteResult("reconfirmed", by_id.get(op.logical_id))
+
+    async def _near_duplicate(
+        self, op: Operation, entries: Iterable[KnowledgeVersion]
+    ) -> KnowledgeVersion | None:
+        same = [e for e in entries if e.category == op.category]
+        if self.embedder is None or not same:
+            return None
+        texts = {e.version_id: f"{e.title}\n{e.content}" for e in same if e.version_id not in self._vectors}
+        try:
+            vectors = await self.embedder.embed([f"{op.title}\n{op.content}", *texts.values()])
+        except Exception as exc:
+            log.debug("no embedding for knowledge dedup: %s", exc)
+            return None
+        for version_id, vector in zip(texts, vectors[1:], strict=True):
+            self._vectors[version_id] = list(vector)
+        new = list(vectors[0])
+        best, best_score = None, 0.0
+        for entry in same:
+            score = _cosine(new, self._vectors[entry.version_id])
+            if score > best_score:
+                best, best_score = entry, score
+        return best if best_score >= DUPLICATE_SIMILARITY else None
+
+    # -- .lore.md and decay --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._watch(), name="lore-knowledge")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        # What changed in the last seconds still reaches .lore.md.
+        await self.sync_files(force=True)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            try:
+                await self.sync_files()
+                await self.decay_if_due()
+            except Exception:
+                log.exception("knowledge upkeep failed (tried again)")
+
+    def lore_md(self, project: str) -> Path | None:
+        root = Path(project)
+        return root / lorefile.FILE_NAME if project and root.is_absolute() and root.is_dir() else None
+
+    async def sync_files(self, force: bool = False) -> None:
+        """Import the .lore.md files that changed on disk, then export the projects whose
+        knowledge changed (after the debounce)."""
+        if not (self.config.enabled and self.config.lore_md):
+            return
+        now = self._clock()
+        for project in [p for p, at in self._seen.items() if now - at < WATCH_PROJECTS_SECONDS]:
+            path = self.lore_md(project)
+            if path is None:
+                continue
+            state = _file_state(path)
+            # Imported when first seen (edited while no gateway ran, or a teammate's file
+            # from a pull) and whenever it changed since we last wrote or read it.
+            if state is not None and state != self._file_state.get(project):
+                with contextlib.suppress(OSError, ValueError):
+                    await self.import_file(project, path)
+            self._file_state.setdefault(project, state)
+        for project, at in list(self._dirty.items()):
+            if force or now - at >= EXPORT_DEBOUNCE_SECONDS:
+                del self._dirty[project]
+                path = self.lore_md(project)
+                if path is not None:
+                    await self.export_file(project, path)
+
+    async def export_file(self, project: str, path: Path) -> lorefile.ExportReport:
+        report = await lorefile.export(self.book, project, path)
+        self._file_state[project] = _file_state(path)
+        if report.changed:
+            log.info("knowledge: wrote %s (%d entries)", path, report.written)
+        return report
+
+    async def import_file(self, project: str, path: Path) -> lorefile.ImportReport:
+        try:
+            report = await lorefile.import_file(self.book, project, path)
+        except (OSError, ValueError) as exc:
+            log.warning("knowledge: could not import %s: %s", path, exc)
+            self._file_state[project] = _file_state(path)
+            raise
+        self._file_state[project] = _file_state(path)
+        for title, reason in report.refused:
+            log.warning("knowledge: %s: %r not imported: %s", path, title, reason)
+        for problem in report.problems:
+            log.warning("knowledge: %s: %s", path, problem)
+        log.info(
+            "knowledge: imported %s: %d created, %d updated, %d refused",
+            path,
+            len(report.created),
+            len(report.updated),
+            len(report.refused),
+        )
+        return report
+
+    async def decay_if_due(self) -> int:
+        now = self._clock()
+        last = await self.store.get_state(GATEWAY_STATE_ID, DECAY_KEY, None)
+        if isinstance(last, int | float) and now - float(last) < DAY:
+            return 0
+        await self.store.set_state(GATEWAY_STATE_ID, DECAY_KEY, now)
+        if last is None or self.config.decay_per_day <= 0:
+            return 0  # the first pass only starts the clock
+        days = min((now - float(last)) / DAY, 30.0)
+        factor = (1.0 - self.config.decay_per_day) ** days
+        changed = await self.store.decay_knowledge(factor, now - self.config.decay_after_days * DAY)
+        if changed:
+            log.info("knowledge: confidence of %d entries decayed by %.3f", changed, 1 - factor)
+        return changed
+
+
+def _file_state(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0

@@ -1,0 +1,173 @@
+"""The knowledge curator (MISSION section 4, tier 3): recent observation logs and the
+project's entries in, create / update / delete / reconfirm operations out (prompt:
+``prompts/curator.md``), through the worker model.
+
+The answer is validated before anything is written: one JSON object with an
+``operations`` list; each operation must name a known kind and carry its fields; a decision
+must name the alternative it rejected; ``update``, ``delete`` and ``reconfirm`` must name an
+entry that was shown to the model. What fails a check is dropped with a warning, the rest
+goes on. Without a worker nothing is invented: :class:`~lore_core.worker.client.
+WorkerUnavailable` propagates and the caller skips the run.
+
+Applying the operations is :mod:`lore_core.knowledge.curation`'s job (through the book).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+
+from lore_core.interfaces import Curator
+from lore_core.knowledge.prompts import load_prompt
+from lore_core.storage.knowledge import CATEGORIES, KnowledgeVersion
+from lore_core.storage.records import StoredDistillation
+from lore_core.worker.client import WorkerClient, WorkerError
+
+OPS = ("create", "update", "delete", "reconfirm")
+#: Observations shown per call, newest kept (a long backlog is curated over several runs).
+MAX_OBSERVATION_CHARS = 60_000
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n```\s*$", re.S)
+
+
+@attrs.define
+class Operation:
+    op: str
+    logical_id: str | None = None
+    category: str | None = None
+    title: str | None = None
+    content: str | None = None
+    rejected: str | None = None
+    reason: str | None = None
+    source: str | None = None
+
+
+@attrs.define
+class Curation:
+    """The operations of one call, what was dropped, and which worker answered."""
+
+    operations: list[Operation]
+    warnings: list[str]
+    worker_provider: str | None = None
+    worker_model: str | None = None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts > 0 else ""
+
+
+def curator_prompt(observations: Sequence[StoredDistillation], entries: Sequence[KnowledgeVersion]) -> str:
+    """The user turn: the existing entries (with ids), then the observation logs, oldest first."""
+    parts = ["<existing_entries>"]
+    for entry in entries:
+        parts.append(f'<entry id="{entry.ref}" category="{entry.category}" title={json.dumps(entry.title)}>')
+        parts.append(entry.content.strip())
+        parts.append("</entry>")
+    if not entries:
+        parts.append("(none yet)")
+    parts.append("</existing_entries>\n\n<observations>")
+    chosen: list[StoredDistillation] = []
+    used = 0
+    for obs in sorted(observations, key=lambda o: o.end or o.created_at, reverse=True):
+        used += len(obs.text)
+        if chosen and used > MAX_OBSERVATION_CHARS:
+            break
+        chosen.append(obs)
+    for obs in reversed(chosen):
+        parts.append(f'<observation id="d:{obs.id}" to="{_iso(obs.end or obs.created_at)}">')
+        parts.append(obs.text.strip())
+        parts.append("</observation>")
+    parts.append("</observations>")
+    return "\n".join(parts)
+
+
+def parse_operations(text: str, known_ids: set[str]) -> tuple[list[Operation], list[str]]:
+    """The valid operations of an answer, and a warning for each one dropped."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1)
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        start, end = body.find("{"), body.rfind("}")
+        try:
+            raw = json.loads(body[start : end + 1]) if start >= 0 < end else None
+        except ValueError:
+            raw = None
+    if not isinstance(raw, dict) or not isinstance(raw.get("operations"), list):
+        raise WorkerError('the answer is not a JSON object with an "operations" list', 200)
+    ops: list[Operation] = []
+    warnings: list[str] = []
+    for index, item in enumerate(raw["operations"]):
+        problem, op = _operation(item, known_ids)
+        if problem:
+            warnings.append(f"operation {index}: {problem}")
+        elif op is not None:
+            ops.append(op)
+    return ops, warnings
+
+
+def _text(item: dict[str, Any], key: str) -> str | None:
+    value = item.get(key)
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _operation(item: Any, known_ids: set[str]) -> tuple[str, Operation | None]:
+    if not isinstance(item, dict):
+        return "not an object", None
+    kind = item.get("op")
+    if kind not in OPS:
+        return f"unknown op {kind!r}", None
+    op = Operation(
+        op=kind,
+        logical_id=(_text(item, "id") or "").removeprefix("k:") or None,
+        category=_text(item, "category"),
+        title=_text(item, "title"),
+        content=_text(item, "content"),
+        rejected=_text(item, "rejected"),
+        reason=_text(item, "reason"),
+        source=_text(item, "source"),
+    )
+    if op.category is not None and op.category not in CATEGORIES:
+        return f"unknown category {op.category!r}", None
+    if kind == "create":
+        if not (op.category and op.title and op.content):
+            return "create needs category, title and content", None
+        if op.category == "decision":
+            if not op.rejected:
+                return f"decision {op.title!r} names no rejected alternative", None
+            if op.rejected.casefold() not in op.content.casefold():
+                op.content = f"{op.content}\nRejected: {op.rejected}"
+        return "", op
+    if op.logical_id is None or op.logical_id not in known_ids:
+        return f"{kind} of an entry that was not shown ({item.get('id')!r})", None
+    if kind == "update" and not (op.title or op.content or op.category):
+        return "update changes nothing", None
+    return "", op
+
+
+class KnowledgeCurator(Curator):
+    name = "knowledge"
+    kind = "knowledge"
+
+    def __init__(self, worker: WorkerClient) -> None:
+        self.worker = worker
+
+    async def curate(
+        self,
+        observations: Sequence[StoredDistillation],
+        entries: Sequence[KnowledgeVersion],
+        *,
+        session_id: str | None = None,
+    ) -> Curation:
+        prompt = curator_prompt(observations, entries)
+        result = await self.worker.complete(
+            load_prompt("curator"), prompt, session_id=session_id, purpose="curator"
+        )
+        ops, warnings = parse_operations(result.text, {e.logical_id for e in entries})
+        return Curation(ops, warnings, result.provider, result.model)
