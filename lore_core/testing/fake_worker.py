@@ -1,4 +1,5 @@
-"""A worker model for tests: answers observer and reflector prompts through the fake upstream.
+"""A worker model for tests: answers observer, reflector and knowledge-curator prompts
+through the fake upstream.
 
     fake = FakeUpstream().start()
     fake.responder = observer_responder()
@@ -13,12 +14,14 @@ all three wire APIs: the reply text is put in each API's shape by the fake.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from lore_core.distill.facts import find_paths
 from lore_core.distill.prompts import OBSERVER_MARKER, REFLECTOR_MARKER
+from lore_core.knowledge.prompts import CURATOR_MARKER
 from lore_core.testing.fake_upstream import RecordedRequest, Reply
 
 _EVENT = re.compile(r"^\[(\d\d:\d\d):\d\d\] (.+)$")
@@ -134,5 +137,29 @@ def observer_responder(
                     output_tokens=max(1, len(text) // 4),
                 )
         return fallback(req) if fallback else None
+
+    return respond
+
+
+def curator_responder(
+    script: Callable[[str], list[dict[str, Any]]],
+    fallback: Callable[[RecordedRequest], Reply | None] | None = None,
+) -> Callable[[RecordedRequest], Reply | None]:
+    """A ``FakeUpstream.responder`` answering knowledge-curator prompts with the operations
+    ``script(user_text)`` returns (as the JSON the curator asks for); observer and reflector
+    prompts as :func:`observer_responder` does; other requests go to ``fallback``."""
+    observe = observer_responder(fallback)
+
+    def respond(req: RecordedRequest) -> Reply | None:
+        try:
+            body = req.json
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            system, user = request_texts(body)
+            if CURATOR_MARKER in system:
+                text = json.dumps({"operations": script(user)})
+                return Reply(text=text, input_tokens=max(1, len(req.body) // 4), output_tokens=len(text) // 4)
+        return observe(req)
 
     return respond
