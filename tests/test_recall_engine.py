@@ -243,7 +243,7 @@ def test_session_scope_filters_on_the_session_and_skips_knowledge():
     engine, text, _, knowledge = engine_with()
     response = search(engine, "reconnect", scope="session")
     assert {r.id for r in response.results} == {"t:m1", "t:m2"}
-    assert text.calls[-1][1] == SearchFilter(scope=text.calls[-1][1].scope, session=S, project=P)
+    assert text.calls[-1][1] == SearchFilter(scope=text.calls[-1][1].scope, session=S, project=P, home=P)
     assert knowledge.calls == []
 
 

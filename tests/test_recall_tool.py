@@ -54,8 +54,8 @@ def test_declarations_per_api():
 
 def test_schema_names_the_scopes_and_arguments():
     props = INPUT_SCHEMA["properties"]
-    # Only what has something to search today (knowledge arrives with long-term memory).
-    assert props["scope"]["enum"] == ["session", "project"]
+    # Only what has something to search (entities arrive with the entity graph).
+    assert props["scope"]["enum"] == ["session", "project", "knowledge", "all"]
     assert set(props) == {"query", "scope", "id", "limit"}
     json.dumps(INPUT_SCHEMA)  # plain JSON
     # Each call returns a copy: changing one cannot change the next request's tool.

@@ -492,6 +492,7 @@ class RecallEngine:
             scope=scope,
             session=session if in_session else None,
             project=None if scope.crosses_projects(kind) else project,
+            home=project,
         )
 
     async def _named_session(

@@ -74,6 +74,9 @@ class SearchFilter:
     scope: Scope
     session: str | None = None
     project: str | None = None
+    #: The asking session's project, also when ``project`` is ``None`` (a source may weigh
+    #: other projects' items below its own).
+    home: str | None = None
 
 
 class TextSource(Protocol):

@@ -1,6 +1,6 @@
-"""The recall engine over what a store holds today: BM25 and vector search over the passages
-of messages and distillations (fused by RRF), ``t:`` and ``d:`` ids opened from the store.
-Knowledge and entity sources join here as those tiers arrive.
+"""The recall engine over what a store holds: BM25 and vector search over the passages of
+messages and distillations and over knowledge entries (fused by RRF), ``t:``, ``d:`` and
+``k:`` ids opened from the store. Entity sources join here when that tier arrives.
 
 Vectors need an embedder: without one (none installed) the engine searches full text only
 and says so in each response's notes; with one whose model cannot load, the engine finds
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lore_core.interfaces import Embedder, Store
+from lore_core.knowledge.search import KnowledgeSource
 from lore_core.recall.engine import RecallEngine, RecallResponse
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS
 from lore_core.recall.ids import Kind, RecallIdError, parse_id
@@ -52,6 +53,11 @@ def store_recall_engine(
         engine.vectors_unavailable = NO_EMBEDDER
     engine.add_opener(Kind.MESSAGE, messages)
     engine.add_opener(Kind.DISTILLATION, StoreDistillationOpener(store))
+    knowledge = KnowledgeSource(store, embedder)
+    engine.add_text_source(Kind.KNOWLEDGE, knowledge)
+    if embedder is not None:
+        engine.add_vector_source(Kind.KNOWLEDGE, knowledge)
+    engine.add_opener(Kind.KNOWLEDGE, knowledge)
     return engine
 
 

@@ -1,0 +1,123 @@
+"""Knowledge as a recall source (``k:`` ids; MISSION section 7): full text with the field
+weights title 6, content 2, category 3, and vectors of each entry's title and content, over
+the current alive entries of the project (plus global ones), and of every project when the
+scope is ``all``, where other projects' entries count half when the session's own project
+has results of its own. One entry is one passage: entries are short.
+
+Entries are read from the store on each search (a few hundred rows) and their vectors are
+kept by version id (a version never changes), so an entry is embedded once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from lore_core.interfaces import Embedder, Store
+from lore_core.knowledge.prompt import entry_text, relevance
+from lore_core.recall.ids import Kind
+from lore_core.recall.sources import SearchFilter, SourceHit
+from lore_core.storage.knowledge import KnowledgeVersion
+
+log = logging.getLogger("lore.recall")
+
+#: Weight of another project's entry (``all`` scope) beside this project's own.
+OTHER_PROJECT_WEIGHT = 0.5
+#: Confidence a recall hit adds to the entries the model opens.
+RECALL_REINFORCEMENT = 0.05
+MAX_CACHED_VECTORS = 20_000
+
+
+def _meta(entry: KnowledgeVersion) -> dict[str, Any]:
+    return {
+        "title": entry.title,
+        "category": entry.category,
+        "project": entry.project,
+        "knowledge_scope": entry.scope,
+        "created_at": entry.created_at,
+        "version": entry.version,
+        "role": "knowledge",
+    }
+
+
+class KnowledgeSource:
+    """Text source, vector source and opener of :attr:`Kind.KNOWLEDGE`."""
+
+    name = "knowledge"
+
+    def __init__(self, store: Store, embedder: Embedder | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self._vectors: dict[str, list[float]] = {}
+
+    async def _entries(self, where: SearchFilter) -> list[KnowledgeVersion]:
+        try:
+            return await self.store.current_knowledge(where.project)
+        except NotImplementedError:
+            return []
+
+    def _weight(self, entry: KnowledgeVersion, where: SearchFilter) -> float:
+        other = where.project is None and where.home is not None and entry.scope == "project"
+        return OTHER_PROJECT_WEIGHT if other and entry.project != where.home else 1.0
+
+    async def search(self, query: str, where: SearchFilter, limit: int) -> list[SourceHit]:
+        entries = await self._entries(where)
+        scored = [(score * self._weight(e, where), e) for score, e in relevance(query, entries)]
+        scored.sort(key=lambda pair: -pair[0])
+        return [
+            SourceHit(e.logical_id, s, entry_text(e), _meta(e), Kind.KNOWLEDGE) for s, e in scored[:limit]
+        ]
+
+    async def search_vector(
+        self, vector: Sequence[float], where: SearchFilter, limit: int
+    ) -> list[SourceHit]:
+        if self.embedder is None:
+            return []
+        entries = await self._entries(where)
+        missing = [e for e in entries if e.version_id not in self._vectors]
+        if missing:
+            vectors = await self.embedder.embed([f"{e.title}\n{e.content}" for e in missing])
+            if len(self._vectors) + len(missing) > MAX_CACHED_VECTORS:
+                self._vectors.clear()
+            for entry, found in zip(missing, vectors, strict=True):
+                self._vectors[entry.version_id] = list(found)
+        floor = self.embedder.min_similarity
+        scored = []
+        for entry in entries:
+            similarity = _cosine(vector, self._vectors.get(entry.version_id, []))
+            if floor is None or similarity >= floor:
+                scored.append((similarity * self._weight(entry, where), entry))
+        scored.sort(key=lambda pair: -pair[0])
+        return [
+            SourceHit(e.logical_id, s, entry_text(e), _meta(e), Kind.KNOWLEDGE) for s, e in scored[:limit]
+        ]
+
+    async def open(self, key: str) -> SourceHit | None:
+        try:
+            versions = await self.store.knowledge_versions(key)
+        except NotImplementedError:
+            return None
+        if not versions:
+            return None
+        current = versions[-1]
+        lines = [entry_text(current)]
+        if current.is_deleted:
+            lines = [f"[{current.ref}] deleted: {current.title} (no longer applies)"]
+        if len(versions) > 1:
+            lines.append(f"(version {current.version}; earlier versions: {len(versions) - 1})")
+        try:
+            await self.store.reinforce_knowledge([current.logical_id], RECALL_REINFORCEMENT, time.time())
+        except NotImplementedError:
+            pass
+        return SourceHit(current.logical_id, 0.0, "\n".join(lines), _meta(current), Kind.KNOWLEDGE)
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    if not a or not b:
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
