@@ -318,24 +318,26 @@ def test_knowledge_blocks_are_pinned_and_changes_arrive_as_deltas(api, layer):
         book = KnowledgeBook(manager.store)
         manager.knowledge = KnowledgeInjector(book, LoreConfig().knowledge, manager.counter.text)
         pref = await book.create(
-            project="/project", category="preference", title="Test runner", content="Run tests with pytest -q."
+            project="/project",
+            category="preference",
+            title="Test runner",
+            content="Run tests with pytest -q.",
         )
         if layer:
             manager.session(SID).force_min_layer = layer
             manager.session(SID).force_loaded = True
         else:
             manager.budget.max_layer0_tokens = 1_000_000  # no cost cap: stays at layer 0
-        bodies, plans = [], []
+        bodies = []
         for n in (10, 11, 12, 13):
             if n == 12:  # knowledge changes mid-session
                 await book.update(pref.version.logical_id, content="Run tests with tox -q.")
             out, plan = await compose(manager, api, agent_request(api, turns[:n]))
             assert plan.layer == layer
-            plans.append(plan)
             bodies.append(CODECS[api].render(out))
-        return bodies, plans
+        return bodies
 
-    bodies, plans = asyncio.run(run())
+    bodies = asyncio.run(run())
     for body in bodies:
         assert json.dumps(body).count("Run tests with pytest -q.") == 1  # the frozen baseline
     assert all("tox -q" not in json.dumps(b) for b in bodies[:2])
