@@ -114,7 +114,9 @@ class _ApiReader:
         self.token = token
         self.where = f"via the running gateway at {url}"
 
-    def _get(self, path: str, _method: str = "GET", _timeout: float = 30, **params: Any) -> Any:
+    def _get(
+        self, path: str, _method: str = "GET", _timeout: float = 30, _body: bytes | None = None, **params: Any
+    ) -> Any:
         import json
         import urllib.error
         import urllib.parse
@@ -122,7 +124,10 @@ class _ApiReader:
 
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         url = f"{self.url}/lore/api{path}" + (f"?{query}" if query else "")
-        req = urllib.request.Request(url, method=_method, data=b"" if _method == "POST" else None)
+        data = _body if _body is not None else (b"" if _method in ("POST", "PATCH") else None)
+        req = urllib.request.Request(url, method=_method, data=data)
+        if _body is not None:
+            req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
@@ -133,7 +138,7 @@ class _ApiReader:
                 message = json.loads(exc.read()).get("error", str(exc))
             except ValueError:
                 message = str(exc)
-            raise _CommandError(message, 1 if exc.code == 404 else 3) from None
+            raise _CommandError(message, 1 if exc.code in (400, 404, 409) else 3) from None
 
     def sessions(self, project: str | None, limit: int) -> list[dict[str, Any]]:
         return self._get("/sessions", project=project, limit=limit)
@@ -173,6 +178,33 @@ class _ApiReader:
         from urllib.parse import quote
 
         return self._get(f"/distillations/{quote(ident, safe='')}")
+
+    # -- knowledge (the book's rules apply in the gateway) ---------------------------------
+
+    def knowledge_list(self, project: str | None) -> list[dict[str, Any]]:
+        return self._get("/knowledge", project=project)
+
+    def knowledge_show(self, ident: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        return self._get(f"/knowledge/{quote(ident, safe=':')}")
+
+    def knowledge_write(self, method: str, ident: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+        import json
+        from urllib.parse import quote
+
+        path = "/knowledge" + (f"/{quote(ident, safe=':')}" if ident else "")
+        body = json.dumps(fields).encode() if method != "DELETE" else None
+        return self._get(path, _method=method, _body=body)
+
+    def knowledge_file(self, project: str, sensitive: bool) -> dict[str, Any]:
+        return self._get("/knowledge/file", project=project, sensitive="1" if sensitive else None)
+
+    def knowledge_import(self, project: str, text: str, path: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        query = f"/knowledge/import?project={quote(project, safe='')}&path={quote(path, safe='')}"
+        return self._get(query, _method="POST", _body=text.encode("utf-8"))
 
     def close(self) -> None:
         pass
@@ -284,6 +316,61 @@ class _DirectReader:
         if found is None:
             raise _CommandError(f"no distillation {ident!r}", 1)
         return found.as_json()
+
+    # -- knowledge -------------------------------------------------------------------------
+
+    def _book(self) -> Any:
+        from lore_core.knowledge.book import KnowledgeBook
+
+        return KnowledgeBook(self.store)
+
+    def knowledge_list(self, project: str | None) -> list[dict[str, Any]]:
+        from lore_core.knowledge.book import entry_json
+
+        book = self._book()
+        entries = self._run(book.entries(project))
+        metrics = self._run(self.store.knowledge_metrics([e.logical_id for e in entries])) if entries else {}
+        return [entry_json(e, metrics.get(e.logical_id)) for e in entries]
+
+    def knowledge_show(self, ident: str) -> dict[str, Any]:
+        from lore_core.knowledge.book import entry_json
+
+        versions = self._run(self.store.knowledge_versions(ident.removeprefix("k:")))
+        if not versions:
+            raise _CommandError(f"no knowledge entry {ident!r}", 1)
+        metric = self._run(self.store.knowledge_metrics([versions[-1].logical_id])).get(
+            versions[-1].logical_id
+        )
+        return {"entry": entry_json(versions[-1], metric), "versions": [entry_json(v) for v in versions]}
+
+    def knowledge_write(self, method: str, ident: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+        from lore_core.knowledge.book import REFUSED, Provenance, entry_json
+
+        book, provenance = self._book(), Provenance(source_ref="cli")
+        if method == "POST":
+            result = self._run(book.create(provenance=provenance, **fields))
+        elif self._run(book.get(ident or "")) is None:
+            raise _CommandError(f"no knowledge entry {ident!r}", 1)
+        elif method == "PATCH":
+            result = self._run(book.update(ident or "", provenance=provenance, **fields))
+        else:
+            result = self._run(book.delete(ident or "", provenance=provenance))
+        if result.status == REFUSED:
+            raise _CommandError(result.reason, 1)
+        return {"status": result.status, "entry": entry_json(result.version)}
+
+    def knowledge_file(self, project: str, sensitive: bool) -> dict[str, Any]:
+        from lore_core.knowledge.lorefile import render_project
+
+        text, report = self._run(render_project(self._book(), project, include_sensitive=sensitive))
+        return {"text": text, "written": report.written, "skipped_sensitive": report.skipped_sensitive}
+
+    def knowledge_import(self, project: str, text: str, path: str) -> dict[str, Any]:
+        from pathlib import Path
+
+        from lore_core.knowledge.lorefile import import_parsed, parse
+
+        return self._run(import_parsed(self._book(), project, parse(text), Path(path))).as_json()
 
     def close(self) -> None:
         try:
@@ -521,6 +608,132 @@ def cmd_recall(args: argparse.Namespace) -> int:
             print(f"lore: {answer['error']}", file=sys.stderr)
             return 1
         return 0
+
+    return _with_reader(args, action)
+
+
+def _project(args: argparse.Namespace) -> str:
+    """``--project``, else the current directory: the project a harness started here has."""
+    import os
+
+    return os.path.abspath(os.path.expanduser(args.project)) if args.project else os.getcwd()
+
+
+def _entry_line(e: dict[str, Any]) -> str:
+    flags = "".join(
+        f" [{flag}]"
+        for flag, on in (("global", e["scope"] == "global"), (e["sensitivity"], e["sensitivity"] != "normal"))
+        if on
+    )
+    confidence = f"  {e['confidence']:.2f}" if "confidence" in e else ""
+    return f"{e['id']}  {e['category']:<12} {e['title']}{flags}{confidence}"
+
+
+def cmd_knowledge(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        if args.knowledge_command == "list":
+            rows = reader.knowledge_list(None if args.all else _project(args))
+            if args.json:
+                _print_json(rows)
+            elif not rows:
+                print("no knowledge yet")
+            for row in [] if args.json else rows:
+                print(_entry_line(row))
+            return 0
+        if args.knowledge_command == "show":
+            found = reader.knowledge_show(args.id)
+            if args.json:
+                _print_json(found)
+                return 0
+            entry = found["entry"]
+            print(_entry_line(entry))
+            print(entry["content"] if not entry["is_deleted"] else "(deleted)")
+            for v in found["versions"]:
+                what = "deleted" if v["is_deleted"] else f"v{v['version']}"
+                source = ", ".join(
+                    str(x) for x in (v["source_session"], v["source_ref"], v["worker_model"]) if x
+                )
+                print(
+                    f"  {what:<8} {_when(v['created_at'])}  by {v['updated_by']}"
+                    + (f" ({source})" if source else "")
+                )
+            return 0
+        if args.knowledge_command == "delete":
+            result = reader.knowledge_write("DELETE", args.id, {})
+            print(f"{result['status']}: {result['entry']['id']} {result['entry']['title']}")
+            return 0
+        fields = {
+            key: value
+            for key in ("category", "title", "content", "scope", "sensitivity")
+            if (value := getattr(args, key, None)) is not None
+        }
+        if args.knowledge_command == "add":
+            if fields.get("content") in (None, "-"):
+                fields["content"] = sys.stdin.read()
+            result = reader.knowledge_write("POST", None, {"project": _project(args), **fields})
+        else:
+            if not fields:
+                raise _CommandError(
+                    "nothing to change: give --category, --title, --content, --scope or --sensitivity", 2
+                )
+            result = reader.knowledge_write("PATCH", args.id, fields)
+        print(f"{result['status']}: {_entry_line(result['entry'])}")
+        return 0
+
+    return _with_reader(args, action)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    def action(reader: Any) -> int:
+        project = _project(args)
+        found = reader.knowledge_file(project, args.include_sensitive)
+        if args.output == "-":
+            sys.stdout.write(found["text"])
+            return 0
+        from lore_core.knowledge.lorefile import FILE_NAME, write_if_changed
+
+        path = Path(args.output) if args.output else Path(project) / FILE_NAME
+        changed = write_if_changed(path, found["text"].encode("utf-8"))
+        skipped = found.get("skipped_sensitive", 0)
+        note = f"; {skipped} sensitive left out (--include-sensitive)" if skipped else ""
+        print(f"{path}: {found['written']} entries{'' if changed else ', unchanged'}{note}")
+        return 0
+
+    return _with_reader(args, action)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from lore_core.knowledge.lorefile import FILE_NAME
+
+    project = _project(args)
+    path = Path(args.file) if args.file else Path(project) / FILE_NAME
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        print(f"lore: no {path} to import", file=sys.stderr)
+        return 1
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"lore: cannot read {path}: {exc}", file=sys.stderr)
+        return 1
+
+    def action(reader: Any) -> int:
+        report = reader.knowledge_import(project, text, str(path))
+        if args.json:
+            _print_json(report)
+        else:
+            print(
+                f"{path}: {len(report['created'])} created, {len(report['updated'])} updated, "
+                f"{report['unchanged']} unchanged, {len(report['refused'])} refused"
+            )
+            for refusal in report["refused"]:
+                print(f"  refused {refusal['title']!r}: {refusal['reason']}")
+            for problem in report["problems"]:
+                print(f"  {problem}")
+        return 1 if report["refused"] else 0
 
     return _with_reader(args, action)
 
@@ -799,6 +1012,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from lore_core import __version__
+    from lore_core.storage.knowledge import CATEGORIES, SCOPES, SENSITIVITIES
 
     parser = argparse.ArgumentParser(prog="lore", description="Lore: a memory layer for AI coding agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -900,6 +1114,50 @@ def build_parser() -> argparse.ArgumentParser:
         "--rotate", action="store_true", help="replace it by a new one (a running gateway takes it at once)"
     )
     token.set_defaults(func=cmd_token)
+
+    knowledge = sub.add_parser(
+        "knowledge", help="list, show, add, edit or delete long-term knowledge entries (k:<id>)"
+    )
+    ksub = knowledge.add_subparsers(dest="knowledge_command", metavar="ACTION")
+    ksub.required = True
+    klist = ksub.add_parser("list", help="current entries of the project (and global ones)")
+    klist.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    klist.add_argument("--all", action="store_true", help="every project's entries")
+    klist.add_argument("--json", action="store_true", help="print JSON")
+    kshow = ksub.add_parser("show", help="one entry with its versions and provenance")
+    kshow.add_argument("id", help="k:<id>")
+    kshow.add_argument("--json", action="store_true", help="print JSON")
+    kadd = ksub.add_parser("add", help="add an entry (an entry with the same title is edited instead)")
+    kedit = ksub.add_parser("edit", help="append a version with the fields given")
+    kedit.add_argument("id", help="k:<id>")
+    for p, required in ((kadd, True), (kedit, False)):
+        p.add_argument("--category", required=required, choices=CATEGORIES)
+        p.add_argument("--title", required=required)
+        p.add_argument("--content", default=None, help="the text ('-' or nothing with add: read stdin)")
+        p.add_argument("--scope", default=None, choices=SCOPES)
+        p.add_argument("--sensitivity", default=None, choices=SENSITIVITIES)
+        p.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    kdelete = ksub.add_parser(
+        "delete", help="append a death certificate (nothing is erased; it never comes back)"
+    )
+    kdelete.add_argument("id", help="k:<id>")
+    knowledge.set_defaults(func=cmd_knowledge)
+
+    export = sub.add_parser(
+        "export", help="write the project's knowledge as .lore.md (the gateway does it on idle)"
+    )
+    export.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    export.add_argument("--output", "-o", default=None, help="another file, or - for stdout")
+    export.add_argument("--include-sensitive", action="store_true", help="also entries marked sensitive")
+    export.set_defaults(func=cmd_export)
+
+    import_ = sub.add_parser(
+        "import", help="read a .lore.md (hand edits, a teammate's entries) into the store"
+    )
+    import_.add_argument("file", nargs="?", default=None, help="the file (default: <project>/.lore.md)")
+    import_.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    import_.add_argument("--json", action="store_true", help="print the report as JSON")
+    import_.set_defaults(func=cmd_import)
 
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
     status.add_argument("--json", action="store_true", help="print JSON")

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, current_app, request
 
+from lore_core.knowledge.book import entry_json
 from lore_core.storage.records import main_branch
 from lore_core.worker.client import WorkerError
 
@@ -179,26 +180,17 @@ def _fields(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, str] | Re
     return found
 
 
-def _entry_json(version: Any, metric: Any = None) -> dict[str, Any]:
-    out = attrs.asdict(version)
-    out["id"] = version.ref
-    if metric is not None:
-        out["confidence"] = round(metric.confidence, 4)
-        out["last_reinforced_at"] = metric.last_reinforced_at
-    return out
-
-
 def _result(result: Any, created: bool = False) -> Response:
     from lore_core.knowledge.book import REFUSED
 
     if result.status == REFUSED:
-        standing = _entry_json(result.version) if result.version is not None else None
+        standing = entry_json(result.version) if result.version is not None else None
         return _json(409, {"status": result.status, "error": result.reason, "entry": standing})
     return _json(
         201 if created and result.status == "created" else 200,
         {
             "status": result.status,
-            "entry": _entry_json(result.version),
+            "entry": entry_json(result.version),
         },
     )
 
@@ -211,7 +203,7 @@ async def knowledge_list() -> Response:
     project = request.args.get("project") or None
     entries = await book.entries(project, include_global=request.args.get("global") != "0")
     metrics = await book.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
-    return _json(200, [_entry_json(e, metrics.get(e.logical_id)) for e in entries])
+    return _json(200, [entry_json(e, metrics.get(e.logical_id)) for e in entries])
 
 
 @api.post("/knowledge")
@@ -239,6 +231,49 @@ async def knowledge_add() -> Response:
     return _result(result, created=True)
 
 
+@api.get("/knowledge/file")
+async def knowledge_file() -> Response:
+    """The ``.lore.md`` text of ``?project=`` (``sensitive=1``: sensitive entries too);
+    nothing is written (``lore export`` writes it where it is asked to)."""
+    from lore_core.knowledge.lorefile import render_project
+
+    project = request.args.get("project") or ""
+    if not project:
+        return _json(400, {"error": "missing project: /lore/api/knowledge/file?project=<directory>"})
+    text, report = await render_project(
+        _gateway().knowledge, project, include_sensitive=request.args.get("sensitive") == "1"
+    )
+    return _json(
+        200,
+        {
+            "text": text,
+            "written": report.written,
+            "skipped_sensitive": report.skipped_sensitive,
+            "skipped_restricted": report.skipped_restricted,
+        },
+    )
+
+
+@api.post("/knowledge/import")
+async def knowledge_import() -> Response:
+    """Import a ``.lore.md`` text (the body) into ``?project=``, as the file watcher does."""
+    from pathlib import Path
+
+    from lore_core.knowledge.lorefile import FILE_NAME, import_parsed, parse
+
+    project = request.args.get("project") or ""
+    if not project:
+        return _json(400, {"error": "missing project: /lore/api/knowledge/import?project=<directory>"})
+    raw = await request.get_data()
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        return _json(400, {"error": f"the body is not UTF-8 text (bad byte at offset {exc.start})"})
+    name = request.args.get("path") or FILE_NAME
+    report = await import_parsed(_gateway().knowledge, project, parse(text), Path(name))
+    return _json(200, report.as_json())
+
+
 @api.get("/knowledge/<path:logical_id>")
 async def knowledge_show(logical_id: str) -> Response:
     store = _gateway().store
@@ -248,7 +283,7 @@ async def knowledge_show(logical_id: str) -> Response:
     metric = (await store.knowledge_metrics([versions[-1].logical_id])).get(versions[-1].logical_id)
     return _json(
         200,
-        {"entry": _entry_json(versions[-1], metric), "versions": [_entry_json(v) for v in versions]},
+        {"entry": entry_json(versions[-1], metric), "versions": [entry_json(v) for v in versions]},
     )
 
 

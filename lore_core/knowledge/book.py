@@ -34,6 +34,7 @@ from lore_core.storage.knowledge import (
     SCOPES,
     SENSITIVITIES,
     KnowledgeConflict,
+    KnowledgeMetric,
     KnowledgeVersion,
     new_logical_id,
     new_version_id,
@@ -284,6 +285,16 @@ class KnowledgeBook:
             "knowledge refused (%s): %r: %s", provenance.source_ref or provenance.author, title, reason
         )
         return WriteResult(REFUSED, standing, reason)
+
+
+def entry_json(version: KnowledgeVersion, metric: KnowledgeMetric | None = None) -> dict[str, Any]:
+    """An entry as the local API and ``lore knowledge --json`` show it."""
+    out = attrs.asdict(version)
+    out["id"] = version.ref
+    if metric is not None:
+        out["confidence"] = round(metric.confidence, 4)
+        out["last_reinforced_at"] = metric.last_reinforced_at
+    return out
 
 
 def _prov(provenance: Provenance) -> dict[str, Any]:

@@ -58,6 +58,7 @@ import secrets
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -161,6 +162,16 @@ class ImportReport:
     @property
     def changed(self) -> bool:
         return bool(self.created or self.updated)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "created": [v.ref for v in self.created],
+            "updated": [v.ref for v in self.updated],
+            "unchanged": len(self.unchanged),
+            "refused": [{"title": t, "reason": r} for t, r in self.refused],
+            "problems": self.problems,
+        }
 
 
 # -- rendering ------------------------------------------------------------------------------
@@ -396,7 +407,20 @@ async def export(
     is already the one rendered. The first heading carries no project name: the project is
     a directory path here, which differs between clones and would make a diff of its own.
     """
-    report = ExportReport(path=path)
+    text, report = await render_project(book, project, include_sensitive=include_sensitive)
+    report.path = path
+    report.changed = write_if_changed(path, text.encode("utf-8"))
+    if report.changed:
+        log.info("%s written: %d entries (%s)", FILE_NAME, report.written, path)
+    return report
+
+
+async def render_project(
+    book: KnowledgeBook, project: str, *, include_sensitive: bool = False
+) -> tuple[str, ExportReport]:
+    """The text :func:`export` would write for ``project``, and its report (no path, not
+    written): what ``lore export`` prints or writes elsewhere."""
+    report = ExportReport(path=Path(FILE_NAME))
     chosen: list[KnowledgeVersion] = []
     for entry in await book.entries(project, include_global=False):
         if entry.scope != "project" or entry.project != project or entry.is_deleted:
@@ -407,15 +431,13 @@ async def export(
             report.skipped_sensitive += 1
         else:
             chosen.append(entry)
-    data = render(chosen).encode("utf-8")
     report.written = len(chosen)
-    report.changed = _write_if_changed(path, data)
-    if report.changed:
-        log.info("%s written: %d entries (%s)", FILE_NAME, report.written, path)
-    return report
+    return render(chosen), report
 
 
-def _write_if_changed(path: Path, data: bytes) -> bool:
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Replace ``path``'s content with ``data`` atomically, unless it is that already;
+    whether it wrote."""
     try:
         if path.read_bytes() == data:
             return False
@@ -475,7 +497,12 @@ async def import_file(book: KnowledgeBook, project: str, path: Path) -> ImportRe
     Entries of the store that the file does not hold are **not** deleted: a file from an
     older branch must not delete memories. Deleting is done with ``lore knowledge delete``.
     """
-    parsed = read_file(path)
+    return await import_parsed(book, project, read_file(path), path)
+
+
+async def import_parsed(book: KnowledgeBook, project: str, parsed: ParsedFile, path: Path) -> ImportReport:
+    """:func:`import_file` of a file already parsed (``path`` names it in the report): the
+    local API takes the text of a ``.lore.md`` that ``lore import`` read."""
     report = ImportReport(path=path, problems=list(parsed.problems))
     provenance = Provenance(author=AUTHOR_IMPORT, source_ref=FILE_NAME)
     for entry in parsed.entries:
