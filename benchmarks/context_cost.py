@@ -102,7 +102,10 @@ from lore_core.distill.render import render_segment, tool_names_of
 from lore_core.distill.scheduler import TOOL_WAIT_FACTOR, _previous_text, _row, policy_of
 from lore_core.distill.segment import split_segments
 from lore_core.interfaces import CompositionContext
+from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.inject import KnowledgeInjector
 from lore_core.model import AssistantMessage, Exchange, RequestView, Usage
+from lore_core.storage.knowledge import CATEGORIES
 from lore_core.storage.records import StoredDistillation, distillation_id
 from lore_core.testing.simulate import Turn, coding_session, requests
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
@@ -421,8 +424,57 @@ class SimulatedDistiller:
             self.version += 1
 
 
+#: Knowledge of the --knowledge runs: generated entries of a project like the session's.
+KNOWLEDGE_TOPICS = (
+    "checkout", "payments", "orders", "inventory", "auth", "search", "billing", "emails",
+    "migrations", "caching", "logging", "metrics", "queues", "uploads", "reports",
+)  # fmt: skip
+#: A knowledge change (an edit, or a new entry) every this many requests.
+KNOWLEDGE_CHANGE_EVERY = 150
+
+
+async def seed_knowledge(store: MemoryStore, project: str, entries: int) -> KnowledgeBook:
+    """``entries`` generated entries in every category (a fifth of them preferences)."""
+    book = KnowledgeBook(store)
+    for n in range(entries):
+        topic = KNOWLEDGE_TOPICS[n % len(KNOWLEDGE_TOPICS)]
+        category = CATEGORIES[n % len(CATEGORIES)]
+        await book.create(
+            project=project,
+            category=category,
+            title=f"{topic.title()} {category} {n}",
+            content=(
+                f"In src/{topic}/service.py the {topic} module keeps its state in the {topic}_v{n} "
+                f"table; run `pytest tests/{topic} -q` after changing it, and keep the retry policy "
+                f"of {n % 5 + 2} attempts with exponential backoff. Agreed in review #{100 + n}."
+            ),
+        )
+    return book
+
+
+async def change_knowledge(book: KnowledgeBook, project: str, n: int) -> None:
+    """The n-th mid-session change: an entry edited, or a new one (alternately)."""
+    entries = await book.entries(project)
+    if n % 2 and entries:
+        target = entries[n % len(entries)]
+        await book.update(target.logical_id, content=target.content + f" Revised in change {n}.")
+    else:
+        await book.create(
+            project=project,
+            category="gotcha",
+            title=f"Gotcha found mid-session {n}",
+            content=f"The fixture in tests/conftest.py leaks a temp dir per test (change {n}).",
+        )
+
+
 async def run_lore(
-    plan, turns, model: ModelInfo, counter: TokenCounter, config: LoreConfig, label: str
+    plan,
+    turns,
+    model: ModelInfo,
+    counter: TokenCounter,
+    config: LoreConfig,
+    label: str,
+    knowledge: int = 0,
 ) -> Ledger:
     ledger = Ledger(label, model)
     cache = SimulatedCache()
@@ -432,7 +484,13 @@ async def run_lore(
     manager = ContextManager(
         config, PriceTable(), store, LAYERS, counter=counter, distill_version=lambda: distiller.version
     )
-    for t, call, history in plan:
+    book = None
+    if knowledge:
+        book = await seed_knowledge(store, "/bench", knowledge)
+        manager.knowledge = KnowledgeInjector(book, config.knowledge, counter.text)
+    for index, (t, call, history) in enumerate(plan):
+        if book is not None and index and index % KNOWLEDGE_CHANGE_EVERY == 0:
+            await change_knowledge(book, "/bench", index // KNOWLEDGE_CHANGE_EVERY)
         view = make_view(history)
         ctx = CompositionContext(SESSION, "/bench", "claude", codec)
         started = time.perf_counter()
@@ -1022,6 +1080,13 @@ def main() -> None:
         "--every", type=int, default=1, help="with --data: a request every N items (1: each call)"
     )
     parser.add_argument(
+        "--knowledge",
+        type=int,
+        default=30,
+        help="also run Lore with this many knowledge entries injected, one changing every "
+        f"{KNOWLEDGE_CHANGE_EVERY} requests (0: not)",
+    )
+    parser.add_argument(
         "--cache-ttl",
         type=float,
         default=300.0,
@@ -1061,6 +1126,11 @@ def main() -> None:
     uncapped = LoreConfig()
     uncapped.budget.max_layer0_tokens = 0
     ledgers.append(asyncio.run(run_lore(plan, turns, model, counter, uncapped, "Lore (no cap)")))
+    if args.knowledge:
+        label = f"Lore (knowledge {args.knowledge})"
+        ledgers.append(
+            asyncio.run(run_lore(plan, turns, model, counter, LoreConfig(), label, knowledge=args.knowledge))
+        )
 
     raw = ledgers[0].cost
     print()
@@ -1104,6 +1174,25 @@ def main() -> None:
     if lore.compose_ms:
         mean_ms = statistics.fmean(lore.compose_ms)
         print(f"Lore compositions: mean {mean_ms:.2f} ms over {len(plan)} requests.")
+    if args.knowledge:
+        knowing_check(lore, ledgers[-1])
+
+
+def knowing_check(without: Ledger, with_knowledge: Ledger) -> None:
+    """Knowledge injected (and changing mid-session) against the same run without it."""
+
+    def read_share(ledger: Ledger) -> float:
+        return ledger.read / ledger.input_tokens if ledger.input_tokens else 0.0
+
+    cost = with_knowledge.cost / without.cost
+    shares = read_share(with_knowledge), read_share(without)
+    print(
+        f"{with_knowledge.name}: cost {cost:.3f}x the same run without knowledge "
+        f"({'within' if abs(cost - 1) <= 0.05 else 'NOT within'} 5%); cache-read share "
+        f"{shares[0]:.1%} against {shares[1]:.1%} "
+        f"({'within' if abs(shares[0] - shares[1]) <= 0.05 else 'NOT within'} 5 points); "
+        f"a change every {KNOWLEDGE_CHANGE_EVERY} requests."
+    )
 
 
 def _row_of(ledger: Ledger, raw: float, compaction: float | None) -> str:

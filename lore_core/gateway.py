@@ -163,8 +163,12 @@ class Gateway:
         _report_codec_features(registry.codecs.values())
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
-        # The knowledge curator follows distillation; .lore.md and decay run beside it.
-        curator_factory = registry.curators.get("knowledge", {}).get("llm")
+        # The knowledge curator follows distillation; .lore.md and decay run beside it. It
+        # runs with the LLM observer only: distill.observer "extractive" means no LLM calls
+        # in the background, and none are made for knowledge either.
+        curator_factory = (
+            registry.curators.get("knowledge", {}).get("llm") if config.distill.observer == "llm" else None
+        )
         curator = (
             curator_factory(CuratorContext(config=config, worker=self.worker)) if curator_factory else None
         )

@@ -57,6 +57,7 @@ class Seeded:
     sessions: list[str]
     distillations: list[str]
     result_ids: list[str]
+    knowledge: list[str] = attrs.field(factory=list)
 
 
 def _turns(api: str, session: str, texts: list[str]) -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
@@ -107,9 +108,19 @@ def seeded(start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpst
         sessions = [s["id"] for s in client.get("/lore/api/sessions", headers=auth).json()]
         distillations = [d["id"] for d in client.get("/lore/api/distillations", headers=auth).json()]
         found = client.get("/lore/api/recall", params={"q": "heron river"}, headers=auth).json()["results"]
+        entry = client.post(
+            "/lore/api/knowledge",
+            json={
+                "project": "/seed",
+                "category": "gotcha",
+                "title": "Herons",
+                "content": "They nest by rivers.",
+            },
+            headers=auth,
+        ).json()["entry"]
     assert len(sessions) == 3 and distillations and found
     fake_upstream.reset()
-    return Seeded(server, token, sessions, distillations, [r["id"] for r in found])
+    return Seeded(server, token, sessions, distillations, [r["id"] for r in found], [entry["id"]])
 
 
 @pytest.fixture
@@ -190,9 +201,10 @@ def path_params(stored: list[str]) -> st.SearchStrategy[str]:
     )
 
 
-def methods(own: str) -> st.SearchStrategy[str]:
+def methods(own: str | tuple[str, ...]) -> st.SearchStrategy[str]:
     other = st.sampled_from([*ROUTED_METHODS, "HEAD", "TRACE", "PURGE", "BREW"])
-    return st.sampled_from([own, own, own]) | other
+    mine = [own] if isinstance(own, str) else list(own)
+    return st.sampled_from(mine * 3) | other
 
 
 @st.composite
@@ -207,8 +219,16 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "distillations": ("GET", "/lore/api/distillations", ["session", "archived"]),
         "distillation": ("GET", None, []),
         "distill": ("POST", "/lore/api/distill", ["session"]),
+        "knowledge": (("GET", "POST"), "/lore/api/knowledge", ["project", "global"]),
+        "knowledge_entry": (("GET", "PATCH", "DELETE"), None, []),
+        "knowledge_file": ("GET", "/lore/api/knowledge/file", ["project", "sensitive"]),
+        "knowledge_import": ("POST", "/lore/api/knowledge/import", ["project", "path"]),
     }[route]
-    if route == "session":
+    if route == "knowledge_entry":
+        path = "/lore/api/knowledge/" + draw(path_params(seeded.knowledge))
+        if unquote(path).removeprefix("/lore/api/knowledge/").strip("/") in ("file", "import"):
+            path += "x"
+    elif route == "session":
         path = "/lore/api/sessions/" + draw(path_params(seeded.sessions))
     elif route == "distillation":
         path = "/lore/api/distillations/" + draw(path_params(seeded.distillations))
@@ -230,12 +250,15 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
 
 
 ROUTE_PATHS = frozenset(
-    f"/lore/api/{name}" for name in ("status", "sessions", "search", "recall", "distillations", "distill")
+    f"/lore/api/{name}"
+    for name in ("status", "sessions", "search", "recall", "distillations", "distill", "knowledge")
 )
 
 
 def is_route(path: str) -> bool:
-    return path in ROUTE_PATHS or path.startswith(("/lore/api/sessions/", "/lore/api/distillations/"))
+    return path in ROUTE_PATHS or path.startswith(
+        ("/lore/api/sessions/", "/lore/api/distillations/", "/lore/api/knowledge/")
+    )
 
 
 @st.composite
@@ -314,7 +337,13 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
     method, path, params, _, _ = case
     if unroutable(path):
         return {404}
-    own = "POST" if route == "distill" else "GET"
+    owns = {
+        "distill": ("POST",),
+        "knowledge_import": ("POST",),
+        "knowledge": ("GET", "POST"),
+        "knowledge_entry": ("GET", "PATCH", "DELETE"),
+    }.get(route, ("GET",))
+    own = method if method in owns else owns[0]
     if method == "HEAD":
         # A GET route answers HEAD as GET, without the body; elsewhere the gateway's own HEAD
         # route answers the probes clients send before their first request: 200.
@@ -328,6 +357,12 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
         return {200, 400} if q is None else ({200} if q.strip() else {400})
     if route in ("session", "distillation"):
         return {200, 404}
+    if route == "knowledge" and method == "POST":
+        return {201, 200, 400, 409}  # a valid entry is added (an invented one: refused or added)
+    if route == "knowledge_entry":
+        return {"GET": {200, 404}, "PATCH": {200, 400, 404, 409}, "DELETE": {200, 404}}[method]
+    if route in ("knowledge_file", "knowledge_import"):
+        return {200, 400}  # 400: no absolute project directory, or a body that is not UTF-8
     if route == "distill":
         session = first(params, "session")
         if session is None:
@@ -336,7 +371,10 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
     return {200}
 
 
-ROUTES = ["status", "sessions", "session", "search", "recall", "distillations", "distillation", "distill"]
+ROUTES = [
+    "status", "sessions", "session", "search", "recall", "distillations", "distillation", "distill",
+    "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -362,7 +400,8 @@ def test_fuzz_api_route(
         response = send(client, case, auth)
         payload = check(response, case[0], expected_statuses(route, case, seeded), seeded, caplog)
         if response.status_code == 200 and payload is not None:
-            assert isinstance(payload, list if route in ("sessions", "search", "distillations") else dict)
+            lists = ("sessions", "search", "distillations", "knowledge")
+            assert isinstance(payload, list if route in lists and case[0] == "GET" else dict)
         assert fake_upstream.requests == []
         assert stored(seeded.server) == before
 

@@ -12,6 +12,7 @@ set: :mod:`lore_core.http.access` checks both (and Host and Origin) before any r
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import attrs
@@ -219,6 +220,8 @@ async def knowledge_add() -> Response:
     missing = [n for n in ("project", "category", "title", "content") if not fields.get(n)]
     if missing:
         return _json(400, {"error": f"missing {', '.join(missing)}"})
+    if not os.path.isabs(fields["project"]):
+        return _json(400, {"error": "project must be the project's absolute directory"})
     result = await _gateway().knowledge.create(
         project=fields["project"],
         category=fields["category"],
@@ -238,8 +241,8 @@ async def knowledge_file() -> Response:
     from lore_core.knowledge.lorefile import render_project
 
     project = request.args.get("project") or ""
-    if not project:
-        return _json(400, {"error": "missing project: /lore/api/knowledge/file?project=<directory>"})
+    if not os.path.isabs(project):
+        return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
     text, report = await render_project(
         _gateway().knowledge, project, include_sensitive=request.args.get("sensitive") == "1"
     )
@@ -262,8 +265,8 @@ async def knowledge_import() -> Response:
     from lore_core.knowledge.lorefile import FILE_NAME, import_parsed, parse
 
     project = request.args.get("project") or ""
-    if not project:
-        return _json(400, {"error": "missing project: /lore/api/knowledge/import?project=<directory>"})
+    if not os.path.isabs(project):
+        return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
     raw = await request.get_data()
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -291,6 +294,9 @@ async def knowledge_show(logical_id: str) -> Response:
 async def knowledge_edit(logical_id: str) -> Response:
     from lore_core.knowledge.book import Provenance
 
+    book = _gateway().knowledge
+    if await book.get(logical_id) is None:
+        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
     body = await _json_body()
     if isinstance(body, Response):
         return body
@@ -299,9 +305,6 @@ async def knowledge_edit(logical_id: str) -> Response:
         return fields
     if not fields:
         return _json(400, {"error": "nothing to change: give category, title, content, scope or sensitivity"})
-    book = _gateway().knowledge
-    if await book.get(logical_id) is None:
-        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
     result = await book.update(logical_id, provenance=Provenance(source_ref="api"), **fields)
     return _result(result)
 
