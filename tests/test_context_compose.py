@@ -12,7 +12,7 @@ import pytest
 
 from lore_core.builtin.context_layers import LAYERS
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.config import LoreConfig
+from lore_core.config import LoreConfig, ModelConfig
 from lore_core.context import compose as C
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
@@ -369,3 +369,68 @@ def test_knowledge_blocks_are_pinned_and_changes_arrive_as_deltas(api, layer):
     else:
         assert bodies[0]["messages"][1]["role"] == "system"
         assert "<lore-knowledge>" in bodies[0]["messages"][1]["content"]
+
+
+def test_knowledge_takes_the_one_hour_breakpoint_within_four_when_the_client_uses_three():
+    from lore_core.knowledge.book import KnowledgeBook
+    from lore_core.knowledge.inject import KnowledgeInjector
+
+    turns = coding_session(12, seed=9)
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        manager.budget.max_layer0_tokens = 1_000_000
+        book = KnowledgeBook(manager.store)
+        manager.knowledge = KnowledgeInjector(book, LoreConfig().knowledge, manager.counter.text)
+        await book.create(project="/project", category="preference", title="Style", content="Type hints.")
+        view = request("anthropic-messages", turns[:10], markers=True)  # system, tools, 2 messages
+        out, plan = await compose(manager, "anthropic-messages", view)
+        return CODECS["anthropic-messages"].render(out), plan
+
+    body, plan = asyncio.run(run())
+    assert plan.layer == 0 and plan.ltm_baseline
+    markers = [
+        part["cache_control"]
+        for part in [*body["system"], *body["tools"]]
+        + [p for m in body["messages"] if isinstance(m["content"], list) for p in m["content"]]
+        if "cache_control" in part
+    ]
+    assert len(markers) == MAX_BREAKPOINTS
+    knowledge = next(b for b in body["system"] if b["text"].startswith("<lore-knowledge>"))
+    assert knowledge["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    # The client's newest message marker stays (the most useful one), and every 1-hour
+    # breakpoint comes before every 5-minute one (Anthropic's rule).
+    assert "cache_control" in body["messages"][-2]["content"][-1]
+    ttls = [m.get("ttl", "5m") for m in markers]
+    assert ttls == sorted(ttls, key=lambda t: t != "1h") and ttls.count("1h") >= 2
+
+
+def test_knowledge_is_left_out_of_a_request_it_would_crowd_on_a_small_window():
+    from lore_core.knowledge.book import KnowledgeBook
+    from lore_core.knowledge.inject import KnowledgeInjector
+
+    turns = coding_session(6, seed=3)
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        book = KnowledgeBook(manager.store)
+        manager.knowledge = KnowledgeInjector(book, LoreConfig().knowledge, manager.counter.text)
+        for n in range(40):
+            await book.create(
+                project="/project",
+                category="preference",
+                title=f"Preference {n}",
+                content=f"Always do thing number {n} the long and careful way, with every check. " * 3,
+            )
+        raw = {**request("anthropic-messages", turns).raw, "model": "tiny-model"}
+        view = CODECS["anthropic-messages"].parse(raw, json.dumps(raw).encode())
+        manager.prices = PriceTable.from_config(
+            LoreConfig(models={"tiny-model": ModelConfig(context_window=8_000, max_input_tokens=8_000)})
+        )
+        out, plan = await compose(manager, "anthropic-messages", view)
+        return out, plan, manager
+
+    out, plan, manager = asyncio.run(run())
+    assert not plan.ltm_baseline and not plan.ltm_context
+    assert manager.counts["knowledge_skipped"] == 1
+    assert "<lore-knowledge>" not in json.dumps(CODECS["anthropic-messages"].render(out))

@@ -13,6 +13,7 @@ the loopback provider acting as model and as worker).
 
 from __future__ import annotations
 
+import copy
 import difflib
 import itertools
 import json
@@ -36,13 +37,20 @@ CONFIG = {"distill": {"idleTimeoutSeconds": 3600}}
 
 
 def anthropic_turn(history: list[dict[str, Any]], text: str) -> dict[str, Any]:
+    """A request as Claude Code sends it: cache markers on its two system blocks and on the
+    newest message (three of Anthropic's four)."""
     history.append({"role": "user", "content": [{"type": "text", "text": text}]})
+    messages = copy.deepcopy(history)
+    messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
     return {
         "model": "claude-sonnet-4-5",
         "max_tokens": 200,
-        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "system": [
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
+        ],
         "tools": [{"name": "Bash", "description": "run a command", "input_schema": {"type": "object"}}],
-        "messages": list(history),
+        "messages": messages,
     }
 
 
@@ -108,6 +116,7 @@ def test_curated_knowledge_reaches_lore_md_and_the_next_session(
                     "content": "Run the tests with tox -e py311.",
                 },
                 {"op": "reconfirm", "id": existing["Use DuckDB for the store"]},
+                {"op": "delete", "id": existing["Deploy with deploy.sh"], "reason": "CI deploys now"},
             ]
         return [
             {
@@ -123,6 +132,12 @@ def test_curated_knowledge_reaches_lore_md_and_the_next_session(
                 "category": "preference",
                 "title": "Test runner",
                 "content": "Run the tests with pytest -q.",
+            },
+            {
+                "op": "create",
+                "category": "pattern",
+                "title": "Deploy with deploy.sh",
+                "content": "Deploys run scripts/deploy.sh from a clean checkout.",
             },
             {
                 "op": "create",
@@ -149,7 +164,8 @@ def test_curated_knowledge_reaches_lore_md_and_the_next_session(
         assert client.post("/lore/api/distill", params={"session": "s1"}).status_code == 200
     assert curator_calls(fake_upstream) == 1
     found = entries(server, project)
-    assert set(found) == {"Use DuckDB for the store", "Test runner"}  # the invalid and the secret dropped
+    # The decision without a rejected alternative and the secret are dropped.
+    assert set(found) == {"Use DuckDB for the store", "Test runner", "Deploy with deploy.sh"}
     decision = found["Use DuckDB for the store"]
     assert "Rejected: SQLite" in decision["content"]
     assert (decision["created_by"], decision["source_session"]) == ("curator", "s1")
@@ -242,7 +258,10 @@ def test_curated_knowledge_reaches_lore_md_and_the_next_session(
             history.append({"role": "assistant", "content": [{"type": "text", "text": "done"}]})
     with api(server) as client:
         assert client.post("/lore/api/distill", params={"session": "s3"}).status_code == 200
-    assert entries(server, project)["Test runner"]["content"] == "Run the tests with tox -e py311."
+    now = entries(server, project)
+    assert now["Test runner"]["content"] == "Run the tests with tox -e py311."
+    assert "Deploy with deploy.sh" not in now  # deleted by the curator: a death certificate
+    poll(lambda: "deploy.sh" not in lore_md.read_text(), "the knowledge upkeep")
     fake_upstream.requests.clear()
     with httpx.Client(base_url=server.url, timeout=30) as client:
         send(client, anthropic_turn([], "Run the test suite"), "s4", project)
@@ -366,6 +385,16 @@ def test_fifty_turns_with_knowledge_changing_keep_the_prompt_cache(
     assert len(bodies) == TURNS
     head = head_of(api_name, bodies[0])
     assert "Use type hints everywhere." in json.dumps(head) and "Orders live in DuckDB." in json.dumps(head)
+    if api_name == "anthropic":
+        # Four breakpoints at most; every 1-hour one before every 5-minute one.
+        for body in bodies:
+            ttls = [
+                part["cache_control"].get("ttl", "5m")
+                for part in [*body["system"], *body["tools"]]
+                + [p for m in body["messages"] if isinstance(m["content"], list) for p in m["content"]]
+                if "cache_control" in part
+            ]
+            assert len(ttls) <= 4 and ttls == sorted(ttls, key=lambda t: t != "1h") and "1h" in ttls
     for n, (before, after) in enumerate(itertools.pairwise(bodies), start=2):
         assert head_of(api_name, after) == head, f"turn {n}: the system and knowledge blocks changed"
         old, new = strip_markers(items_of(api_name, before)), strip_markers(items_of(api_name, after))

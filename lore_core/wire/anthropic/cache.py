@@ -71,10 +71,18 @@ def place_breakpoints(view: RequestView, plan: Any) -> None:
         for where, index, block in kept
         if where.startswith("message")
     )
+    # The knowledge baseline is frozen for the session: it takes the 1-hour TTL. Anthropic
+    # wants 1-hour breakpoints before 5-minute ones, so the client's markers on its tools and
+    # system prompt (before the baseline) take it too: they mark prefixes at least as stable.
+    baseline_hour = bool(plan.ltm_baseline) and any(
+        where == "system" and index == n_client_system for where, index, _ in gateway
+    )
+    if baseline_hour:
+        for where, index, block in kept:
+            if where in ("system", "tool"):
+                _set_marker(view, where, index, block, EPHEMERAL_HOUR)
     for where, index, block in gateway:
-        hour = later_hour or (
-            where == "system" and not client_other and index == n_client_system and bool(plan.ltm_baseline)
-        )
+        hour = later_hour or (baseline_hour and where == "system" and index == n_client_system)
         _set_marker(view, where, index, block, EPHEMERAL_HOUR if hour else EPHEMERAL)
     if tail_needed and room >= 0:
         last = view.messages[-1]
