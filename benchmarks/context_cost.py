@@ -993,12 +993,14 @@ async def run_lore_replay(
     label: str,
     worker: TestWorker | None,
     ttl: float = 0.0,
+    knowledge: int = 0,
 ) -> tuple[Ledger, ReplayDistiller]:
     ledger = Ledger(label, model)
     cache = SimulatedCache(ttl)
     store = MemoryStore()
     await store.open()
     distiller = ReplayDistiller(store, counter, worker, config)
+    book = await seed_knowledge(store, replay.session.project, knowledge) if knowledge else None
     wire = replay.wire
     now = [replay.times[0] if replay.times else 0.0]
     urgent: list[str] = []
@@ -1016,8 +1018,12 @@ async def run_lore_replay(
         distill_now=distill_now,
         clock=lambda: now[0],
     )
+    if book is not None:
+        manager.knowledge = KnowledgeInjector(book, config.knowledge, counter.text, clock=lambda: now[0])
     idle = config.distill.idle_timeout_seconds
     for index, (end, length) in enumerate(replay.calls):
+        if book is not None and index and index % KNOWLEDGE_CHANGE_EVERY == 0:
+            await change_knowledge(book, replay.session.project, index // KNOWLEDGE_CHANGE_EVERY)
         now[0] = replay.times[end - 1]
         view = wire.view(replay.history(end))
         ctx = CompositionContext(SESSION, replay.session.project, wire.harness, wire.codec)
@@ -1257,6 +1263,20 @@ def replay_main(args: argparse.Namespace) -> None:
                 run_lore_replay(replay, model, counter, LoreConfig(), label, worker, args.cache_ttl)
             )
             lores.append((ledger, distiller))
+        knowing = None
+        if args.knowledge:
+            knowing, _ = asyncio.run(
+                run_lore_replay(
+                    replay,
+                    model,
+                    counter,
+                    LoreConfig(),
+                    f"Lore (extr. + knowledge {args.knowledge})",
+                    None,
+                    args.cache_ttl,
+                    knowledge=args.knowledge,
+                )
+            )
         header = (
             f"{'strategy':<26} {'cost $':>8} {'vs raw':>7} {'vs cmp':>6} {'cache-read':>10} "
             f"{'mean in/req':>11} {'extra':>6} {'compose p50':>11} {'p99':>8}  layers"
@@ -1267,6 +1287,8 @@ def replay_main(args: argparse.Namespace) -> None:
         print(_row_of(compaction, raw.cost, compaction.cost))
         for ledger, _ in lores:
             print(_row_of(ledger, raw.cost, compaction.cost))
+        if knowing is not None:
+            print(_row_of(knowing, raw.cost, compaction.cost))
         for ledger, distiller in lores:
             share = ledger.read / ledger.input_tokens if ledger.input_tokens else 0.0
             checks = {
@@ -1288,7 +1310,9 @@ def replay_main(args: argparse.Namespace) -> None:
                     else ""
                 )
             )
-        for ledger in (raw, compaction, *(lo for lo, _ in lores)):
+        if knowing is not None:
+            knowing_check(lores[0][0], knowing)
+        for ledger in (raw, compaction, *(lo for lo, _ in lores), *([knowing] if knowing else [])):
             totals[ledger.name] = totals.get(ledger.name, 0.0) + ledger.cost
     if not sessions:
         print("no session matched")
@@ -1304,6 +1328,10 @@ def replay_main(args: argparse.Namespace) -> None:
             f"  {name}: ${cost:.2f}, {cost / raw_total:.2f}x raw, {cost / compaction_total:.0%} of "
             f"compaction; every check met in {len(ok)} sessions ({' '.join(ok) or '-'})"
         )
+    knowing = next((name for name in totals if "knowledge" in name), None)
+    if knowing is not None:
+        base = totals["Lore (extractive observer)"]
+        print(f"  with knowledge: {totals[knowing] / base:.3f}x the cost of the same runs without it")
 
 
 if __name__ == "__main__":
