@@ -448,6 +448,9 @@ class ContextManager:
         harness's side requests) and none when the injector fails (logged; fail open)."""
         if self.knowledge is None or not view.tools:
             return Injection()
+        known = self.knowledge.cached(ctx.session_id, ctx.project, message_ids=an.ids, thread=thread.key)
+        if known is not None:
+            return known
         opening = an.messages[an.head] if an.head < len(an.messages) else None
         opening_text = " ".join(b.text for b in opening.blocks if b.type == TEXT) if opening else ""
         try:

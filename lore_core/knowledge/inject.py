@@ -157,6 +157,22 @@ class KnowledgeInjector:
         self._pins[session_id] = pin
         await self.store.set_state(session_id, STATE_KEY, pin.as_json())
 
+    def cached(
+        self, session_id: str, project: str, *, message_ids: Sequence[str | None], thread: str
+    ) -> Injection | None:
+        """The request's knowledge when it needs no store read (the session is pinned and
+        nothing changed since): the common case, answered without awaiting anything.
+        ``None``: call :meth:`for_request`."""
+        if not self.config.enabled:
+            return Injection()
+        pin = self._pins.get(session_id)
+        entries = self._entries.get(project)
+        if pin is None or entries is None or entries.generation != self._generation:
+            return None
+        if pin.generation != self._generation:
+            return None
+        return Injection(pin.baseline, pin.context, self._placed(pin, message_ids, thread))
+
     async def for_request(
         self,
         session_id: str,
