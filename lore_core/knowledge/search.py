@@ -2,7 +2,7 @@
 weights title 6, content 2, category 3, and vectors of each entry's title and content, over
 the current alive entries of the project (plus global ones), and of every project when the
 scope is ``all``, where other projects' entries count half when the session's own project
-has results of its own. One entry is one passage: entries are short.
+has results of its own (MISSION section 7). One entry is one passage: entries are short.
 
 Entries are read from the store on each search (a few hundred rows) and their vectors are
 kept by version id (a version never changes), so an entry is embedded once.
@@ -59,17 +59,30 @@ class KnowledgeSource:
         except NotImplementedError:
             return []
 
-    def _weight(self, entry: KnowledgeVersion, where: SearchFilter) -> float:
-        other = where.project is None and where.home is not None and entry.scope == "project"
-        return OTHER_PROJECT_WEIGHT if other and entry.project != where.home else 1.0
+    @staticmethod
+    def _other(entry: KnowledgeVersion, where: SearchFilter) -> bool:
+        """Another project's entry (scope ``all`` only)."""
+        crossing = where.project is None and where.home is not None
+        return crossing and entry.scope == "project" and entry.project != where.home
+
+    def _ranked(
+        self, scored: list[tuple[float, KnowledgeVersion]], where: SearchFilter, limit: int
+    ) -> list[SourceHit]:
+        """Best first; other projects' entries at :data:`OTHER_PROJECT_WEIGHT` when this
+        project has results of its own (alone, they compete at full weight)."""
+        own = any(not self._other(e, where) for _, e in scored)
+        weighed = [
+            (score * (OTHER_PROJECT_WEIGHT if own and self._other(e, where) else 1.0), e)
+            for score, e in scored
+        ]
+        weighed.sort(key=lambda pair: -pair[0])
+        return [
+            SourceHit(e.logical_id, score, entry_text(e), _meta(e), Kind.KNOWLEDGE)
+            for score, e in weighed[:limit]
+        ]
 
     async def search(self, query: str, where: SearchFilter, limit: int) -> list[SourceHit]:
-        entries = await self._entries(where)
-        scored = [(score * self._weight(e, where), e) for score, e in relevance(query, entries)]
-        scored.sort(key=lambda pair: -pair[0])
-        return [
-            SourceHit(e.logical_id, s, entry_text(e), _meta(e), Kind.KNOWLEDGE) for s, e in scored[:limit]
-        ]
+        return self._ranked(relevance(query, await self._entries(where)), where, limit)
 
     async def search_vector(
         self, vector: Sequence[float], where: SearchFilter, limit: int
@@ -89,11 +102,8 @@ class KnowledgeSource:
         for entry in entries:
             similarity = _cosine(vector, self._vectors.get(entry.version_id, []))
             if floor is None or similarity >= floor:
-                scored.append((similarity * self._weight(entry, where), entry))
-        scored.sort(key=lambda pair: -pair[0])
-        return [
-            SourceHit(e.logical_id, s, entry_text(e), _meta(e), Kind.KNOWLEDGE) for s, e in scored[:limit]
-        ]
+                scored.append((similarity, entry))
+        return self._ranked(scored, where, limit)
 
     async def open(self, key: str) -> SourceHit | None:
         try:
