@@ -51,6 +51,10 @@ RECONFIRM_REINFORCEMENT = 0.1
 #: A new entry this close to an existing one of its category is that entry again.
 DUPLICATE_SIMILARITY = 0.92
 EXPORT_DEBOUNCE_SECONDS = 2.0
+#: Entry vectors kept for the duplicate check (by version id: a version never changes).
+MAX_CACHED_VECTORS = 20_000
+#: Sessions whose turns since their last curation are counted (the most recent ones).
+MAX_TRACKED_SESSIONS = 10_000
 WATCH_SECONDS = 2.0
 #: Projects whose .lore.md is watched: those seen within this long.
 WATCH_PROJECTS_SECONDS = 24 * 3600.0
@@ -92,8 +96,10 @@ class KnowledgeUpkeep:
         self.curator = curator
         self.embedder = embedder
         self._clock = clock
-        self._turns: Counter[str] = Counter()
-        self._locks: dict[str, asyncio.Lock] = {}
+        # Turns since each session's last curation, most recent last (bounded).
+        self._turns: dict[str, int] = {}
+        # One curation at a time: they are rare, and two of one session must not interleave.
+        self._lock = asyncio.Lock()
         # Project -> when its knowledge last changed (export pending) / was seen in a request.
         self._dirty: dict[str, float] = {}
         self._seen: dict[str, float] = {}
@@ -107,7 +113,9 @@ class KnowledgeUpkeep:
     # -- the request path's side ---------------------------------------------------------------
 
     def note_turn(self, session_id: str, project: str) -> None:
-        self._turns[session_id] += 1
+        self._turns[session_id] = self._turns.pop(session_id, 0) + 1
+        if len(self._turns) > MAX_TRACKED_SESSIONS:
+            del self._turns[next(iter(self._turns))]
         if project:
             self._seen[project] = self._clock()
 
@@ -121,7 +129,10 @@ class KnowledgeUpkeep:
         """Called by the distillation scheduler after each run of a session."""
         if not self.config.enabled or self.curator is None:
             return
-        if reason not in ("idle", "manual") and self._turns[session_id] < self.config.curate_every_turns:
+        if (
+            reason not in ("idle", "manual")
+            and self._turns.get(session_id, 0) < self.config.curate_every_turns
+        ):
             return
         await self.curate_session(session_id, project)
 
@@ -130,7 +141,7 @@ class KnowledgeUpkeep:
         if self.curator is None:
             report.skipped = "no knowledge curator"
             return report
-        async with self._locks.setdefault(session_id, asyncio.Lock()):
+        async with self._lock:
             curated = set(await self.store.get_state(session_id, CURATED_KEY, None) or [])
             observations = [
                 d
@@ -168,7 +179,7 @@ class KnowledgeUpkeep:
                     report.refused.append((op.title or op.logical_id or "", result.reason))
             done = sorted(curated | {d.id for d in observations})
             await self.store.set_state(session_id, CURATED_KEY, done[-2000:])
-            self._turns[session_id] = 0
+            self._turns.pop(session_id, None)
             self.counts["runs"] += 1
             return report
 
@@ -204,6 +215,8 @@ class KnowledgeUpkeep:
         same = [e for e in entries if e.category == op.category]
         if self.embedder is None or not same:
             return None
+        if len(self._vectors) > MAX_CACHED_VECTORS:
+            self._vectors.clear()
         texts = {e.version_id: f"{e.title}\n{e.content}" for e in same if e.version_id not in self._vectors}
         try:
             vectors = await self.embedder.embed([f"{op.title}\n{op.content}", *texts.values()])
