@@ -175,6 +175,8 @@ class KnowledgeUpkeep:
             for op in curation.operations:
                 result = await self._apply(op, project, by_id, attrs.evolve(provenance, source_ref=op.source))
                 report.applied[result.status] += 1
+                if result.version is not None and result.changed:
+                    by_id[result.version.logical_id] = result.version  # later operations see it
                 if result.status == REFUSED:
                     report.refused.append((op.title or op.logical_id or "", result.reason))
             done = sorted(curated | {d.id for d in observations})

@@ -1,0 +1,172 @@
+"""Knowledge upkeep (lore_core.knowledge.curation) with a scripted curator: operations applied
+through the book with the curator's provenance, near-duplicates reconfirmed instead of
+created, each distillation curated once, nothing without a worker, decay once a day."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from lore_core.builtin.memory_store import MemoryStore
+from lore_core.config import KnowledgeConfig
+from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.curation import DAY, KnowledgeUpkeep
+from lore_core.knowledge.curator import Curation, KnowledgeCurator, Operation, parse_operations
+from lore_core.storage.knowledge import KnowledgeVersion
+from lore_core.storage.records import StoredDistillation
+from lore_core.worker.client import NoWorker
+
+P = "/work/shop"
+
+
+class BagOfWords:
+    """A deterministic embedder: word counts over a fixed vocabulary, unit length."""
+
+    min_similarity = None
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            counts = Counter(re.findall(r"\w+", text.lower()))
+            vocab = sorted(set(re.findall(r"\w+", " ".join(texts).lower())) | set(counts))
+            vector = [float(counts.get(w, 0)) for w in vocab]
+            norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+            out.append([v / norm for v in vector])
+        # One vocabulary per call: pad every vector to the longest.
+        width = max(len(v) for v in out)
+        return [v + [0.0] * (width - len(v)) for v in out]
+
+
+class Scripted(KnowledgeCurator):
+    def __init__(self, operations: list[Operation] | Exception) -> None:
+        self.operations = operations
+        self.calls: list[tuple[list[str], list[str]]] = []
+
+    async def curate(
+        self,
+        observations: Sequence[StoredDistillation],
+        entries: Sequence[KnowledgeVersion],
+        *,
+        session_id: str | None = None,
+    ) -> Curation:
+        self.calls.append(([o.id for o in observations], [e.title for e in entries]))
+        if isinstance(self.operations, Exception):
+            raise self.operations
+        return Curation(list(self.operations), [], "anthropic", "claude-worker")
+
+
+async def setup(curator: Scripted, **config: Any) -> tuple[MemoryStore, KnowledgeBook, KnowledgeUpkeep]:
+    store = MemoryStore()
+    await store.open()
+    book = KnowledgeBook(store)
+    upkeep = KnowledgeUpkeep(book, KnowledgeConfig(**config), curator, BagOfWords())  # type: ignore[arg-type]
+    await store.write_distillation(
+        StoredDistillation(
+            id="log1", session_id="s1", generation=0, text="- decided to use pytest -q", project=P
+        )
+    )
+    return store, book, upkeep
+
+
+def test_operations_are_applied_with_the_curators_provenance_and_each_log_is_curated_once() -> None:
+    curator = Scripted(
+        [
+            Operation(
+                "create", category="preference", title="Tests", content="Run the tests with pytest -q."
+            ),
+            Operation(
+                "create", category="preference", title="The tests", content="Run the tests with pytest -q!"
+            ),
+            Operation("create", category="gotcha", title="Clock", content="Freeze time in tests."),
+        ]
+    )
+
+    async def run() -> Any:
+        store, book, upkeep = await setup(curator)
+        first = await upkeep.curate_session("s1", P)
+        again = await upkeep.curate_session("s1", P)
+        return first, again, await book.entries(P), await store.knowledge_metrics()
+
+    first, again, entries, metrics = asyncio.run(run())
+    # The second create is the first one again (cosine >= 0.92): reconfirmed, not a new entry.
+    assert sorted(e.title for e in entries) == ["Clock", "Tests"]
+    assert first.applied["created"] == 2 and first.applied["reconfirmed"] == 1
+    tests = next(e for e in entries if e.title == "Tests")
+    assert (tests.created_by, tests.source_session, tests.worker_model) == ("curator", "s1", "claude-worker")
+    assert metrics[tests.logical_id].confidence > 0.6  # reinforced by the reconfirmation
+    assert again.observations == 0 and len(curator.calls) == 1  # log1 is not shown twice
+
+
+def test_without_a_worker_nothing_is_invented_and_the_log_waits() -> None:
+    curator = Scripted(NoWorker("no credentials for this session"))
+
+    async def run() -> Any:
+        _, book, upkeep = await setup(curator)
+        report = await upkeep.curate_session("s1", P)
+        curator.operations = [Operation("create", category="gotcha", title="Later", content="With a worker.")]
+        later = await upkeep.curate_session("s1", P)
+        return report, later, await book.entries(P)
+
+    report, later, entries = asyncio.run(run())
+    assert "no usable worker" in report.skipped
+    assert later.applied["created"] == 1 and [e.title for e in entries] == ["Later"]
+
+
+def test_turn_rule_and_idle_trigger() -> None:
+    curator = Scripted([])
+
+    async def run() -> int:
+        _, _, upkeep = await setup(curator, curate_every_turns=3)
+        for _ in range(2):
+            upkeep.note_turn("s1", P)
+        await upkeep.after_distill("s1", P, "turn")  # 2 turns: not yet
+        upkeep.note_turn("s1", P)
+        await upkeep.after_distill("s1", P, "turn")  # 3 turns: curated
+        return len(curator.calls)
+
+    assert asyncio.run(run()) == 1
+
+
+def test_decay_runs_once_a_day_on_entries_nothing_reinforced() -> None:
+    now = [1_000_000.0]
+
+    async def run() -> tuple[float, float, int]:
+        store = MemoryStore()
+        await store.open()
+        book = KnowledgeBook(store, clock=lambda: now[0])
+        upkeep = KnowledgeUpkeep(book, KnowledgeConfig(decay_after_days=1), None, clock=lambda: now[0])
+        old = (await book.create(project=P, category="gotcha", title="Old", content="x")).version
+        assert await upkeep.decay_if_due() == 0  # starts the clock
+        now[0] += 3 * DAY
+        fresh = (await book.create(project=P, category="gotcha", title="Fresh", content="y")).version
+        changed = await upkeep.decay_if_due()
+        assert await upkeep.decay_if_due() == 0  # not twice in a day
+        metrics = await store.knowledge_metrics()
+        return metrics[old.logical_id].confidence, metrics[fresh.logical_id].confidence, changed
+
+    old, fresh, changed = asyncio.run(run())
+    assert changed == 1 and fresh == 0.9 and abs(old - 0.9 * 0.98**3) < 1e-9
+
+
+def test_the_answer_is_validated_before_anything_is_written() -> None:
+    text = """```json
+    {"operations": [
+      {"op": "create", "category": "decision", "title": "Use uv", "content": "uv manages the env.",
+       "rejected": "pip-tools"},
+      {"op": "create", "category": "decision", "title": "Bare", "content": "No alternative named."},
+      {"op": "update", "id": "k:unknown0000000", "content": "x"},
+      {"op": "reconfirm", "id": "k:aaaaaaaaaaaaaaaa"},
+      {"op": "merge"}, "text", {"op": "create", "category": "opinion", "title": "t", "content": "c"}
+    ]}
+    ```"""
+    ops, warnings = parse_operations(text, {"aaaaaaaaaaaaaaaa"})
+    assert [(o.op, o.title or o.logical_id) for o in ops] == [
+        ("create", "Use uv"),
+        ("reconfirm", "aaaaaaaaaaaaaaaa"),
+    ]
+    assert ops[0].content == "uv manages the env.\nRejected: pip-tools"
+    assert len(warnings) == 5
