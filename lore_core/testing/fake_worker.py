@@ -112,6 +112,19 @@ def fake_meta_distillation(user: str) -> str:
     )
 
 
+def _worker_texts(req: RecordedRequest) -> tuple[str, str] | None:
+    """(system, user) of a worker request, ``None`` when the body is not a JSON object."""
+    try:
+        body = req.json
+    except ValueError:
+        return None
+    return request_texts(body) if isinstance(body, dict) else None
+
+
+def _answer(req: RecordedRequest, text: str) -> Reply:
+    return Reply(text=text, input_tokens=max(1, len(req.body) // 4), output_tokens=max(1, len(text) // 4))
+
+
 def observer_responder(
     fallback: Callable[[RecordedRequest], Reply | None] | None = None,
 ) -> Callable[[RecordedRequest], Reply | None]:
@@ -119,23 +132,13 @@ def observer_responder(
     go to ``fallback`` (or return ``None``: the fake's queue or default answer)."""
 
     def respond(req: RecordedRequest) -> Reply | None:
-        try:
-            body = req.json
-        except ValueError:
-            body = None
-        if isinstance(body, dict):
-            system, user = request_texts(body)
-            text = None
+        texts = _worker_texts(req)
+        if texts is not None:
+            system, user = texts
             if OBSERVER_MARKER in system:
-                text = fake_observation(user)
-            elif REFLECTOR_MARKER in system:
-                text = fake_meta_distillation(user)
-            if text is not None:
-                return Reply(
-                    text=text,
-                    input_tokens=max(1, len(req.body) // 4),
-                    output_tokens=max(1, len(text) // 4),
-                )
+                return _answer(req, fake_observation(user))
+            if REFLECTOR_MARKER in system:
+                return _answer(req, fake_meta_distillation(user))
         return fallback(req) if fallback else None
 
     return respond
@@ -151,15 +154,9 @@ def curator_responder(
     observe = observer_responder(fallback)
 
     def respond(req: RecordedRequest) -> Reply | None:
-        try:
-            body = req.json
-        except ValueError:
-            body = None
-        if isinstance(body, dict):
-            system, user = request_texts(body)
-            if CURATOR_MARKER in system:
-                text = json.dumps({"operations": script(user)})
-                return Reply(text=text, input_tokens=max(1, len(req.body) // 4), output_tokens=len(text) // 4)
+        texts = _worker_texts(req)
+        if texts is not None and CURATOR_MARKER in texts[0]:
+            return _answer(req, json.dumps({"operations": script(texts[1])}))
         return observe(req)
 
     return respond
