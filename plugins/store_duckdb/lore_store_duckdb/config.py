@@ -13,10 +13,11 @@ SECTION = "store-duckdb"
 class DuckDBConfig:
     """Settings of the DuckDB store; every field has a working default."""
 
-    # DuckDB's buffer pool, in MiB. DuckDB's own default is 80 % of the machine's RAM, which a
-    # gateway that runs all day in the background should not claim: its pages are evicted
-    # past this (to the file, or to a temporary file beside it for query intermediates).
-    # 0 = DuckDB's default.
-    memory_limit_mb: int = setting(1024, low=0, high=1 << 22)
+    # DuckDB's buffer pool, in MiB; 0 = DuckDB's default (80 % of the machine's RAM). Off by
+    # default: DuckDB keeps its primary-key indexes in this pool and refuses writes once they
+    # need more ("Out of Memory Error: failed to allocate ...": 100 MiB failed before 3M
+    # messages' ids were in), so a cap must leave room for the store's growth. Pages past
+    # the cap are evicted to the file or spilled to a temporary file beside it.
+    memory_limit_mb: int = setting(0, low=0, high=1 << 22)
     # DuckDB's worker threads; 0 = DuckDB's default (one per core).
     threads: int = setting(0, low=0, high=256)
