@@ -114,7 +114,8 @@ from lore_core.worker.client import WorkerResult
 
 MODEL = "claude-sonnet-4-5"
 SESSION = "bench-session"
-MARKER = ', "cache_control": {"type": "ephemeral"}'
+#: A cache breakpoint as rendered (either TTL): the provider's cache ignores them.
+MARKER = re.compile(r', "cache_control": \{"type": "ephemeral"(?:, "ttl": "(?:5m|1h)")?\}')
 codec = AnthropicMessagesCodec()
 
 
@@ -156,7 +157,7 @@ def wire_bytes(view: RequestView, codec: Any = codec) -> bytes:
     """The request as the provider sees it, breakpoints removed (they do not change what is
     cached)."""
     body = codec.render(view) if view.modified else view.raw
-    return json.dumps(body, ensure_ascii=False).replace(MARKER, "").encode()
+    return MARKER.sub("", json.dumps(body, ensure_ascii=False)).encode()
 
 
 def common_prefix(a: bytes, b: bytes) -> int:
