@@ -434,3 +434,30 @@ def test_knowledge_is_left_out_of_a_request_it_would_crowd_on_a_small_window():
     assert not plan.ltm_baseline and not plan.ltm_context
     assert manager.counts["knowledge_skipped"] == 1
     assert "<lore-knowledge>" not in json.dumps(CODECS["anthropic-messages"].render(out))
+
+
+def test_a_project_without_knowledge_costs_no_store_read_per_session():
+    from lore_core.knowledge.book import KnowledgeBook
+    from lore_core.knowledge.inject import STATE_KEY, KnowledgeInjector
+
+    turns = coding_session(4, seed=2)
+
+    async def run():
+        manager = await manager_with_logs("anthropic-messages", turns)
+        book = KnowledgeBook(manager.store)
+        manager.knowledge = KnowledgeInjector(book, LoreConfig().knowledge, manager.counter.text)
+        reads = []
+        original = manager.store.get_state
+
+        async def counted(session_id, key, default=None):
+            reads.append(key)
+            return await original(session_id, key, default)
+
+        manager.store.get_state = counted
+        out, plan = await compose(manager, "anthropic-messages", request("anthropic-messages", turns))
+        state = await manager.store.session_state(SID)
+        return out, plan, reads, state
+
+    out, plan, reads, state = asyncio.run(run())
+    assert STATE_KEY not in reads and STATE_KEY not in state
+    assert not plan.ltm_baseline and not plan.deltas

@@ -38,6 +38,8 @@ from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion
 log = logging.getLogger("lore.knowledge")
 
 STATE_KEY = "ltm"
+#: Sessions whose pin stays in memory (the oldest are read from the store again).
+MAX_PINNED_SESSIONS = 10_000
 #: Confidence an entry gains each time a session's context-bound block carries it.
 INJECTION_REINFORCEMENT = 0.02
 
@@ -151,7 +153,13 @@ class KnowledgeInjector:
         if session_id not in self._pins:
             raw = await self.store.get_state(session_id, STATE_KEY)
             self._pins[session_id] = Pin.from_json(raw)
+            self._trim()
         return self._pins[session_id]
+
+    def _trim(self) -> None:
+        # The context manager forgets idle sessions (forget()); this bounds the rest.
+        while len(self._pins) > MAX_PINNED_SESSIONS:
+            del self._pins[next(iter(self._pins))]
 
     async def _save(self, session_id: str, pin: Pin) -> None:
         self._pins[session_id] = pin
@@ -188,8 +196,15 @@ class KnowledgeInjector:
         message ids, in order (deltas are anchored to them)."""
         if not self.config.enabled:
             return Injection()
-        pin = await self._pin(session_id)
         current = await self._project_entries(project)
+        if not current.entries and session_id not in self._pins:
+            # A project without knowledge (most, and every one under a load test): an empty
+            # pin in memory only, no store read or write per new session. Entries created
+            # later arrive as deltas; after a restart the session pins what exists then.
+            self._pins[session_id] = Pin("", "", [], {}, generation=current.generation)
+            self._trim()
+            return Injection()
+        pin = await self._pin(session_id)
         if pin is None:
             pin = self._new_pin(current, opening_text)
             pin.generation = current.generation
