@@ -458,6 +458,6 @@ def test_a_project_without_knowledge_costs_no_store_read_per_session():
         state = await manager.store.session_state(SID)
         return out, plan, reads, state
 
-    out, plan, reads, state = asyncio.run(run())
+    _out, plan, reads, state = asyncio.run(run())
     assert STATE_KEY not in reads and STATE_KEY not in state
     assert not plan.ltm_baseline and not plan.deltas
