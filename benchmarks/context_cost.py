@@ -1313,6 +1313,9 @@ def replay_main(args: argparse.Namespace) -> None:
             )
         if knowing is not None:
             knowing_check(lores[0][0], knowing)
+            share = knowing.read / knowing.input_tokens if knowing.input_tokens else 0.0
+            if knowing.cost <= raw.cost / 3 and knowing.cost < compaction.cost and share >= 0.9:
+                met.setdefault(knowing.name, []).append(short_id(session.id))
         for ledger in (raw, compaction, *(lo for lo, _ in lores), *([knowing] if knowing else [])):
             totals[ledger.name] = totals.get(ledger.name, 0.0) + ledger.cost
     if not sessions:
