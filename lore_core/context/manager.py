@@ -174,9 +174,6 @@ class SessionContext:
     parts_read_at: float = 0.0
     parts_version: int = -1
     refreshing: asyncio.Task[None] | None = None
-    # LTM blocks pinned at their first render (kept byte-identical for the session).
-    ltm_baseline: str | None = None
-    ltm_context: str | None = None
     last_seen: float = 0.0
     #: Distillations rendered as prefix parts, by id (they never change).
     rendered: dict[str, str] = attrs.field(factory=dict)
@@ -465,10 +462,7 @@ class ContextManager:
                     main=thread.key == state.main,
                 ),
             )
-        except _StoreMiss:
-            return Injection()
-        except Exception:
-            log.exception("context: knowledge injection failed; this request goes without it")
+        except _StoreMiss:  # a failure, a timeout (logged by _store_call): fail open
             return Injection()
 
     # -- the turn ------------------------------------------------------------------------------

@@ -22,10 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from lore_core.interfaces import Embedder
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import REFUSED, KnowledgeBook, Provenance, WriteResult
 from lore_core.knowledge.curator import KnowledgeCurator, Operation
+from lore_core.knowledge.search import cosine
 from lore_core.storage.knowledge import AUTHOR_CURATOR, KnowledgeVersion
 from lore_core.worker.client import WorkerError, WorkerUnavailable
 
@@ -230,7 +230,7 @@ class KnowledgeUpkeep:
         new = list(vectors[0])
         best, best_score = None, 0.0
         for entry in same:
-            score = _cosine(new, self._vectors[entry.version_id])
+            score = cosine(new, self._vectors[entry.version_id])
             if score > best_score:
                 best, best_score = entry, score
         return best if best_score >= DUPLICATE_SIMILARITY else None
@@ -338,9 +338,3 @@ def _file_state(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns)
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0

@@ -100,7 +100,7 @@ class KnowledgeSource:
         floor = self.embedder.min_similarity
         scored = []
         for entry in entries:
-            similarity = _cosine(vector, self._vectors.get(entry.version_id, []))
+            similarity = cosine(vector, self._vectors.get(entry.version_id, []))
             if floor is None or similarity >= floor:
                 scored.append((similarity, entry))
         return self._ranked(scored, where, limit)
@@ -125,7 +125,8 @@ class KnowledgeSource:
         return SourceHit(current.logical_id, 0.0, "\n".join(lines), _meta(current), Kind.KNOWLEDGE)
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity; 0 for an empty or zero vector."""
     if not a or not b:
         return 0.0
     dot = sum(x * y for x, y in zip(a, b, strict=False))
