@@ -10,7 +10,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -222,20 +222,27 @@ class Gateway:
         try:
             await await_all(self.pm.hook.lore_shutdown(app=self.app))
         finally:
+            grace = self.config.server.shutdown_grace_seconds
             # An interrupted distillation is re-done on the next start (it is derived state).
-            await self.context.stop()
-            await self.distiller.stop()
-            await self.knowledge_upkeep.stop()
-            if self._spend_saver is not None:
-                self._spend_saver.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._spend_saver
-            await self.spend.save()
+            async with _stop_step("context manager"):
+                await self.context.stop()
+            async with _stop_step("distiller"):
+                await self.distiller.stop()
+            async with _stop_step("knowledge upkeep"):
+                await self.knowledge_upkeep.stop()
+            async with _stop_step("spend"):
+                if self._spend_saver is not None:
+                    self._spend_saver.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._spend_saver
+                await self.spend.save()
             if self.indexer is not None:
                 # Before the writer closes the store: the batch in progress is written.
-                await self.indexer.stop(self.config.server.shutdown_grace_seconds)
+                async with _stop_step("vector indexer"):
+                    await self.indexer.stop(grace)
             # Flush every queued exchange before the process goes away.
-            await self.writer.stop(self.config.server.shutdown_grace_seconds)
+            async with _stop_step("store"):
+                await self.writer.stop(grace)
             await self.worker.close()
             await self.upstream.close()
             # The embedder's inference thread and model (hundreds of MB) go with the gateway.
@@ -244,6 +251,11 @@ class Gateway:
                     await self.embedder.close()
                 except Exception:
                     log.exception("closing the embedding provider failed")
+
+    def stop_budget_seconds(self) -> float:
+        """How long :meth:`stop` may take at most: the indexer's and the writer's grace, and a
+        margin for the rest (closing the store, a checkpoint)."""
+        return 2 * self.config.server.shutdown_grace_seconds + STOP_MARGIN_SECONDS
 
     async def _save_spend_periodically(self) -> None:
         """Load today's saved spend once the store is open, then save new spend every few
@@ -613,3 +625,22 @@ def _report_codec_features(codecs: Iterable[Codec]) -> None:
             missing.append("worker calls")
         if missing:
             log.info("codec %s does not supply %s: off for its API", codec.api, ", ".join(missing))
+
+
+#: What stopping may take beyond the indexer's and the writer's grace (closing the store
+#: checkpoints DuckDB; the full-text index thread is waited for a few seconds).
+STOP_MARGIN_SECONDS = 60.0
+#: A step of the stop slower than this is logged with its time.
+_SLOW_STOP_STEP_SECONDS = 2.0
+
+
+@contextlib.asynccontextmanager
+async def _stop_step(what: str) -> AsyncIterator[None]:
+    """Log a step of the gateway's stop that took long (a slow stop says where it waited)."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        took = time.monotonic() - started
+        if took >= _SLOW_STOP_STEP_SECONDS:
+            log.info("stopping: the %s took %.1f s", what, took)

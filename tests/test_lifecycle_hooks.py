@@ -90,3 +90,15 @@ def test_a_failing_shutdown_still_closes_the_store_then_propagates(lore_env, tmp
 
     asyncio.run(run())
     assert not gateway.writer.opened
+
+
+def test_the_server_gives_the_gateways_stop_its_whole_budget(lore_env, tmp_path):
+    """hypercorn's lifespan shutdown (60 s by default) ran out while the store was still
+    closing after long saturated runs: the server waits as long as the gateway may take."""
+    from lore_core.http.serve import hypercorn_config
+
+    (tmp_path / ".lore.json").write_text('{"server": {"shutdownGraceSeconds": 45}}')
+    gateway = load(lore_env, tmp_path)
+    config = hypercorn_config(gateway, "127.0.0.1:0")
+    assert config.graceful_timeout == 45
+    assert config.shutdown_timeout == gateway.stop_budget_seconds() > 2 * 45

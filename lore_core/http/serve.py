@@ -43,6 +43,10 @@ def hypercorn_config(gateway: Gateway, bind: str) -> HypercornConfig:
     cfg.include_date_header = False
     cfg.keep_alive_timeout = 75
     cfg.graceful_timeout = gateway.config.server.shutdown_grace_seconds
+    # The lifespan shutdown runs Gateway.stop (flush the writer, close the store). hypercorn
+    # gives it 60 s by default and then raises, which abandoned the store's close after long
+    # saturated runs: give it the gateway's own budget.
+    cfg.shutdown_timeout = gateway.stop_budget_seconds()
     return cfg
 
 

@@ -77,3 +77,43 @@ def test_an_index_of_the_whole_message_layout_is_replaced(tmp_path: Path) -> Non
     hits, indexed, _ = _search(db, "heron")
     assert indexed == 3 and [h.passage is not None for h in hits] == [True]
     assert "messages" not in lancedb.connect(str(tmp_path / "lore.duckdb.fts")).list_tables().tables
+
+
+def test_closing_does_not_wait_for_a_merge_in_progress(tmp_path: Path, monkeypatch) -> None:
+    """A merge of a large index runs for minutes and cannot be interrupted: the store closes
+    (and the gateway stops) without it; the merge is redone after the next start."""
+    import threading
+
+    import lore_store_duckdb.store as store_module
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_merge(self) -> None:
+        entered.set()
+        release.wait(60)
+
+    monkeypatch.setattr(store_module._Index, "optimize_due", lambda self: True)
+    monkeypatch.setattr(store_module._Index, "optimize", slow_merge)
+    monkeypatch.setattr(store_module, "FTS_STOP_WAIT_SECONDS", 0.2)
+
+    timer = threading.Timer(30, release.set)
+    timer.daemon = True
+
+    async def go() -> None:
+        store = DuckDBStore(tmp_path / "lore.duckdb")
+        await store.open()
+        turn = [text("user", "merge me"), text("assistant", "ok")]
+        await store.write(batch_of(exchange(turn, session="s-m")))
+        assert await asyncio.to_thread(entered.wait, 30)  # the index thread is merging
+        # Released 30 s from now: a close that waited for the merge would return after it.
+        timer.start()
+        await store.close()
+        assert not release.is_set()
+
+    try:
+        asyncio.run(go())
+    finally:
+        timer.cancel()
+        release.set()
+    # Nothing was lost: the next start finds the message (and redoes what was not merged).
+    assert [h.id for h in _search(tmp_path / "lore.duckdb", "merge")[0]]
