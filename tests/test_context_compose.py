@@ -461,3 +461,47 @@ def test_a_project_without_knowledge_costs_no_store_read_per_session():
     _out, plan, reads, state = asyncio.run(run())
     assert STATE_KEY not in reads and STATE_KEY not in state
     assert not plan.ltm_baseline and not plan.deltas
+
+
+def test_a_store_without_any_knowledge_is_read_once_for_all_projects():
+    """Every session of a load test has its own project: with no knowledge in the whole
+    store, none of them costs a read; once an entry exists, a session already running gets
+    it as a delta (its frozen blocks stay empty), a new session in its blocks."""
+    from lore_core.knowledge.book import KnowledgeBook
+    from lore_core.knowledge.inject import KnowledgeInjector
+
+    async def run():
+        store = MemoryStore()
+        await store.open()
+        book = KnowledgeBook(store)
+        injector = KnowledgeInjector(book, LoreConfig().knowledge, len)
+        reads = []
+        original = store.current_knowledge
+
+        async def counted(project=None, **kw):
+            reads.append(project)
+            return await original(project, **kw)
+
+        store.current_knowledge = counted
+
+        async def ask(session, project, ids):
+            known = injector.cached(session, project, message_ids=ids, thread="main")
+            if known is not None:
+                return known
+            return await injector.for_request(
+                session, project, opening_text="fix the parser", message_ids=ids, thread="main", main=True
+            )
+
+        for n in range(50):
+            assert not (await ask(f"s{n}", f"/p{n}", ["m1"])).baseline
+        assert reads == [None]  # one look at the whole store
+        await book.create(project="/p7", category="preference", title="Runner", content="Use pytest -q.")
+        running = await ask("s7", "/p7", ["m1", "m2"])
+        fresh = await ask("new", "/p7", ["m1"])
+        other = await ask("s8", "/p8", ["m1", "m2"])
+        return running, fresh, other
+
+    running, fresh, other = asyncio.run(run())
+    assert not running.baseline and "Use pytest -q." in running.deltas[0][1].blocks[0].text
+    assert "Use pytest -q." in fresh.baseline and not fresh.deltas
+    assert not other.baseline and not other.deltas

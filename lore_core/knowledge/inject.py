@@ -120,6 +120,10 @@ class KnowledgeInjector:
         self._generation = 0
         self._entries: dict[str, _Entries] = {}
         self._pins: dict[str, Pin | None] = {}
+        # The generation at which the whole store was found without any knowledge (until an
+        # entry is written, no project needs a read: the common case, and every load test).
+        self._store_empty_at: int | None = None
+        self._store_checked_at: int | None = None
         book.listeners.append(self._changed)
 
     def _changed(self, _version: KnowledgeVersion) -> None:
@@ -133,6 +137,12 @@ class KnowledgeInjector:
         if cached is not None and cached.generation == self._generation:
             return cached
         generation = self._generation
+        if self._store_checked_at != generation:
+            self._store_checked_at = generation
+            if not await self.store.current_knowledge(None):
+                self._store_empty_at = generation
+        if self._store_empty_at == generation:
+            return _Entries(generation, [], {})
         entries = await self.store.current_knowledge(project)
         metrics = await self.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
         floor = self.config.confidence_floor
@@ -156,6 +166,14 @@ class KnowledgeInjector:
             self._trim()
         return self._pins[session_id]
 
+    def _pin_empty(self, session_id: str, generation: int) -> None:
+        """A session of a project without knowledge (most, and every one under a load test):
+        an empty pin in memory only, no store read or write. Entries created later arrive as
+        deltas; after a restart the session pins what exists then."""
+        if session_id not in self._pins:
+            self._pins[session_id] = Pin("", "", [], {}, generation=generation)
+            self._trim()
+
     def _trim(self) -> None:
         # The context manager forgets idle sessions (forget()); this bounds the rest.
         while len(self._pins) > MAX_PINNED_SESSIONS:
@@ -172,6 +190,9 @@ class KnowledgeInjector:
         nothing changed since): the common case, answered without awaiting anything.
         ``None``: call :meth:`for_request`."""
         if not self.config.enabled:
+            return Injection()
+        if self._store_empty_at == self._generation:
+            self._pin_empty(session_id, self._generation)
             return Injection()
         pin = self._pins.get(session_id)
         entries = self._entries.get(project)
@@ -198,11 +219,7 @@ class KnowledgeInjector:
             return Injection()
         current = await self._project_entries(project)
         if not current.entries and session_id not in self._pins:
-            # A project without knowledge (most, and every one under a load test): an empty
-            # pin in memory only, no store read or write per new session. Entries created
-            # later arrive as deltas; after a restart the session pins what exists then.
-            self._pins[session_id] = Pin("", "", [], {}, generation=current.generation)
-            self._trim()
+            self._pin_empty(session_id, current.generation)
             return Injection()
         pin = await self._pin(session_id)
         if pin is None:
