@@ -86,9 +86,21 @@ TOO_DEEP = "the request body nests too deeply to be a model request"
 PARSER_HEADROOM = 64
 
 
-def _parse_with_headroom(parse: Callable[[Any], Any], arg: Any, frames: int = PARSER_HEADROOM) -> Any:
+#: A body with fewer brackets than this cannot nest anywhere near the limit: it is parsed
+#: at once (the headroom's 64 calls are for the rare deep one).
+_SHALLOW_BRACKETS = 200
+
+
+def _parse_with_headroom(parse: Callable[[Any], Any], arg: str | bytes) -> Any:
+    brackets = arg.count("[") + arg.count("{") if isinstance(arg, str) else arg.count(b"[") + arg.count(b"{")
+    if brackets < _SHALLOW_BRACKETS:
+        return parse(arg)
+    return _parse_deeper(parse, arg, PARSER_HEADROOM)
+
+
+def _parse_deeper(parse: Callable[[Any], Any], arg: str | bytes, frames: int) -> Any:
     if frames:
-        return _parse_with_headroom(parse, arg, frames - 1)
+        return _parse_deeper(parse, arg, frames - 1)
     return parse(arg)
 
 
