@@ -156,14 +156,22 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+#: Seconds between readings of the store's own memory figures from ``/health``.
+STORE_MEMORY_EVERY = 20.0
+
+
 class RssSampler:
     """VmRSS of a process every ``every`` seconds, from a thread (a busy event loop in this
-    process must not skip samples): ``samples`` holds (seconds since start, bytes)."""
+    process must not skip samples): ``samples`` holds (seconds since start, bytes). With a
+    ``gateway`` URL, also what DuckDB says it holds (``/health``: store memory by use) every
+    :data:`STORE_MEMORY_EVERY` seconds, in ``store_samples``."""
 
-    def __init__(self, pid: int, every: float) -> None:
+    def __init__(self, pid: int, every: float, gateway: str | None = None) -> None:
         self.pid = pid
         self.every = every
+        self.gateway = gateway
         self.samples: list[tuple[float, int]] = []
+        self.store_samples: list[tuple[float, dict[str, float]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
         self._start = 0.0
@@ -178,10 +186,17 @@ class RssSampler:
         self._thread.join(5)
 
     def _run(self) -> None:
+        next_store = 0.0
         while True:
+            now = time.monotonic() - self._start
             kib = proc_status(self.pid, "VmRSS")
             if kib is not None:
-                self.samples.append((time.monotonic() - self._start, kib * 1024))
+                self.samples.append((now, kib * 1024))
+            if self.gateway is not None and now >= next_store:
+                next_store = now + STORE_MEMORY_EVERY
+                memory = ((get_health(self.gateway).get("store") or {}).get("store") or {}).get("memory_mib")
+                if isinstance(memory, dict):
+                    self.store_samples.append((now, memory))
             if self._stop.wait(self.every):
                 return
 
@@ -248,6 +263,7 @@ class Run:
     gateway: Tally
     verdict: Verdict
     samples: list[tuple[float, int]]
+    store_samples: list[tuple[float, dict[str, float]]]
     hwm: int | None
     gateway_cpu: float | None
     health: dict[str, Any]
@@ -292,7 +308,24 @@ def memory_lines(run: Run, args: argparse.Namespace) -> list[str]:
         slope = f" ({slope_mib_per_min(piece):+.1f}/min)" if len(piece) > 2 else ""
         tenths.append(f"{sample[0]:.0f} s {sample[1] / MIB:.0f} MiB{slope}")
     lines.append("  RSS by tenth of the run (slope in that tenth): " + ", ".join(tenths))
+    lines.extend(store_memory_lines(run.store_samples, warm))
     return lines
+
+
+def store_memory_lines(samples: Sequence[tuple[float, dict[str, float]]], warm: float) -> list[str]:
+    """What DuckDB itself holds (``duckdb_memory()``) after warm-up and at the end, by use:
+    the part of the RSS that grows with the data stored (primary-key indexes)."""
+    after = [(t, m) for t, m in samples if t >= warm]
+    if len(after) < 2:
+        return ["  DuckDB memory: not reported"]
+    (t0, first), (t1, last) = after[0], after[-1]
+    tags = sorted(set(first) | set(last), key=lambda k: -last.get(k, 0.0))
+    total = [(t, int(sum(m.values()) * MIB)) for t, m in after]
+    return [
+        f"  DuckDB's own memory {t0:.0f} s -> {t1:.0f} s (MiB): "
+        + ", ".join(f"{k} {first.get(k, 0.0):.0f} -> {last.get(k, 0.0):.0f}" for k in tags)
+        + f"; slope of its total {slope_mib_per_min(total):+.2f} MiB/min"
+    ]
 
 
 def report(run: Run, args: argparse.Namespace) -> str:
@@ -450,7 +483,7 @@ def run_all(args: argparse.Namespace) -> int:
         direct = asyncio.run(phase(srv.upstream, load("d"), args.direct_seconds, args.grace))
         print(f"  gateway phase: {args.duration:g} s", file=sys.stderr, flush=True)
         cpu_before = cpu_seconds(pid)
-        with RssSampler(pid, args.sample_every) as sampler:
+        with RssSampler(pid, args.sample_every, srv.gateway) as sampler:
             gateway = asyncio.run(phase(srv.gateway, load("s"), args.duration, args.grace))
         cpu_after = cpu_seconds(pid)
         gateway_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
@@ -472,6 +505,7 @@ def run_all(args: argparse.Namespace) -> int:
         gateway=gateway,
         verdict=verify(gateway, stored, branches),
         samples=sampler.samples,
+        store_samples=sampler.store_samples,
         hwm=hwm * 1024 if hwm is not None else None,
         gateway_cpu=gateway_cpu,
         health=end_health,

@@ -290,8 +290,24 @@ class DuckDBStore(Store):
             "ok": True,
             "detail": f"DuckDB {duckdb.__version__} at {self.path}",
             "path": str(self.path),
+            "memory_mib": self._memory_mib(),
             "index": index,
         }
+
+    def _memory_mib(self) -> dict[str, float]:
+        """DuckDB's own memory by use (``duckdb_memory()``): what grows with the data (the
+        primary-key indexes, ``ART_INDEX``) apart from what the buffer pool holds."""
+        try:
+            cur = self._cursor()
+            try:
+                rows = cur.execute(
+                    "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
+                ).fetchall()
+            finally:
+                cur.close()
+        except duckdb.Error:
+            return {}
+        return {str(tag).lower(): round(int(used) / 2**20, 1) for tag, used in rows}
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
