@@ -40,6 +40,7 @@ from lore_core.interfaces import (
     Store,
 )
 from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.contradictions import ContradictionFinder, ContradictionJudge
 from lore_core.knowledge.curation import KnowledgeUpkeep
 from lore_core.knowledge.curator import KnowledgeCurator
 from lore_core.knowledge.inject import KnowledgeInjector
@@ -172,11 +173,16 @@ class Gateway:
         curator = (
             curator_factory(CuratorContext(config=config, worker=self.worker)) if curator_factory else None
         )
+        # Contradictions are judged by the worker under the same rule as curation.
+        self.contradictions = ContradictionFinder(
+            self.knowledge, ContradictionJudge(self.worker) if curator_factory else None, self.embedder
+        )
         self.knowledge_upkeep = KnowledgeUpkeep(
             self.knowledge,
             config.knowledge,
             curator if isinstance(curator, KnowledgeCurator) else None,
             self.embedder,
+            contradictions=self.contradictions,
         )
         self.distiller = DistillScheduler(
             self.store,

@@ -23,7 +23,7 @@ from lore_core.model import TEXT, AssistantMessage, Block, Message, RequestView
 if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.pipeline.turn import Turn
-    from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion
+    from lore_core.storage.knowledge import KnowledgeContradiction, KnowledgeMetric, KnowledgeVersion
     from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
@@ -667,6 +667,18 @@ class Store(Protocol):
     async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
         """Multiply by ``factor`` the confidence of every entry whose ``last_reinforced_at``
         is before ``not_reinforced_since`` (or was never set); returns entries changed."""
+        raise _not_implemented(self, "knowledge")
+
+    async def record_contradiction(self, judgement: KnowledgeContradiction) -> None:
+        """Store the latest judgement of a pair (``first_id`` < ``second_id``), replacing the
+        one before it."""
+        raise _not_implemented(self, "knowledge")
+
+    async def knowledge_contradictions(
+        self, project: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[KnowledgeContradiction]:
+        """The judged pairs of ``project`` (``None``: every project's), with one of
+        ``statuses`` when given, newest judgement first."""
         raise _not_implemented(self, "knowledge")
 
     async def stats(self) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from lore_core.storage.knowledge import (
     DEFAULT_CONFIDENCE,
     INITIAL_CONFIDENCE,
     KnowledgeConflict,
+    KnowledgeContradiction,
     KnowledgeMetric,
     KnowledgeVersion,
     canonical_order,
@@ -90,6 +91,7 @@ class MemoryStore(Store):
         self._vectors: dict[str, dict[str, Any]] = {}
         # Knowledge: logical_id -> its versions, oldest first; the metric register.
         self._knowledge: dict[str, list[KnowledgeVersion]] = {}
+        self._contradictions: dict[tuple[str, str], KnowledgeContradiction] = {}
         self._metrics: dict[str, KnowledgeMetric] = {}
         self._open = False
 
@@ -440,6 +442,20 @@ class MemoryStore(Store):
                 self._metrics[i] = attrs.evolve(metric, confidence=metric.confidence * factor)
                 changed += 1
         return changed
+
+    async def record_contradiction(self, judgement: KnowledgeContradiction) -> None:
+        self._contradictions.pop(judgement.ids, None)  # newest last
+        self._contradictions[judgement.ids] = copy.deepcopy(judgement)
+
+    async def knowledge_contradictions(
+        self, project: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[KnowledgeContradiction]:
+        found = [
+            copy.deepcopy(c)
+            for c in self._contradictions.values()
+            if (project is None or c.project == project) and (statuses is None or c.status in statuses)
+        ]
+        return sorted(found, key=lambda c: -c.judged_at)
 
     async def stats(self) -> dict[str, Any]:
         return {

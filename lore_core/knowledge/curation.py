@@ -15,6 +15,10 @@ step with the store, and the daily decay of confidence.
   Our own writes are recognised by the file's size and modification time.
 * **Decay**: once a day, entries nothing reinforced for ``knowledge.decayAfterDays`` lose
   ``knowledge.decayPerDay`` of their confidence.
+* **Contradictions** (:mod:`lore_core.knowledge.contradictions`): a project whose entries
+  changed is scanned :data:`CONTRADICTION_DELAY_SECONDS` after the last change (and once
+  after it is first seen in a run of the gateway, for what changed while none ran); the
+  worker's verdicts are recorded, nothing is edited. Like curation, only with a worker.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from lore_core.config import KnowledgeConfig
 from lore_core.interfaces import Embedder
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import REFUSED, KnowledgeBook, Provenance, WriteResult
+from lore_core.knowledge.contradictions import ContradictionFinder
 from lore_core.knowledge.curator import KnowledgeCurator, Operation
 from lore_core.knowledge.search import cosine
 from lore_core.storage.knowledge import AUTHOR_CURATOR, KnowledgeVersion
@@ -59,6 +64,11 @@ WATCH_SECONDS = 2.0
 #: Projects whose .lore.md is watched: those seen within this long.
 WATCH_PROJECTS_SECONDS = 24 * 3600.0
 DAY = 86_400.0
+#: A project is scanned for contradictions this long after its knowledge last changed (a
+#: burst of curator writes or an import is judged once, at the end) ...
+CONTRADICTION_DELAY_SECONDS = 30.0
+#: ... and, when no worker could judge, tried again this much later.
+CONTRADICTION_RETRY_SECONDS = 600.0
 
 
 @attrs.define
@@ -89,12 +99,16 @@ class KnowledgeUpkeep:
         curator: KnowledgeCurator | None,
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
+        contradictions: ContradictionFinder | None = None,
     ) -> None:
         self.book = book
         self.store = book.store
         self.config = config
         self.curator = curator
         self.embedder = embedder
+        self.contradictions = contradictions
+        # Project -> when its entries should next be scanned for contradictions.
+        self._unjudged: dict[str, float] = {}
         self._clock = clock
         # Turns since each session's last curation, most recent last (bounded).
         self._turns: dict[str, int] = {}
@@ -117,11 +131,14 @@ class KnowledgeUpkeep:
         if len(self._turns) > MAX_TRACKED_SESSIONS:
             del self._turns[next(iter(self._turns))]
         if project:
+            if project not in self._seen:
+                self._unjudged.setdefault(project, self._clock())
             self._seen[project] = self._clock()
 
     def _changed(self, version: KnowledgeVersion) -> None:
         if version.project:
             self._dirty[version.project] = self._clock()
+            self._unjudged[version.project] = self._clock() + CONTRADICTION_DELAY_SECONDS
 
     # -- curation ------------------------------------------------------------------------------
 
@@ -257,8 +274,29 @@ class KnowledgeUpkeep:
             try:
                 await self.sync_files()
                 await self.decay_if_due()
+                await self.judge_due()
             except Exception:
                 log.exception("knowledge upkeep failed (tried again)")
+
+    async def judge_due(self) -> None:
+        """Scan the projects whose time has come for contradictions."""
+        if not self.config.enabled or self.contradictions is None or self.contradictions.judge is None:
+            return
+        now = self._clock()
+        for project, at in list(self._unjudged.items()):
+            if at > now:
+                continue
+            try:
+                report = await self.contradictions.scan(project)
+            except WorkerUnavailable:
+                self._unjudged[project] = now + CONTRADICTION_RETRY_SECONDS
+                continue
+            if report.stopped or report.candidates > report.judged:
+                # A failed call, or more pairs than one scan judges: the rest later.
+                self._unjudged[project] = now + (CONTRADICTION_RETRY_SECONDS if report.stopped else 1.0)
+            elif self._unjudged.get(project) == at:
+                del self._unjudged[project]
+            self.counts["contradiction_scans"] += 1
 
     def lore_md(self, project: str) -> Path | None:
         root = Path(project)

@@ -16,6 +16,7 @@ immutable.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
@@ -160,3 +161,50 @@ def next_version(
         is_current=False,
         **fields,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Contradictions: pairs of entries judged by the worker model, never resolved by it
+# ---------------------------------------------------------------------------------------------
+
+#: ``open``: the pair gives opposite instructions and nobody has chosen yet; ``cleared``: the
+#: worker judged it compatible; ``kept``: a person kept both; ``resolved``: a person kept one
+#: (the other has a death certificate).
+CONTRADICTION_STATUSES = ("open", "cleared", "kept", "resolved")
+
+
+@attrs.define
+class KnowledgeContradiction:
+    """The latest judgement of one pair of entries (``first_id`` < ``second_id``).
+
+    Each side's :func:`content_fingerprint` at the time of judgement is kept: a pair is
+    judged again only when either side's title or content changed since, not when an entry
+    is re-categorised, re-scoped or reinforced (those cannot make two rules opposite)."""
+
+    first_id: str
+    second_id: str
+    project: str
+    status: str
+    first_fingerprint: str
+    second_fingerprint: str
+    judged_at: float
+    #: ``worker:<provider>/<model>`` for the worker's judgements, ``user`` for a person's.
+    judged_by: str
+    reason: str = ""
+    #: A ``resolved`` pair: the entry that was kept.
+    kept_id: str | None = None
+
+    @property
+    def ids(self) -> tuple[str, str]:
+        return (self.first_id, self.second_id)
+
+
+def pair_ids(a: str, b: str) -> tuple[str, str]:
+    """The pair's key: its two logical ids in order."""
+    return (a, b) if a < b else (b, a)
+
+
+def content_fingerprint(version: KnowledgeVersion) -> str:
+    """What a contradiction judgement depends on: the normalised title and the content."""
+    text = normalize_title(version.title) + "\n" + _SPACE.sub(" ", version.content).strip()
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()

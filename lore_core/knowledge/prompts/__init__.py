@@ -1,5 +1,6 @@
-"""The knowledge curator's prompt, a Markdown file beside this module (as the distillation
-prompts are): its first line is the marker that identifies it in recorded requests."""
+"""The knowledge prompts (the curator's, the contradiction judge's), Markdown files beside
+this module (as the distillation prompts are): the first line of each is the marker that
+identifies it in recorded requests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from functools import cache
 from importlib import resources
 
 CURATOR_MARKER = "lore:curator-prompt"
+CONTRADICTION_MARKER = "lore:contradiction-prompt"
 
 
 @cache

@@ -40,6 +40,7 @@ from lore_core.storage.knowledge import (
     DEFAULT_CONFIDENCE,
     INITIAL_CONFIDENCE,
     KnowledgeConflict,
+    KnowledgeContradiction,
     KnowledgeMetric,
     KnowledgeVersion,
     canonical_order,
@@ -995,6 +996,41 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
+    def test_contradictions_keep_the_latest_judgement_per_pair(self, make_store: Callable[[], Store]) -> None:
+        def judged(a: str, b: str, status: str, at: float, project: str = "/work/alpha", **kw: Any) -> Any:
+            return KnowledgeContradiction(a, b, project, status, f"fp-{a}", f"fp-{b}", at, "worker:x/y", **kw)
+
+        first = judged("aaaa", "bbbb", "open", 10.0, reason="tabs against spaces")
+        other = judged("aaaa", "cccc", "cleared", 20.0)
+        elsewhere = judged("dddd", "eeee", "open", 30.0, project="/work/beta")
+
+        async def write(store: Store) -> None:
+            assert await store.knowledge_contradictions() == []
+            for judgement in (first, other, elsewhere):
+                await store.record_contradiction(judgement)
+            # A person keeps one: the same pair's record is replaced, not added.
+            await store.record_contradiction(
+                attrs.evolve(first, status="resolved", judged_at=40.0, judged_by="user", kept_id="aaaa")
+            )
+
+        async def read(store: Store) -> None:
+            resolved = attrs.evolve(
+                first, status="resolved", judged_at=40.0, judged_by="user", kept_id="aaaa"
+            )
+            assert await store.knowledge_contradictions() == [resolved, elsewhere, other]
+            assert await store.knowledge_contradictions("/work/alpha") == [resolved, other]
+            assert await store.knowledge_contradictions("/work/alpha", statuses=["open", "cleared"]) == [
+                other
+            ]
+            assert await store.knowledge_contradictions(statuses=["open"]) == [elsewhere]
+            assert await store.knowledge_contradictions("/work/none") == []
+
+        if self.persistent:
+            self.run(make_store, write)
+            self.reopen(make_store, read)
+        else:
+            self.run(make_store, lambda store: _both(store, write, read))
+
     # -- vectors ---------------------------------------------------------------------------
 
     MODEL = "test-embedder-v1"
@@ -1242,3 +1278,8 @@ class StoreConformance:
 
         self.run(make_store, write)
         self.reopen(make_store, read)
+
+
+async def _both(store: Store, *steps: Callable[[Store], Awaitable[None]]) -> None:
+    for step in steps:
+        await step(store)

@@ -162,8 +162,26 @@ V3 = [
     "UPDATE knowledge_versions SET updated_by = created_by WHERE updated_by IS NULL",
 ]
 
+# Version 4: contradiction judgements, one row per pair of knowledge entries (the latest
+# judgement; lore_core.storage.knowledge.KnowledgeContradiction).
+V4 = [
+    """CREATE TABLE knowledge_contradictions (
+        first_id VARCHAR NOT NULL,
+        second_id VARCHAR NOT NULL,
+        project VARCHAR NOT NULL DEFAULT '',
+        status VARCHAR NOT NULL,
+        first_fingerprint VARCHAR NOT NULL,
+        second_fingerprint VARCHAR NOT NULL,
+        judged_at DOUBLE NOT NULL,
+        judged_by VARCHAR NOT NULL,
+        reason VARCHAR NOT NULL DEFAULT '',
+        kept_id VARCHAR,
+        PRIMARY KEY (first_id, second_id)
+    )""",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1, V2, V3]
+MIGRATIONS: list[list[str]] = [V1, V2, V3, V4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

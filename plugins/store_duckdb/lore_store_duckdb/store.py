@@ -42,6 +42,7 @@ from lore_core.storage.knowledge import (
     DEFAULT_CONFIDENCE,
     INITIAL_CONFIDENCE,
     KnowledgeConflict,
+    KnowledgeContradiction,
     KnowledgeMetric,
     KnowledgeVersion,
     canonical_order,
@@ -904,6 +905,46 @@ class DuckDBStore(Store):
             return int(result[0]) if result else 0
 
         return await asyncio.to_thread(run)
+
+    async def record_contradiction(self, judgement: KnowledgeContradiction) -> None:
+        c = judgement
+
+        def run() -> None:
+            with self._transaction() as cur:
+                cur.execute(
+                    """INSERT INTO knowledge_contradictions (first_id, second_id, project, status,
+                        first_fingerprint, second_fingerprint, judged_at, judged_by, reason, kept_id)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (first_id, second_id) DO UPDATE SET
+                      project = excluded.project, status = excluded.status,
+                      first_fingerprint = excluded.first_fingerprint,
+                      second_fingerprint = excluded.second_fingerprint,
+                      judged_at = excluded.judged_at, judged_by = excluded.judged_by,
+                      reason = excluded.reason, kept_id = excluded.kept_id""",
+                    (
+                        c.first_id, c.second_id, c.project, c.status, c.first_fingerprint,
+                        c.second_fingerprint, c.judged_at, c.judged_by, c.reason, c.kept_id,
+                    ),
+                )  # fmt: skip
+
+        await asyncio.to_thread(run)
+
+    async def knowledge_contradictions(
+        self, project: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[KnowledgeContradiction]:
+        sql = """SELECT first_id, second_id, project, status, first_fingerprint, second_fingerprint,
+            judged_at, judged_by, reason, kept_id FROM knowledge_contradictions WHERE true"""
+        params: list[Any] = []
+        if project is not None:
+            sql += " AND project = ?"
+            params.append(project)
+        if statuses is not None:
+            sql += " AND status IN (SELECT unnest(?))"
+            params.append(list(statuses))
+        rows = await asyncio.to_thread(
+            self._query, sql + " ORDER BY judged_at DESC, first_id, second_id", params
+        )
+        return [KnowledgeContradiction(*row) for row in rows]
 
     # -- maintenance (benchmarks, tests) ---------------------------------------------------
 

@@ -1,0 +1,329 @@
+"""Contradictions between knowledge entries (MISSION section 5): detected by the worker
+model, recorded, and never resolved by the machine.
+
+* **Finding pairs.** The entries of a project (restricted ones never leave the store, so
+  they are never shown to a worker) are paired by similarity: the cosine of their
+  embeddings (the on-device embedder), or the overlap of their words without one. Pairs of
+  at least :data:`PAIR_SIMILARITY` (:data:`WORD_OVERLAP` for words) are candidates, most
+  similar first, at most :data:`MAX_JUDGED_PER_SCAN` judged per scan (the rest next time).
+* **Judging.** The worker is shown the two entries (prompt ``prompts/contradiction.md``)
+  and answers whether they give opposite instructions. The pair is recorded ``open`` or
+  ``cleared`` with the model and the time. Nothing else happens: no merge, no edit, no
+  delete.
+* **When a pair is judged again** (the question the reference leaves open): when either
+  side's *title or content* changed since the judgement, compared by a fingerprint of the
+  two (:func:`~lore_core.storage.knowledge.content_fingerprint`) kept with the record.
+  Not on a version bump alone: re-categorising, re-scoping, a sensitivity change or
+  reinforcement leave what the entry says the same, so the judgement stands and costs no
+  worker call. A person's decision (kept both) is subject to the same rule: it is about the
+  two texts as they were, and a new text gets a new judgement.
+* **Resolving** is a person's: keep one (the other gets a death certificate, with the user
+  as author) or keep both; either is recorded on the pair.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from lore_core.interfaces import Embedder
+from lore_core.knowledge.book import DELETED, UNCHANGED, KnowledgeBook, KnowledgeInputError, Provenance
+from lore_core.knowledge.prompts import load_prompt
+from lore_core.knowledge.search import cosine
+from lore_core.storage.knowledge import (
+    AUTHOR_USER,
+    KnowledgeContradiction,
+    KnowledgeVersion,
+    content_fingerprint,
+    pair_ids,
+)
+from lore_core.worker.client import WorkerClient, WorkerError
+
+log = logging.getLogger("lore.knowledge")
+
+#: Embedding cosine from which two entries are worth asking about. Opposite rules about one
+#: subject ("indent with tabs" / "indent with spaces") embed close together; entries about
+#: different subjects rarely pass 0.5 with the on-device model.
+PAIR_SIMILARITY = 0.55
+#: Without an embedder: the share of shared words (Jaccard over title and content words).
+WORD_OVERLAP = 0.25
+#: Worker calls one scan makes at most; the other candidates wait for the next scan.
+MAX_JUDGED_PER_SCAN = 12
+#: Entries compared per project at most (the most recent): pairs grow with the square.
+MAX_ENTRIES_COMPARED = 400
+_WORD = re.compile(r"[\w./-]+")
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n```\s*$", re.S)
+
+
+@attrs.define
+class Judgement:
+    contradiction: bool
+    reason: str
+    judged_by: str
+
+
+@attrs.define
+class ScanReport:
+    project: str
+    candidates: int = 0
+    judged: int = 0
+    opened: list[tuple[str, str]] = attrs.field(factory=list)
+    cleared: list[tuple[str, str]] = attrs.field(factory=list)
+    #: Why the scan stopped early (no worker, a failed call), or "".
+    stopped: str = ""
+
+
+class ContradictionJudge:
+    """One worker call per pair; the answer is validated before anything is recorded."""
+
+    def __init__(self, worker: WorkerClient) -> None:
+        self.worker = worker
+
+    async def judge(self, first: KnowledgeVersion, second: KnowledgeVersion) -> Judgement:
+        prompt = "\n".join(
+            [
+                _entry_block(first),
+                _entry_block(second),
+            ]
+        )
+        result = await self.worker.complete(load_prompt("contradiction"), prompt, purpose="contradictions")
+        contradiction, reason = parse_judgement(result.text)
+        return Judgement(contradiction, reason, f"worker:{result.provider}/{result.model}")
+
+
+def _entry_block(entry: KnowledgeVersion) -> str:
+    return (
+        f'<entry id="{entry.ref}" category="{entry.category}" title={json.dumps(entry.title)}>\n'
+        f"{entry.content.strip()}\n</entry>"
+    )
+
+
+def parse_judgement(text: str) -> tuple[bool, str]:
+    """``(contradiction, reason)`` from the worker's answer, or :class:`WorkerError`."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1)
+    raw: Any = None
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        start, end = body.find("{"), body.rfind("}")
+        if 0 <= start < end:
+            try:
+                raw = json.loads(body[start : end + 1])
+            except ValueError:
+                raw = None
+    if not isinstance(raw, dict) or not isinstance(raw.get("contradiction"), bool):
+        raise WorkerError('the answer is not a JSON object with a true/false "contradiction"', 200)
+    reason = raw.get("reason")
+    return raw["contradiction"], " ".join(reason.split())[:500] if isinstance(reason, str) else ""
+
+
+class ContradictionFinder:
+    """Scans a project's entries for contradicting pairs and records the worker's verdicts;
+    resolves pairs as a person decides."""
+
+    def __init__(
+        self,
+        book: KnowledgeBook,
+        judge: ContradictionJudge | None,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.book = book
+        self.store = book.store
+        self.judge = judge
+        self.embedder = embedder
+        self._clock = clock
+        # Entry vectors by version id (a version never changes).
+        self._vectors: dict[str, list[float]] = {}
+
+    async def scan(self, project: str) -> ScanReport:
+        """Judge the candidate pairs of ``project`` that have no judgement of their current
+        texts. :class:`~lore_core.worker.client.WorkerUnavailable` propagates (nothing to
+        judge with: the caller tries later); a failed call stops the scan (reported)."""
+        report = ScanReport(project)
+        if self.judge is None:
+            report.stopped = "no worker to judge with"
+            return report
+        entries = [
+            e for e in await self.book.entries(project, include_global=False) if e.sensitivity != "restricted"
+        ]
+        entries = sorted(entries, key=lambda e: e.created_at)[-MAX_ENTRIES_COMPARED:]
+        known = {c.ids: c for c in await self.store.knowledge_contradictions(project)}
+        pairs = await self._candidates(entries)
+        todo = []
+        for first, second in pairs:
+            previous = known.get(pair_ids(first.logical_id, second.logical_id))
+            if previous is not None and _fingerprints(previous) == _pair_fingerprints(first, second):
+                continue  # judged (or decided by a person) on these very texts
+            todo.append((first, second))
+        report.candidates = len(todo)
+        for first, second in todo[:MAX_JUDGED_PER_SCAN]:
+            try:
+                verdict = await self.judge.judge(first, second)
+            except WorkerError as exc:
+                report.stopped = f"the worker call failed: {exc}"
+                log.warning("knowledge contradictions of %s: %s (tried again later)", project, exc)
+                break
+            await self.store.record_contradiction(
+                _record(first, second, project, "open" if verdict.contradiction else "cleared", self._clock(),
+                        verdict.judged_by, verdict.reason)
+            )  # fmt: skip
+            report.judged += 1
+            ids = pair_ids(first.logical_id, second.logical_id)
+            (report.opened if verdict.contradiction else report.cleared).append(ids)
+            if verdict.contradiction:
+                log.info(
+                    "knowledge: k:%s %r and k:%s %r contradict (%s): `lore knowledge contradictions`",
+                    first.logical_id, first.title, second.logical_id, second.title, verdict.reason,
+                )  # fmt: skip
+        return report
+
+    async def _candidates(
+        self, entries: Sequence[KnowledgeVersion]
+    ) -> list[tuple[KnowledgeVersion, KnowledgeVersion]]:
+        """Pairs worth judging, most similar first."""
+        if len(entries) < 2:
+            return []
+        similarity = await self._similarity(entries)
+        scored = [
+            (score, a, b)
+            for (a, b) in itertools.combinations(entries, 2)
+            if (score := similarity(a, b)) is not None
+        ]
+        scored.sort(key=lambda t: -t[0])
+        return [(a, b) for _, a, b in scored]
+
+    async def _similarity(
+        self, entries: Sequence[KnowledgeVersion]
+    ) -> Callable[[KnowledgeVersion, KnowledgeVersion], float | None]:
+        vectors = await self._embed(entries)
+        if vectors is not None:
+
+            def by_vector(a: KnowledgeVersion, b: KnowledgeVersion) -> float | None:
+                score = cosine(vectors[a.version_id], vectors[b.version_id])
+                return score if score >= PAIR_SIMILARITY else None
+
+            return by_vector
+        words = {e.version_id: set(_WORD.findall(f"{e.title} {e.content}".casefold())) for e in entries}
+
+        def by_words(a: KnowledgeVersion, b: KnowledgeVersion) -> float | None:
+            wa, wb = words[a.version_id], words[b.version_id]
+            score = len(wa & wb) / len(wa | wb) if wa | wb else 0.0
+            return score if score >= WORD_OVERLAP else None
+
+        return by_words
+
+    async def _embed(self, entries: Sequence[KnowledgeVersion]) -> dict[str, list[float]] | None:
+        if self.embedder is None:
+            return None
+        missing = [e for e in entries if e.version_id not in self._vectors]
+        if missing:
+            try:
+                vectors = await self.embedder.embed([f"{e.title}\n{e.content}" for e in missing])
+            except Exception as exc:
+                log.debug("no embeddings for the contradiction scan (word overlap instead): %s", exc)
+                return None
+            if len(self._vectors) > 20_000:
+                self._vectors.clear()
+            for entry, vector in zip(missing, vectors, strict=True):
+                self._vectors[entry.version_id] = list(vector)
+        return {e.version_id: self._vectors[e.version_id] for e in entries}
+
+    # -- a person's decisions ----------------------------------------------------------------
+
+    async def resolve(self, a: str, b: str, *, keep: str | None) -> KnowledgeContradiction:
+        """Keep the entry ``keep`` (the other gets a death certificate), or both with
+        ``keep=None``. Raises :class:`~lore_core.knowledge.book.KnowledgeInputError` for ids
+        that are not two alive entries of one project, or a ``keep`` that is neither."""
+        first_id, second_id = (i.removeprefix("k:") for i in (a, b))
+        if first_id == second_id:
+            raise KnowledgeInputError("a contradiction needs two different entries")
+        first, second = await self.book.get(first_id), await self.book.get(second_id)
+        for ident, entry in ((first_id, first), (second_id, second)):
+            if entry is None:
+                raise KnowledgeInputError(f"no knowledge entry k:{ident}")
+            if entry.is_deleted:
+                raise KnowledgeInputError(f"k:{ident} is deleted already")
+        assert first is not None and second is not None
+        if first.project != second.project:
+            raise KnowledgeInputError(f"k:{first_id} and k:{second_id} belong to different projects")
+        kept = keep.removeprefix("k:") if keep is not None else None
+        if kept is not None and kept not in (first_id, second_id):
+            raise KnowledgeInputError(
+                f"--keep must name one of the two entries (k:{first_id} or k:{second_id})"
+            )
+        if kept is not None:
+            dropped = second_id if kept == first_id else first_id
+            result = await self.book.delete(
+                dropped, provenance=Provenance(author=AUTHOR_USER, source_ref="resolve")
+            )
+            if result.status not in (DELETED, UNCHANGED):
+                raise KnowledgeInputError(f"k:{dropped} could not be deleted: {result.reason}")
+        record = _record(
+            first, second, first.project, "resolved" if kept else "kept", self._clock(), AUTHOR_USER,
+            f"kept k:{kept}" if kept else "kept both", kept_id=kept,
+        )  # fmt: skip
+        await self.store.record_contradiction(record)
+        return record
+
+
+def _pair_fingerprints(a: KnowledgeVersion, b: KnowledgeVersion) -> tuple[str, str]:
+    first, second = (a, b) if a.logical_id < b.logical_id else (b, a)
+    return content_fingerprint(first), content_fingerprint(second)
+
+
+def _fingerprints(judgement: KnowledgeContradiction) -> tuple[str, str]:
+    return judgement.first_fingerprint, judgement.second_fingerprint
+
+
+def _record(
+    a: KnowledgeVersion,
+    b: KnowledgeVersion,
+    project: str,
+    status: str,
+    at: float,
+    judged_by: str,
+    reason: str,
+    kept_id: str | None = None,
+) -> KnowledgeContradiction:
+    first_id, second_id = pair_ids(a.logical_id, b.logical_id)
+    first_fp, second_fp = _pair_fingerprints(a, b)
+    return KnowledgeContradiction(
+        first_id, second_id, project, status, first_fp, second_fp, at, judged_by, reason, kept_id
+    )
+
+
+def contradiction_json(
+    judgement: KnowledgeContradiction, entries: dict[str, KnowledgeVersion] | None = None
+) -> dict[str, Any]:
+    """The API's and ``lore knowledge contradictions --json``'s form of a pair."""
+
+    def side(ident: str) -> dict[str, Any]:
+        entry = (entries or {}).get(ident)
+        found: dict[str, Any] = {"id": f"k:{ident}"}
+        if entry is not None:
+            found.update(
+                title=entry.title, content=entry.content, category=entry.category, deleted=entry.is_deleted
+            )
+        return found
+
+    return {
+        "first": side(judgement.first_id),
+        "second": side(judgement.second_id),
+        "project": judgement.project,
+        "status": judgement.status,
+        "reason": judgement.reason,
+        "judged_by": judgement.judged_by,
+        "judged_at": judgement.judged_at,
+        "kept": f"k:{judgement.kept_id}" if judgement.kept_id else None,
+    }
