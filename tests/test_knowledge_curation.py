@@ -170,3 +170,67 @@ def test_the_answer_is_validated_before_anything_is_written() -> None:
     ]
     assert ops[0].content == "uv manages the env.\nRejected: pip-tools"
     assert len(warnings) == 5
+
+
+def test_a_near_duplicate_that_says_the_opposite_is_a_new_entry_not_a_reconfirmation() -> None:
+    """Opposite rules about one subject embed almost alike: with a judge, the curator's
+    create of the opposite rule becomes an entry (the contradiction scan then records the
+    pair for a person), instead of reinforcing the rule it reverses."""
+    from lore_core.knowledge.contradictions import ContradictionFinder, ContradictionJudge, Judgement
+
+    class Opposite(ContradictionJudge):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def judge(self, first: KnowledgeVersion, second: KnowledgeVersion) -> Judgement:
+            self.calls += 1
+            return Judgement("never" in second.content, "always vs never", "worker:test/judge")
+
+    class Alike:
+        """Every text embeds the same: each create is a near-duplicate of the first."""
+
+        min_similarity = None
+
+        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return [[1.0, 0.0] for _ in texts]
+
+    judge = Opposite()
+    curator = Scripted(
+        [
+            Operation(
+                "create", category="preference", title="Mocks", content="Always mock the network in tests."
+            ),
+            Operation(
+                "create", category="preference", title="Mocks!", content="Always mock the network in tests!"
+            ),
+            Operation(
+                "create",
+                category="preference",
+                title="No mocks",
+                content="Always never mock the network in tests.",
+            ),
+        ]
+    )
+
+    async def run() -> Any:
+        store = MemoryStore()
+        await store.open()
+        book = KnowledgeBook(store)
+        finder = ContradictionFinder(book, judge, Alike())  # type: ignore[arg-type]
+        upkeep = KnowledgeUpkeep(
+            book,
+            KnowledgeConfig(),
+            curator,
+            Alike(),
+            contradictions=finder,  # type: ignore[arg-type]
+        )
+        await store.write_distillation(
+            StoredDistillation(id="log1", session_id="s1", generation=0, text="- mocks", project=P)
+        )
+        report = await upkeep.curate_session("s1", P)
+        return report, sorted(e.title for e in await book.entries(P))
+
+    report, titles = asyncio.run(run())
+    assert titles == ["Mocks", "No mocks"]
+    assert report.applied["created"] == 2 and report.applied["reconfirmed"] == 1
+    assert judge.calls == 2  # asked about each near-duplicate, nothing else

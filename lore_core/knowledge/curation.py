@@ -208,7 +208,7 @@ class KnowledgeUpkeep:
         if op.op == "create":
             assert op.category and op.title and op.content
             twin = await self._near_duplicate(op, by_id.values())
-            if twin is not None:
+            if twin is not None and not await self._opposes(twin, op):
                 await self.book.reinforce([twin.logical_id], RECONFIRM_REINFORCEMENT)
                 return WriteResult("reconfirmed", twin)
             return await self.book.create(
@@ -227,6 +227,24 @@ class KnowledgeUpkeep:
             return await self.book.delete(op.logical_id, provenance=provenance)
         await self.book.reinforce([op.logical_id], RECONFIRM_REINFORCEMENT)
         return WriteResult("reconfirmed", by_id.get(op.logical_id))
+
+    async def _opposes(self, twin: KnowledgeVersion, op: Operation) -> bool:
+        """Whether the judge says a near-duplicate create says the opposite of its twin
+        ("indent with tabs" / "indent with spaces" embed almost alike): then it is a new
+        entry (and a contradiction to record), not a reconfirmation. Without a judge, or
+        when it fails, the create reconfirms as before."""
+        judge = self.contradictions.judge if self.contradictions is not None else None
+        if judge is None:
+            return False
+        assert op.category and op.title and op.content
+        proposed = KnowledgeVersion(
+            "proposed.1", "proposed", 1, op.category, op.title, op.content, project=twin.project
+        )
+        try:
+            return (await judge.judge(twin, proposed)).contradiction
+        except (WorkerError, WorkerUnavailable) as exc:
+            log.debug("no contradiction judgement for a near-duplicate (reconfirmed): %s", exc)
+            return False
 
     async def _near_duplicate(
         self, op: Operation, entries: Iterable[KnowledgeVersion]
