@@ -299,6 +299,9 @@ class KnowledgeConfig:
     # Write .lore.md at the project root on idle (entries of sensitivity "normal" only) and
     # import it when it changes.
     lore_md: bool = True
+    # Show entries of sensitivity "sensitive" to the worker model (the knowledge curator's
+    # prompt). Off by default: the worker is often a hosted model. Restricted entries never.
+    worker_sees_sensitive: bool = False
 
 
 @attrs.define

@@ -221,8 +221,8 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "distill": ("POST", "/lore/api/distill", ["session"]),
         "knowledge": (("GET", "POST"), "/lore/api/knowledge", ["project", "global"]),
         "knowledge_entry": (("GET", "PATCH", "DELETE"), None, []),
-        "knowledge_file": ("GET", "/lore/api/knowledge/file", ["project", "sensitive"]),
-        "knowledge_import": ("POST", "/lore/api/knowledge/import", ["project", "path"]),
+        "knowledge_file": ("GET", "/lore/api/knowledge/file", ["project", "sensitive", "format"]),
+        "knowledge_import": ("POST", "/lore/api/knowledge/import", ["project", "path", "format"]),
     }[route]
     if route == "knowledge_entry":
         path = "/lore/api/knowledge/" + draw(path_params(seeded.knowledge))
@@ -233,8 +233,17 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
     elif route == "distillation":
         path = "/lore/api/distillations/" + draw(path_params(seeded.distillations))
     params = draw(query(known))
-    if route in ("search", "recall", "distill", "distillations") and isinstance(params, list):
-        # Real values too, so the routes find something: stored sessions, result ids, scopes.
+    routes_with_real_values = (
+        "search",
+        "recall",
+        "distill",
+        "distillations",
+        "knowledge_file",
+        "knowledge_import",
+    )
+    if route in routes_with_real_values and isinstance(params, list):
+        # Real values too, so the routes find something: stored sessions, result ids, scopes,
+        # the seeded project and every import lane / export format.
         extra = {
             "search": st.tuples(st.just("q"), st.sampled_from(["heron", "otter river", "parser.py"])),
             "recall": st.tuples(
@@ -243,10 +252,30 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
             ),
             "distill": st.tuples(st.just("session"), st.sampled_from(seeded.sessions)),
             "distillations": st.tuples(st.just("session"), st.sampled_from(seeded.sessions)),
+            "knowledge_file": st.tuples(st.just("format"), st.sampled_from(["lore-md", "json"]))
+            | st.tuples(st.just("project"), st.just("/seed")),
+            "knowledge_import": st.tuples(
+                st.just("format"), st.sampled_from(["lore-md", "mem0", "json", "agents"])
+            )
+            | st.tuples(st.just("path"), st.sampled_from(["CLAUDE.md", "mem0.json", ".lore.md"]))
+            | st.tuples(st.just("project"), st.just("/seed")),
         }[route]
         params = draw(st.lists(extra, max_size=2)) + params
     body, headers = draw(bodies())
+    if route == "knowledge_import" and draw(st.booleans()):
+        body = draw(st.sampled_from(IMPORT_BODIES))  # a real text of each lane, read as any
     return draw(methods(own)), path, params, body, headers
+
+
+#: One text of each import lane: a mem0 export, a JSON list, an agents file, a .lore.md.
+IMPORT_BODIES = [
+    json.dumps(
+        {"results": [{"id": "m1", "memory": "Herons nest by rivers.", "categories": ["misc"]}]}
+    ).encode(),
+    json.dumps([{"title": "Herons", "content": "They nest by rivers.", "id": "k:0000aaaa"}]).encode(),
+    b"# Guide\n\n## Gotchas\n\n- Herons nest by rivers.\n",
+    b"## Gotchas\n\n<!-- lore:0000bbbb -->\n### Herons\n\nThey nest by rivers.\n",
+]
 
 
 ROUTE_PATHS = frozenset(
@@ -345,6 +374,9 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
     }.get(route, ("GET",))
     own = method if method in owns else owns[0]
     if method == "HEAD":
+        if route == "knowledge_import":
+            # No GET here: the entry route answers, for an entry of id "import" (none).
+            return {404}
         # A GET route answers HEAD as GET, without the body; elsewhere the gateway's own HEAD
         # route answers the probes clients send before their first request: 200.
         method = "GET" if own == "GET" else method

@@ -24,7 +24,9 @@ def _extractive_observer(ctx: CuratorContext) -> Curator:
 
 def _llm_knowledge(ctx: CuratorContext) -> Curator | None:
     # Without a worker client nothing is invented: knowledge then comes from people only.
-    return KnowledgeCurator(ctx.worker) if ctx.worker is not None else None
+    if ctx.worker is None:
+        return None
+    return KnowledgeCurator(ctx.worker, include_sensitive=ctx.config.knowledge.worker_sees_sensitive)
 
 
 def _llm_reflector(ctx: CuratorContext) -> Curator | None:

@@ -197,13 +197,13 @@ class _ApiReader:
         body = json.dumps(fields).encode() if method != "DELETE" else None
         return self._get(path, _method=method, _body=body)
 
-    def knowledge_file(self, project: str, sensitive: bool) -> dict[str, Any]:
-        return self._get("/knowledge/file", project=project, sensitive="1" if sensitive else None)
+    def knowledge_file(self, project: str, sensitive: bool, fmt: str = "lore-md") -> dict[str, Any]:
+        return self._get("/knowledge/file", project=project, sensitive="1" if sensitive else None, format=fmt)
 
-    def knowledge_import(self, project: str, text: str, path: str) -> dict[str, Any]:
-        from urllib.parse import quote
+    def knowledge_import(self, project: str, text: str, path: str, fmt: str = "lore-md") -> dict[str, Any]:
+        from urllib.parse import urlencode
 
-        query = f"/knowledge/import?project={quote(project, safe='')}&path={quote(path, safe='')}"
+        query = "/knowledge/import?" + urlencode({"project": project, "path": path, "format": fmt})
         return self._get(query, _method="POST", _body=text.encode("utf-8"))
 
     def close(self) -> None:
@@ -359,18 +359,29 @@ class _DirectReader:
             raise _CommandError(result.reason, 1)
         return {"status": result.status, "entry": entry_json(result.version)}
 
-    def knowledge_file(self, project: str, sensitive: bool) -> dict[str, Any]:
-        from lore_core.knowledge.lorefile import render_project
+    def knowledge_file(self, project: str, sensitive: bool, fmt: str = "lore-md") -> dict[str, Any]:
+        from lore_core.knowledge.imports import ImportFormatError, export_text
 
-        text, report = self._run(render_project(self._book(), project, include_sensitive=sensitive))
-        return {"text": text, "written": report.written, "skipped_sensitive": report.skipped_sensitive}
+        try:
+            text, report = self._run(export_text(self._book(), project, fmt, include_sensitive=sensitive))
+        except ImportFormatError as exc:
+            raise _CommandError(str(exc), 2) from None
+        return {
+            "text": text,
+            "written": report.written,
+            "skipped_sensitive": report.skipped_sensitive,
+            "skipped_restricted": report.skipped_restricted,
+        }
 
-    def knowledge_import(self, project: str, text: str, path: str) -> dict[str, Any]:
+    def knowledge_import(self, project: str, text: str, path: str, fmt: str = "lore-md") -> dict[str, Any]:
         from pathlib import Path
 
-        from lore_core.knowledge.lorefile import import_parsed, parse
+        from lore_core.knowledge.imports import ImportFormatError, import_text
 
-        return self._run(import_parsed(self._book(), project, parse(text), Path(path))).as_json()
+        try:
+            return self._run(import_text(self._book(), project, text, fmt, Path(path))).as_json()
+        except ImportFormatError as exc:
+            raise _CommandError(str(exc), 1) from None
 
     def close(self) -> None:
         try:
@@ -688,8 +699,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     def action(reader: Any) -> int:
         project = _project(args)
-        found = reader.knowledge_file(project, args.include_sensitive)
-        if args.output == "-":
+        found = reader.knowledge_file(project, args.include_sensitive, args.format)
+        # JSON goes to stdout unless --output says where: its place is not the repository.
+        if args.output == "-" or (args.output is None and args.format != "lore-md"):
             sys.stdout.write(found["text"])
             return 0
         from lore_core.knowledge.lorefile import FILE_NAME, write_if_changed
@@ -698,6 +710,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         changed = write_if_changed(path, found["text"].encode("utf-8"))
         skipped = found.get("skipped_sensitive", 0)
         note = f"; {skipped} sensitive left out (--include-sensitive)" if skipped else ""
+        if found.get("skipped_restricted"):
+            note += f"; {found['skipped_restricted']} restricted never exported"
         print(f"{path}: {found['written']} entries{'' if changed else ', unchanged'}{note}")
         return 0
 
@@ -707,6 +721,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from lore_core.knowledge.imports import guess_format
     from lore_core.knowledge.lorefile import FILE_NAME
 
     project = _project(args)
@@ -720,13 +735,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"lore: cannot read {path}: {exc}", file=sys.stderr)
         return 1
 
+    fmt = args.format or guess_format(path.name, text)
+
     def action(reader: Any) -> int:
-        report = reader.knowledge_import(project, text, str(path))
+        report = reader.knowledge_import(project, text, str(path), fmt)
         if args.json:
             _print_json(report)
         else:
             print(
-                f"{path}: {len(report['created'])} created, {len(report['updated'])} updated, "
+                f"{path} ({fmt}): {len(report['created'])} created, {len(report['updated'])} updated, "
                 f"{report['unchanged']} unchanged, {len(report['refused'])} refused"
             )
             for refusal in report["refused"]:
@@ -1014,6 +1031,11 @@ def build_parser() -> argparse.ArgumentParser:
     from lore_core import __version__
     from lore_core.storage.knowledge import CATEGORIES, SCOPES, SENSITIVITIES
 
+    # lore_core.knowledge.imports FORMATS and EXPORT_FORMATS, spelled out so that building the
+    # parser does not import the knowledge package (a test keeps them equal).
+    FORMATS = ("lore-md", "mem0", "json", "agents")
+    EXPORT_FORMATS = ("lore-md", "json")
+
     parser = argparse.ArgumentParser(prog="lore", description="Lore: a memory layer for AI coding agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"lore-core {__version__}")
@@ -1149,12 +1171,23 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--project", default=None, help="the project directory (default: the current one)")
     export.add_argument("--output", "-o", default=None, help="another file, or - for stdout")
     export.add_argument("--include-sensitive", action="store_true", help="also entries marked sensitive")
+    export.add_argument(
+        "--format",
+        default="lore-md",
+        choices=EXPORT_FORMATS,
+        help="lore-md (default) or json (a list lore import reads back; printed unless --output)",
+    )
     export.set_defaults(func=cmd_export)
 
     import_ = sub.add_parser(
-        "import", help="read a .lore.md (hand edits, a teammate's entries) into the store"
+        "import",
+        help="read a .lore.md, a mem0 export, a JSON list of entries or a CLAUDE.md/AGENTS.md into the "
+        "store (deleted entries are not brought back)",
     )
     import_.add_argument("file", nargs="?", default=None, help="the file (default: <project>/.lore.md)")
+    import_.add_argument(
+        "--format", default=None, choices=FORMATS, help="the file's format (default: guessed)"
+    )
     import_.add_argument("--project", default=None, help="the project directory (default: the current one)")
     import_.add_argument("--json", action="store_true", help="print the report as JSON")
     import_.set_defaults(func=cmd_import)

@@ -236,15 +236,19 @@ async def knowledge_add() -> Response:
 
 @api.get("/knowledge/file")
 async def knowledge_file() -> Response:
-    """The ``.lore.md`` text of ``?project=`` (``sensitive=1``: sensitive entries too);
-    nothing is written (``lore export`` writes it where it is asked to)."""
-    from lore_core.knowledge.lorefile import render_project
+    """The export of ``?project=``: ``.lore.md`` text, or with ``format=json`` the JSON list
+    ``lore import --format json`` reads (restricted entries never; ``sensitive=1``: sensitive
+    entries too); nothing is written (``lore export`` writes it where it is asked to)."""
+    from lore_core.knowledge.imports import EXPORT_FORMATS, LORE_MD, export_text
 
     project = request.args.get("project") or ""
     if not os.path.isabs(project):
         return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
-    text, report = await render_project(
-        _gateway().knowledge, project, include_sensitive=request.args.get("sensitive") == "1"
+    fmt = request.args.get("format") or LORE_MD
+    if fmt not in EXPORT_FORMATS:
+        return _json(400, {"error": f"format must be one of {', '.join(EXPORT_FORMATS)}"})
+    text, report = await export_text(
+        _gateway().knowledge, project, fmt, include_sensitive=request.args.get("sensitive") == "1"
     )
     return _json(
         200,
@@ -259,21 +263,33 @@ async def knowledge_file() -> Response:
 
 @api.post("/knowledge/import")
 async def knowledge_import() -> Response:
-    """Import a ``.lore.md`` text (the body) into ``?project=``, as the file watcher does."""
+    """Import the body into ``?project=`` through one of the import lanes: ``format=`` one of
+    ``lore-md`` (a ``.lore.md``, as the file watcher does), ``mem0``, ``json``, ``agents``;
+    without it, guessed from ``path=`` (the file's name) and the body."""
     from pathlib import Path
 
-    from lore_core.knowledge.lorefile import FILE_NAME, import_parsed, parse
+    from lore_core.knowledge.imports import FORMATS, LORE_MD, ImportFormatError, guess_format, import_text
+    from lore_core.knowledge.lorefile import FILE_NAME
 
     project = request.args.get("project") or ""
     if not os.path.isabs(project):
         return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
+    fmt = request.args.get("format") or None
+    if fmt is not None and fmt not in FORMATS:
+        return _json(400, {"error": f"format must be one of {', '.join(FORMATS)}"})
     raw = await request.get_data()
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         return _json(400, {"error": f"the body is not UTF-8 text (bad byte at offset {exc.start})"})
-    name = request.args.get("path") or FILE_NAME
-    report = await import_parsed(_gateway().knowledge, project, parse(text), Path(name))
+    name = request.args.get("path") or ""
+    fmt = fmt or guess_format(name, text)
+    try:
+        report = await import_text(
+            _gateway().knowledge, project, text, fmt, Path(name or (FILE_NAME if fmt == LORE_MD else fmt))
+        )
+    except ImportFormatError as exc:
+        return _json(400, {"error": str(exc)})
     return _json(200, report.as_json())
 
 

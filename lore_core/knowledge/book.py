@@ -281,8 +281,12 @@ class KnowledgeBook:
     def _refused(
         self, title: str, reason: str, provenance: Provenance, standing: KnowledgeVersion | None = None
     ) -> WriteResult:
+        # The title masked: a refusal for a secret must not write that secret to the log.
         log.warning(
-            "knowledge refused (%s): %r: %s", provenance.source_ref or provenance.author, title, reason
+            "knowledge refused (%s): %r: %s",
+            provenance.source_ref or provenance.author,
+            mask_secrets(title),
+            reason,
         )
         return WriteResult(REFUSED, standing, reason)
 

@@ -10,6 +10,10 @@ goes on. Without a worker nothing is invented: :class:`~lore_core.worker.client.
 WorkerUnavailable` propagates and the caller skips the run.
 
 Applying the operations is :mod:`lore_core.knowledge.curation`'s job (through the book).
+
+The worker is often a hosted model: of the entries it is given, only those
+:func:`shown_to_worker` keeps reach its prompt (never a restricted one; a sensitive one only
+with ``knowledge.workerSeesSensitive``), and only those can be named by its operations.
 """
 
 from __future__ import annotations
@@ -58,6 +62,16 @@ class Curation:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if ts > 0 else ""
+
+
+def shown_to_worker(
+    entries: Sequence[KnowledgeVersion], *, include_sensitive: bool = False
+) -> list[KnowledgeVersion]:
+    """The entries a worker model may see: ``normal`` ones, and ``sensitive`` ones when
+    ``include_sensitive`` (``knowledge.workerSeesSensitive``); never ``restricted`` ones (nor a
+    sensitivity this code does not know)."""
+    allowed = ("normal", "sensitive") if include_sensitive else ("normal",)
+    return [e for e in entries if e.sensitivity in allowed]
 
 
 def curator_prompt(observations: Sequence[StoredDistillation], entries: Sequence[KnowledgeVersion]) -> str:
@@ -155,8 +169,10 @@ class KnowledgeCurator(Curator):
     name = "knowledge"
     kind = "knowledge"
 
-    def __init__(self, worker: WorkerClient) -> None:
+    def __init__(self, worker: WorkerClient, *, include_sensitive: bool = False) -> None:
         self.worker = worker
+        #: ``knowledge.workerSeesSensitive``: show sensitive entries to the worker.
+        self.include_sensitive = include_sensitive
 
     async def curate(
         self,
@@ -165,9 +181,10 @@ class KnowledgeCurator(Curator):
         *,
         session_id: str | None = None,
     ) -> Curation:
-        prompt = curator_prompt(observations, entries)
+        shown = shown_to_worker(entries, include_sensitive=self.include_sensitive)
+        prompt = curator_prompt(observations, shown)
         result = await self.worker.complete(
             load_prompt("curator"), prompt, session_id=session_id, purpose="curator"
         )
-        ops, warnings = parse_operations(result.text, {e.logical_id for e in entries})
+        ops, warnings = parse_operations(result.text, {e.logical_id for e in shown})
         return Curation(ops, warnings, result.provider, result.model)

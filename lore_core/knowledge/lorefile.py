@@ -79,6 +79,7 @@ from lore_core.storage.knowledge import (
     normalize_title,
     valid_logical_id,
 )
+from lore_core.storage.records import mask_secrets
 
 log = logging.getLogger("lore.knowledge")
 
@@ -169,7 +170,8 @@ class ImportReport:
             "created": [v.ref for v in self.created],
             "updated": [v.ref for v in self.updated],
             "unchanged": len(self.unchanged),
-            "refused": [{"title": t, "reason": r} for t, r in self.refused],
+            # A title the book refused for holding a secret must not be shown in full either.
+            "refused": [{"title": mask_secrets(t), "reason": r} for t, r in self.refused],
             "problems": self.problems,
         }
 
@@ -420,6 +422,16 @@ async def render_project(
 ) -> tuple[str, ExportReport]:
     """The text :func:`export` would write for ``project``, and its report (no path, not
     written): what ``lore export`` prints or writes elsewhere."""
+    chosen, report = await exportable(book, project, include_sensitive=include_sensitive)
+    return render(chosen), report
+
+
+async def exportable(
+    book: KnowledgeBook, project: str, *, include_sensitive: bool = False
+) -> tuple[list[KnowledgeVersion], ExportReport]:
+    """What any export of ``project`` may hold (``.lore.md``, JSON): its own alive entries,
+    never a restricted one, a sensitive one only with ``include_sensitive``; and the report
+    counting what was left out. Every export format chooses here, so none can differ."""
     report = ExportReport(path=Path(FILE_NAME))
     chosen: list[KnowledgeVersion] = []
     for entry in await book.entries(project, include_global=False):
@@ -432,7 +444,7 @@ async def render_project(
         else:
             chosen.append(entry)
     report.written = len(chosen)
-    return render(chosen), report
+    return chosen, report
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:
