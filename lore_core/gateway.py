@@ -175,7 +175,10 @@ class Gateway:
         )
         # Contradictions are judged by the worker under the same rule as curation.
         self.contradictions = ContradictionFinder(
-            self.knowledge, ContradictionJudge(self.worker) if curator_factory else None, self.embedder
+            self.knowledge,
+            ContradictionJudge(self.worker) if curator_factory else None,
+            self.embedder,
+            include_sensitive=config.knowledge.worker_sees_sensitive,
         )
         self.knowledge_upkeep = KnowledgeUpkeep(
             self.knowledge,

@@ -163,17 +163,22 @@ def test_resolving_keeps_one_or_both_as_a_person_decides() -> None:
     assert all({"Quotes", "Quote style"} != set(call) for call in later_calls)
 
 
-def test_restricted_entries_are_never_shown_to_the_judge() -> None:
+@pytest.mark.parametrize("sensitivity", ["restricted", "sensitive"])
+def test_entries_not_for_a_workers_eyes_are_never_shown_to_the_judge(sensitivity: str) -> None:
     judge = Scripted()
 
-    async def run():
+    async def run(include_sensitive: bool):
         _store, book, finder = await setup(judge)
-        await add(book, "Indentation", "Indent Python code with tabs.", sensitivity="restricted")
+        finder.include_sensitive = include_sensitive
+        await add(book, "Indentation", "Indent Python code with tabs.", sensitivity=sensitivity)
         await add(book, "Indent style", "Indent Python code with spaces.")
         return await finder.scan(P)
 
-    report = asyncio.run(run())
+    report = asyncio.run(run(include_sensitive=False))
     assert judge.calls == [] and report.candidates == 0
+    # knowledge.workerSeesSensitive lets sensitive entries through, never restricted ones.
+    report = asyncio.run(run(include_sensitive=True))
+    assert len(judge.calls) == (1 if sensitivity == "sensitive" else 0)
 
 
 def test_a_failed_judgement_stops_the_scan_and_records_nothing() -> None:

@@ -1,8 +1,8 @@
 """Contradictions between knowledge entries (MISSION section 5): detected by the worker
 model, recorded, and never resolved by the machine.
 
-* **Finding pairs.** The entries of a project (restricted ones never leave the store, so
-  they are never shown to a worker) are paired by similarity: the cosine of their
+* **Finding pairs.** The entries of a project that a worker may see (never restricted ones;
+  sensitive ones only with ``knowledge.workerSeesSensitive``) are paired by similarity: the cosine of their
   embeddings (the on-device embedder), or the overlap of their words without one. Pairs of
   at least :data:`PAIR_SIMILARITY` (:data:`WORD_OVERLAP` for words) are candidates, most
   similar first, at most :data:`MAX_JUDGED_PER_SCAN` judged per scan (the rest next time).
@@ -35,6 +35,7 @@ import attrs
 
 from lore_core.interfaces import Embedder
 from lore_core.knowledge.book import DELETED, UNCHANGED, KnowledgeBook, KnowledgeInputError, Provenance
+from lore_core.knowledge.curator import shown_to_worker
 from lore_core.knowledge.prompts import load_prompt
 from lore_core.knowledge.search import cosine
 from lore_core.storage.knowledge import (
@@ -139,11 +140,15 @@ class ContradictionFinder:
         judge: ContradictionJudge | None,
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        include_sensitive: bool = False,
     ) -> None:
         self.book = book
         self.store = book.store
         self.judge = judge
         self.embedder = embedder
+        #: ``knowledge.workerSeesSensitive``: sensitive entries may be shown to the judge.
+        self.include_sensitive = include_sensitive
         self._clock = clock
         # Entry vectors by version id (a version never changes).
         self._vectors: dict[str, list[float]] = {}
@@ -156,9 +161,7 @@ class ContradictionFinder:
         if self.judge is None:
             report.stopped = "no worker to judge with"
             return report
-        entries = [
-            e for e in await self.book.entries(project, include_global=False) if e.sensitivity != "restricted"
-        ]
+        entries = self.shown(await self.book.entries(project, include_global=False))
         entries = sorted(entries, key=lambda e: e.created_at)[-MAX_ENTRIES_COMPARED:]
         known = {c.ids: c for c in await self.store.knowledge_contradictions(project)}
         pairs = await self._candidates(entries)
@@ -189,6 +192,10 @@ class ContradictionFinder:
                     first.logical_id, first.title, second.logical_id, second.title, verdict.reason,
                 )  # fmt: skip
         return report
+
+    def shown(self, entries: Sequence[KnowledgeVersion]) -> list[KnowledgeVersion]:
+        """The entries the judge (a worker model, often hosted) may see."""
+        return shown_to_worker(entries, include_sensitive=self.include_sensitive)
 
     async def _candidates(
         self, entries: Sequence[KnowledgeVersion]

@@ -234,8 +234,8 @@ class KnowledgeUpkeep:
         entry (and a contradiction to record), not a reconfirmation. Without a judge, or
         when it fails, the create reconfirms as before."""
         judge = self.contradictions.judge if self.contradictions is not None else None
-        if judge is None:
-            return False
+        if judge is None or self.contradictions is None or not self.contradictions.shown([twin]):
+            return False  # no judge, or the twin is not for a worker's eyes
         assert op.category and op.title and op.content
         proposed = KnowledgeVersion(
             "proposed.1", "proposed", 1, op.category, op.title, op.content, project=twin.project
