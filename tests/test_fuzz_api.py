@@ -223,10 +223,14 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "knowledge_entry": (("GET", "PATCH", "DELETE"), None, []),
         "knowledge_file": ("GET", "/lore/api/knowledge/file", ["project", "sensitive", "format"]),
         "knowledge_import": ("POST", "/lore/api/knowledge/import", ["project", "path", "format"]),
+        "contradictions": ("GET", "/lore/api/knowledge/contradictions", ["project", "status"]),
+        "contradictions_scan": ("POST", "/lore/api/knowledge/contradictions/scan", ["project"]),
+        "contradictions_resolve": ("POST", "/lore/api/knowledge/contradictions/resolve", []),
     }[route]
     if route == "knowledge_entry":
         path = "/lore/api/knowledge/" + draw(path_params(seeded.knowledge))
-        if unquote(path).removeprefix("/lore/api/knowledge/").strip("/") in ("file", "import"):
+        tail = unquote(path).removeprefix("/lore/api/knowledge/").strip("/")
+        if tail in ("file", "import") or tail.startswith("contradictions"):
             path += "x"
     elif route == "session":
         path = "/lore/api/sessions/" + draw(path_params(seeded.sessions))
@@ -240,6 +244,8 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "distillations",
         "knowledge_file",
         "knowledge_import",
+        "contradictions",
+        "contradictions_scan",
     )
     if route in routes_with_real_values and isinstance(params, list):
         # Real values too, so the routes find something: stored sessions, result ids, scopes,
@@ -259,11 +265,21 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
             )
             | st.tuples(st.just("path"), st.sampled_from(["CLAUDE.md", "mem0.json", ".lore.md"]))
             | st.tuples(st.just("project"), st.just("/seed")),
+            "contradictions": st.tuples(st.just("status"), st.sampled_from(["open", "cleared,kept", "x"]))
+            | st.tuples(st.just("project"), st.just("/seed")),
+            "contradictions_scan": st.tuples(st.just("project"), st.just("/seed")),
         }[route]
         params = draw(st.lists(extra, max_size=2)) + params
     body, headers = draw(bodies())
     if route == "knowledge_import" and draw(st.booleans()):
         body = draw(st.sampled_from(IMPORT_BODIES))  # a real text of each lane, read as any
+    if route == "contradictions_resolve" and draw(st.booleans()):
+        ids = st.sampled_from([f"k:{i}" for i in seeded.knowledge] + ["k:nope-nope", "", 3])
+        fields = st.fixed_dictionaries(
+            {"first": ids, "second": ids},
+            optional={"keep": ids, "keep_both": st.sampled_from([True, False, "yes"])},
+        )
+        body = json.dumps(draw(fields)).encode()
     return draw(methods(own)), path, params, body, headers
 
 
@@ -369,13 +385,15 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
     owns = {
         "distill": ("POST",),
         "knowledge_import": ("POST",),
+        "contradictions_scan": ("POST",),
+        "contradictions_resolve": ("POST",),
         "knowledge": ("GET", "POST"),
         "knowledge_entry": ("GET", "PATCH", "DELETE"),
     }.get(route, ("GET",))
     own = method if method in owns else owns[0]
     if method == "HEAD":
-        if route == "knowledge_import":
-            # No GET here: the entry route answers, for an entry of id "import" (none).
+        if route in ("knowledge_import", "contradictions_scan", "contradictions_resolve"):
+            # No GET here: the entry route answers, for an entry of that id (none).
             return {404}
         # A GET route answers HEAD as GET, without the body; elsewhere the gateway's own HEAD
         # route answers the probes clients send before their first request: 200.
@@ -395,6 +413,12 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
         return {"GET": {200, 404}, "PATCH": {200, 400, 404, 409}, "DELETE": {200, 404}}[method]
     if route in ("knowledge_file", "knowledge_import"):
         return {200, 400}  # 400: no absolute project directory, or a body that is not UTF-8
+    if route == "contradictions":
+        return {200, 400}  # 400: an unknown status
+    if route == "contradictions_scan":
+        return {200, 400, 409, 503}  # 400: no absolute project; 409: no judge; 503: no worker yet
+    if route == "contradictions_resolve":
+        return {200, 400, 404}  # 404: an entry that does not exist
     if route == "distill":
         session = first(params, "session")
         if session is None:
@@ -405,7 +429,8 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
 
 ROUTES = [
     "status", "sessions", "session", "search", "recall", "distillations", "distillation", "distill",
-    "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import",
+    "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import", "contradictions",
+    "contradictions_scan", "contradictions_resolve",
 ]  # fmt: skip
 
 
@@ -432,9 +457,10 @@ def test_fuzz_api_route(
         response = send(client, case, auth)
         payload = check(response, case[0], expected_statuses(route, case, seeded), seeded, caplog)
         if response.status_code == 200 and payload is not None:
-            lists = ("sessions", "search", "distillations", "knowledge")
+            lists = ("sessions", "search", "distillations", "knowledge", "contradictions")
             assert isinstance(payload, list if route in lists and case[0] == "GET" else dict)
-        assert fake_upstream.requests == []
+        if route != "contradictions_scan":  # judging calls the worker (the fake)
+            assert fake_upstream.requests == []
         assert stored(seeded.server) == before
 
     with Tally(f"/lore/api {route}") as tally:

@@ -206,6 +206,24 @@ class _ApiReader:
         query = "/knowledge/import?" + urlencode({"project": project, "path": path, "format": fmt})
         return self._get(query, _method="POST", _body=text.encode("utf-8"))
 
+    def contradictions(self, project: str | None, statuses: list[str] | None) -> list[dict[str, Any]]:
+        return self._get(
+            "/knowledge/contradictions", project=project, status=",".join(statuses) if statuses else None
+        )
+
+    def contradictions_scan(self, project: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        # Worker calls, one per pair: give them time.
+        path = f"/knowledge/contradictions/scan?project={quote(project, safe='')}"
+        return self._get(path, _method="POST", _timeout=600)
+
+    def resolve(self, first: str, second: str, keep: str | None) -> dict[str, Any]:
+        import json
+
+        body = {"first": first, "second": second, **({"keep": keep} if keep else {"keep_both": True})}
+        return self._get("/knowledge/contradictions/resolve", _method="POST", _body=json.dumps(body).encode())
+
     def close(self) -> None:
         pass
 
@@ -382,6 +400,25 @@ class _DirectReader:
             return self._run(import_text(self._book(), project, text, fmt, Path(path))).as_json()
         except ImportFormatError as exc:
             raise _CommandError(str(exc), 1) from None
+
+    def contradictions(self, project: str | None, statuses: list[str] | None) -> list[dict[str, Any]]:
+        from lore_core.knowledge.contradictions import list_contradictions
+
+        return self._run(list_contradictions(self._book(), project, statuses))
+
+    def contradictions_scan(self, project: str) -> dict[str, Any]:
+        raise _CommandError("judging needs the worker: start the gateway (lore serve) and run this again", 1)
+
+    def resolve(self, first: str, second: str, keep: str | None) -> dict[str, Any]:
+        from lore_core.knowledge.book import KnowledgeInputError
+        from lore_core.knowledge.contradictions import ContradictionFinder, describe
+
+        book = self._book()
+        try:
+            record = self._run(ContradictionFinder(book, None).resolve(first, second, keep=keep))
+        except KnowledgeInputError as exc:
+            raise _CommandError(str(exc), 1) from None
+        return self._run(describe(book, record))
 
     def close(self) -> None:
         try:
@@ -640,8 +677,41 @@ def _entry_line(e: dict[str, Any]) -> str:
     return f"{e['id']}  {e['category']:<12} {e['title']}{flags}{confidence}"
 
 
+def _contradiction_lines(row: dict[str, Any]) -> list[str]:
+    first, second = row["first"], row["second"]
+    kept = f", kept {row['kept']}" if row.get("kept") else ""
+    why = row["reason"] or "(no reason given)"
+    return [
+        f"{row['status']:<9} {first['id']} {first.get('title', '?')!r}  <->  {second['id']} "
+        f"{second.get('title', '?')!r}",
+        f"          {why} ({row['judged_by']}, {_when(row['judged_at'])}{kept})",
+    ]
+
+
 def cmd_knowledge(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        if args.knowledge_command == "contradictions":
+            if args.scan:
+                report = reader.contradictions_scan(_project(args))
+                if not args.json:
+                    print(
+                        f"judged {report['judged']} of {report['candidates']} pairs: "
+                        f"{len(report['opened'])} open, {len(report['cleared'])} cleared"
+                        + (f" (stopped: {report['stopped']})" if report.get("stopped") else "")
+                    )
+            rows = reader.contradictions(None if args.all else _project(args), args.status)
+            if args.json:
+                _print_json(rows)
+                return 0
+            if not rows:
+                print("no contradictions judged yet" if not args.status else "none")
+            for row in rows:
+                print("\n".join(_contradiction_lines(row)))
+            return 0
+        if args.knowledge_command == "resolve":
+            found = reader.resolve(args.first, args.second, None if args.keep_both else args.keep)
+            print("\n".join(_contradiction_lines(found)))
+            return 0
         if args.knowledge_command == "list":
             rows = reader.knowledge_list(None if args.all else _project(args))
             if args.json:
@@ -1029,7 +1099,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from lore_core import __version__
-    from lore_core.storage.knowledge import CATEGORIES, SCOPES, SENSITIVITIES
+    from lore_core.storage.knowledge import CATEGORIES, CONTRADICTION_STATUSES, SCOPES, SENSITIVITIES
 
     # lore_core.knowledge.imports FORMATS and EXPORT_FORMATS, spelled out so that building the
     # parser does not import the knowledge package (a test keeps them equal).
@@ -1138,7 +1208,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=cmd_token)
 
     knowledge = sub.add_parser(
-        "knowledge", help="list, show, add, edit or delete long-term knowledge entries (k:<id>)"
+        "knowledge",
+        help="list, show, add, edit or delete long-term knowledge entries (k:<id>); contradictions",
     )
     ksub = knowledge.add_subparsers(dest="knowledge_command", metavar="ACTION")
     ksub.required = True
@@ -1163,6 +1234,24 @@ def build_parser() -> argparse.ArgumentParser:
         "delete", help="append a death certificate (nothing is erased; it never comes back)"
     )
     kdelete.add_argument("id", help="k:<id>")
+    kcontra = ksub.add_parser(
+        "contradictions", help="pairs of entries the worker judged (open: they give opposite instructions)"
+    )
+    kcontra.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    kcontra.add_argument("--all", action="store_true", help="every project's pairs")
+    kcontra.add_argument(
+        "--status", action="append", choices=CONTRADICTION_STATUSES, help="only these (repeatable)"
+    )
+    kcontra.add_argument("--scan", action="store_true", help="judge the project's new pairs first (gateway)")
+    kcontra.add_argument("--json", action="store_true", help="print JSON")
+    kresolve = ksub.add_parser("resolve", help="settle a pair: keep one entry (the other is deleted) or both")
+    kresolve.add_argument("first", help="k:<id>")
+    kresolve.add_argument("second", help="k:<id>")
+    settle = kresolve.add_mutually_exclusive_group(required=True)
+    settle.add_argument("--keep", help="the entry that stays (k:<id>); the other gets a death certificate")
+    settle.add_argument(
+        "--keep-both", action="store_true", help="both stand (not judged again unless edited)"
+    )
     knowledge.set_defaults(func=cmd_knowledge)
 
     export = sub.add_parser(

@@ -293,6 +293,73 @@ async def knowledge_import() -> Response:
     return _json(200, report.as_json())
 
 
+@api.get("/knowledge/contradictions")
+async def knowledge_contradictions() -> Response:
+    """Judged pairs of entries: ``?project=`` (every project's without it), ``status=`` one
+    or more of open, cleared, kept, resolved (comma-separated; all without it)."""
+    from lore_core.knowledge.contradictions import list_contradictions
+    from lore_core.storage.knowledge import CONTRADICTION_STATUSES
+
+    statuses = [s for s in (request.args.get("status") or "").split(",") if s] or None
+    unknown = [s for s in statuses or [] if s not in CONTRADICTION_STATUSES]
+    if unknown:
+        return _json(
+            400, {"error": f"status must be among {', '.join(CONTRADICTION_STATUSES)}, got {unknown[0]!r}"}
+        )
+    project = request.args.get("project") or None
+    return _json(200, await list_contradictions(_gateway().knowledge, project, statuses))
+
+
+@api.post("/knowledge/contradictions/scan")
+async def knowledge_contradictions_scan() -> Response:
+    """Judge ``?project=``'s candidate pairs now (what the idle job does), with the worker."""
+    from lore_core.knowledge.contradictions import scan_json
+    from lore_core.worker.client import WorkerUnavailable
+
+    project = request.args.get("project") or ""
+    if not os.path.isabs(project):
+        return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
+    finder = _gateway().contradictions
+    if finder.judge is None:
+        return _json(
+            409, {"error": "no contradiction judge: it needs the LLM observer (distill.observer: llm)"}
+        )
+    try:
+        report = await finder.scan(project)
+    except WorkerUnavailable as exc:
+        return _json(503, {"error": f"no usable worker: {exc}"})
+    return _json(200, scan_json(report))
+
+
+@api.post("/knowledge/contradictions/resolve")
+async def knowledge_contradictions_resolve() -> Response:
+    """``{"first": "k:..", "second": "k:..", "keep": "k:.."}`` keeps one (the other gets a
+    death certificate); ``"keep_both": true`` instead keeps both."""
+    from lore_core.knowledge.book import KnowledgeInputError
+    from lore_core.knowledge.contradictions import describe
+
+    body = await _json_body()
+    if isinstance(body, Response):
+        return body
+    fields = _fields(body, ("first", "second", "keep"))
+    if isinstance(fields, Response):
+        return fields
+    keep_both = body.get("keep_both", False)
+    if not isinstance(keep_both, bool):
+        return _json(400, {"error": "keep_both must be true or false"})
+    if not fields.get("first") or not fields.get("second"):
+        return _json(400, {"error": "missing first or second (the two entries' ids)"})
+    if keep_both == bool(fields.get("keep")):
+        return _json(400, {"error": "give exactly one of keep (an id) and keep_both"})
+    try:
+        record = await _gateway().contradictions.resolve(
+            fields["first"], fields["second"], keep=None if keep_both else fields["keep"]
+        )
+    except KnowledgeInputError as exc:
+        return _json(404 if str(exc).startswith("no knowledge entry") else 400, {"error": str(exc)})
+    return _json(200, await describe(_gateway().knowledge, record))
+
+
 @api.get("/knowledge/<path:logical_id>")
 async def knowledge_show(logical_id: str) -> Response:
     store = _gateway().store

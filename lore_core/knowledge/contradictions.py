@@ -336,3 +336,37 @@ def contradiction_json(
         "judged_at": judgement.judged_at,
         "kept": f"k:{judgement.kept_id}" if judgement.kept_id else None,
     }
+
+
+async def list_contradictions(
+    book: KnowledgeBook, project: str | None, statuses: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The judged pairs of ``project`` (every project's with ``None``) as
+    :func:`contradiction_json`, open ones first, then newest first."""
+    records = await book.store.knowledge_contradictions(project, statuses=statuses)
+    entries = await _entries_of(book, records)
+    records.sort(key=lambda c: (c.status != "open", -c.judged_at))
+    return [contradiction_json(c, entries) for c in records]
+
+
+async def describe(book: KnowledgeBook, record: KnowledgeContradiction) -> dict[str, Any]:
+    """One pair as :func:`contradiction_json`, with its entries' titles and texts."""
+    return contradiction_json(record, await _entries_of(book, [record]))
+
+
+async def _entries_of(
+    book: KnowledgeBook, records: Sequence[KnowledgeContradiction]
+) -> dict[str, KnowledgeVersion]:
+    ids = {i for c in records for i in c.ids}
+    return {i: e for i in ids if (e := await book.get(i)) is not None}
+
+
+def scan_json(report: ScanReport) -> dict[str, Any]:
+    return {
+        "project": report.project,
+        "candidates": report.candidates,
+        "judged": report.judged,
+        "opened": [[f"k:{a}", f"k:{b}"] for a, b in report.opened],
+        "cleared": [[f"k:{a}", f"k:{b}"] for a, b in report.cleared],
+        "stopped": report.stopped or None,
+    }

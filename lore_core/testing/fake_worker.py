@@ -21,7 +21,7 @@ from typing import Any
 
 from lore_core.distill.facts import find_paths
 from lore_core.distill.prompts import OBSERVER_MARKER, REFLECTOR_MARKER
-from lore_core.knowledge.prompts import CURATOR_MARKER
+from lore_core.knowledge.prompts import CONTRADICTION_MARKER, CURATOR_MARKER
 from lore_core.testing.fake_upstream import RecordedRequest, Reply
 
 _EVENT = re.compile(r"^\[(\d\d:\d\d):\d\d\] (.+)$")
@@ -158,5 +158,24 @@ def curator_responder(
         if texts is not None and CURATOR_MARKER in texts[0]:
             return _answer(req, json.dumps({"operations": script(texts[1])}))
         return observe(req)
+
+    return respond
+
+
+def contradiction_responder(
+    opposite: Callable[[str], bool],
+    fallback: Callable[[RecordedRequest], Reply | None] | None = None,
+) -> Callable[[RecordedRequest], Reply | None]:
+    """A ``FakeUpstream.responder`` answering contradiction-judge prompts: a contradiction
+    when ``opposite(user_text)`` (the two entries, as the judge shows them); other requests
+    go to ``fallback``."""
+
+    def respond(req: RecordedRequest) -> Reply | None:
+        texts = _worker_texts(req)
+        if texts is not None and CONTRADICTION_MARKER in texts[0]:
+            verdict = opposite(texts[1])
+            reason = "they cannot both be followed" if verdict else "both can stand"
+            return _answer(req, json.dumps({"contradiction": verdict, "reason": reason}))
+        return fallback(req) if fallback else None
 
     return respond
