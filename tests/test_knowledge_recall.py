@@ -81,3 +81,26 @@ def test_a_k_id_opens_the_entry_and_a_deleted_one_says_so() -> None:
     opened, gone = asyncio.run(run())
     assert "Freeze time with freezegun." in opened.results[0].text
     assert "deleted" in gone.results[0].text and "freezegun" not in gone.results[0].text
+
+
+def test_restricted_entries_never_reach_the_model_through_recall() -> None:
+    """Recall's results go to the (usually hosted) model: a restricted entry is neither found
+    nor opened by id; its text stays in the store."""
+
+    async def run() -> tuple[Any, Any]:
+        engine, book = await seeded()
+        made = await book.create(
+            project=HERE,
+            category="gotcha",
+            title="Payments staging host",
+            content="Payments staging runs on the host behind the office VPN.",
+            sensitivity="restricted",
+        )
+        assert made.version is not None
+        found = await recall(engine, "payments staging host VPN", "knowledge", None, HERE)
+        opened = await recall(engine, made.version.ref, None, None, HERE)
+        return found, opened
+
+    found, opened = asyncio.run(run())
+    assert all("VPN" not in r.text for r in found.results)
+    assert "restricted" in opened.results[0].text and "VPN" not in opened.results[0].text

@@ -55,9 +55,12 @@ class KnowledgeSource:
 
     async def _entries(self, where: SearchFilter) -> list[KnowledgeVersion]:
         try:
-            return await self.store.current_knowledge(where.project)
+            entries = await self.store.current_knowledge(where.project)
         except NotImplementedError:
             return []
+        # Recall results go to the model, a hosted one most of the time: restricted entries
+        # never leave the store (`lore knowledge list` and `show` are the owner's view).
+        return [e for e in entries if e.sensitivity != "restricted"]
 
     @staticmethod
     def _other(entry: KnowledgeVersion, where: SearchFilter) -> bool:
@@ -113,6 +116,9 @@ class KnowledgeSource:
         if not versions:
             return None
         current = versions[-1]
+        if current.sensitivity == "restricted":
+            text = f"[{current.ref}] restricted: not shown to the model (`lore knowledge show` shows it)"
+            return SourceHit(current.logical_id, 0.0, text, {"role": "knowledge"}, Kind.KNOWLEDGE)
         lines = [entry_text(current)]
         if current.is_deleted:
             lines = [f"[{current.ref}] deleted: {current.title} (no longer applies)"]
