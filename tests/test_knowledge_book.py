@@ -105,3 +105,29 @@ def test_invalid_fields_and_secrets_are_refused_with_the_reason() -> None:
     reasons = " | ".join(r.reason for r in results)
     for words in ("category must be", "title must be", "secret", "scope must be", "no entry"):
         assert words in reasons
+
+
+def test_scope_moves_keep_the_entry_in_its_project() -> None:
+    """Made global and back, an entry returns to its project; an entry created global has no
+    project to move to, and saying so beats filing it under none."""
+
+    async def run() -> tuple[Any, ...]:
+        store = MemoryStore()
+        await store.open()
+        book = KnowledgeBook(store)
+        made = await book.create(project="/work/shop", category="pattern", title="Logs", content="JSON logs.")
+        assert made.version is not None
+        ident = made.version.logical_id
+        out = await book.update(ident, scope="global")
+        back = await book.update(ident, scope="project")
+        born = await book.create(
+            project="/work/shop", category="pattern", title="Every", content="x", scope="global"
+        )
+        assert born.version is not None
+        refused = await book.update(born.version.logical_id, scope="project")
+        return out, back, refused
+
+    out, back, refused = asyncio.run(run())
+    assert out.version.project == "" and out.version.scope == "global"
+    assert back.version.project == "/work/shop" and back.version.scope == "project"
+    assert refused.status == "refused" and "never belonged to a project" in refused.reason

@@ -236,7 +236,18 @@ class KnowledgeBook:
             if other is not None and other.logical_id != current.logical_id:
                 return self._refused(merged.title, f"k:{other.logical_id} has that title already", provenance)
         if "scope" in fields:
-            fields["project"] = "" if merged.scope == "global" else (current.project or "")
+            home = current.project
+            if merged.scope == "project" and not home:
+                # Back to the project it was made global from, if it ever had one.
+                history = await self.store.knowledge_versions(current.logical_id)
+                home = next((v.project for v in reversed(history) if v.project), "")
+                if not home:
+                    return self._refused(
+                        current.title,
+                        "this global entry never belonged to a project: add it to the project instead",
+                        provenance,
+                    )
+            fields["project"] = "" if merged.scope == "global" else home
         version = next_version(
             current, updated_by=provenance.author, at=self._clock(), **fields, **_prov(provenance)
         )
