@@ -16,7 +16,7 @@ import pytest
 
 from lore_core.distill.prompts import OBSERVER_MARKER
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
-from lore_core.testing.fake_worker import observer_responder
+from lore_core.testing.fake_worker import curator_responder
 from lore_core.testing.net import api_headers
 from lore_core.testing.poll import poll
 
@@ -44,7 +44,9 @@ def _leaks(text: str) -> list[str]:
 def test_planted_secrets_reach_only_the_upstream_that_needs_them(
     start_gateway: Any, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    fake_upstream.responder = observer_responder()
+    # Observer and curator prompts answered by the responder: a curation that runs late must
+    # not take the model's queued replies (it did: the recall round then had no tool result).
+    fake_upstream.responder = curator_responder(lambda _user: [])
     server = start_gateway(
         config={
             "worker": {"upstream": fake_upstream.url, "apiKey": "worker-key", "model": "claude-test"},
