@@ -45,11 +45,7 @@ import attrs
 
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import (
-    CREATED,
     MAX_TITLE_CHARS,
-    REFUSED,
-    UNCHANGED,
-    UPDATED,
     KnowledgeBook,
     Provenance,
     WriteResult,
@@ -438,27 +434,8 @@ async def apply_items(
             report.problems.append(f"{item.where}: {shown!r} has the title of {seen[title]}: skipped")
             continue
         seen[title] = item.where
-        result = await _apply_item(book, project, item, source, report)
-        if result.status == REFUSED:
-            report.refused.append((item.title, result.reason))
-        elif result.version is None:
-            continue
-        elif result.status == CREATED:
-            report.created.append(result.version)
-        elif result.status == UPDATED:
-            report.updated.append(result.version)
-        elif result.status == UNCHANGED:
-            report.unchanged.append(result.version)
-    if report.changed or report.refused:
-        log.info(
-            "%s imported (%s): %d created, %d updated, %d unchanged, %d refused",
-            path.name,
-            source,
-            len(report.created),
-            len(report.updated),
-            len(report.unchanged),
-            len(report.refused),
-        )
+        report.record(item.title, await _apply_item(book, project, item, source, report))
+    report.log_summary(path.name, source)
     return report
 
 

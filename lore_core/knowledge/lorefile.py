@@ -164,6 +164,31 @@ class ImportReport:
     def changed(self) -> bool:
         return bool(self.created or self.updated)
 
+    def record(self, title: str, result: WriteResult) -> None:
+        """File one write's outcome under what it did."""
+        if result.status == REFUSED:
+            self.refused.append((title, result.reason))
+        elif result.version is None:
+            return
+        elif result.status == CREATED:
+            self.created.append(result.version)
+        elif result.status == UPDATED:
+            self.updated.append(result.version)
+        elif result.status == UNCHANGED:
+            self.unchanged.append(result.version)
+
+    def log_summary(self, name: str, source: Any) -> None:
+        if self.changed or self.refused:
+            log.info(
+                "%s imported (%s): %d created, %d updated, %d unchanged, %d refused",
+                name,
+                source,
+                len(self.created),
+                len(self.updated),
+                len(self.unchanged),
+                len(self.refused),
+            )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "path": str(self.path),
@@ -518,27 +543,8 @@ async def import_parsed(book: KnowledgeBook, project: str, parsed: ParsedFile, p
     report = ImportReport(path=path, problems=list(parsed.problems))
     provenance = Provenance(author=AUTHOR_IMPORT, source_ref=FILE_NAME)
     for entry in parsed.entries:
-        result = await _import_entry(book, project, entry, provenance, report)
-        if result.status == REFUSED:
-            report.refused.append((entry.title, result.reason))
-        elif result.version is None:
-            continue
-        elif result.status == CREATED:
-            report.created.append(result.version)
-        elif result.status == UPDATED:
-            report.updated.append(result.version)
-        elif result.status == UNCHANGED:
-            report.unchanged.append(result.version)
-    if report.changed or report.refused:
-        log.info(
-            "%s imported (%s): %d created, %d updated, %d unchanged, %d refused",
-            FILE_NAME,
-            path,
-            len(report.created),
-            len(report.updated),
-            len(report.unchanged),
-            len(report.refused),
-        )
+        report.record(entry.title, await _import_entry(book, project, entry, provenance, report))
+    report.log_summary(FILE_NAME, path)
     return report
 
 
