@@ -35,9 +35,9 @@ import attrs
 
 from lore_core.interfaces import Embedder
 from lore_core.knowledge.book import DELETED, UNCHANGED, KnowledgeBook, KnowledgeInputError, Provenance
-from lore_core.knowledge.curator import shown_to_worker
+from lore_core.knowledge.curator import answer_json, shown_to_worker
 from lore_core.knowledge.prompts import load_prompt
-from lore_core.knowledge.search import cosine
+from lore_core.knowledge.search import EntryVectors, cosine
 from lore_core.storage.knowledge import (
     AUTHOR_USER,
     KnowledgeContradiction,
@@ -62,7 +62,6 @@ MAX_JUDGED_PER_SCAN = 12
 #: Entries compared per project at most (the most recent): pairs grow with the square.
 MAX_ENTRIES_COMPARED = 400
 _WORD = re.compile(r"[\w./-]+")
-_FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n```\s*$", re.S)
 
 
 @attrs.define
@@ -110,20 +109,7 @@ def _entry_block(entry: KnowledgeVersion) -> str:
 
 def parse_judgement(text: str) -> tuple[bool, str]:
     """``(contradiction, reason)`` from the worker's answer, or :class:`WorkerError`."""
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1)
-    raw: Any = None
-    try:
-        raw = json.loads(body)
-    except ValueError:
-        start, end = body.find("{"), body.rfind("}")
-        if 0 <= start < end:
-            try:
-                raw = json.loads(body[start : end + 1])
-            except ValueError:
-                raw = None
+    raw = answer_json(text)
     if not isinstance(raw, dict) or not isinstance(raw.get("contradiction"), bool):
         raise WorkerError('the answer is not a JSON object with a true/false "contradiction"', 200)
     reason = raw.get("reason")
@@ -147,11 +133,10 @@ class ContradictionFinder:
         self.store = book.store
         self.judge = judge
         self.embedder = embedder
+        self._vectors = EntryVectors(embedder) if embedder is not None else None
         #: ``knowledge.workerSeesSensitive``: sensitive entries may be shown to the judge.
         self.include_sensitive = include_sensitive
         self._clock = clock
-        # Entry vectors by version id (a version never changes).
-        self._vectors: dict[str, list[float]] = {}
 
     async def scan(self, project: str) -> ScanReport:
         """Judge the candidate pairs of ``project`` that have no judgement of their current
@@ -233,20 +218,13 @@ class ContradictionFinder:
         return by_words
 
     async def _embed(self, entries: Sequence[KnowledgeVersion]) -> dict[str, list[float]] | None:
-        if self.embedder is None:
+        if self._vectors is None:
             return None
-        missing = [e for e in entries if e.version_id not in self._vectors]
-        if missing:
-            try:
-                vectors = await self.embedder.embed([f"{e.title}\n{e.content}" for e in missing])
-            except Exception as exc:
-                log.debug("no embeddings for the contradiction scan (word overlap instead): %s", exc)
-                return None
-            if len(self._vectors) > 20_000:
-                self._vectors.clear()
-            for entry, vector in zip(missing, vectors, strict=True):
-                self._vectors[entry.version_id] = list(vector)
-        return {e.version_id: self._vectors[e.version_id] for e in entries}
+        try:
+            return await self._vectors.of(entries)
+        except Exception as exc:
+            log.debug("no embeddings for the contradiction scan (word overlap instead): %s", exc)
+            return None
 
     # -- a person's decisions ----------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import REFUSED, KnowledgeBook, Provenance, WriteResult
 from lore_core.knowledge.contradictions import ContradictionFinder
 from lore_core.knowledge.curator import KnowledgeCurator, Operation
-from lore_core.knowledge.search import cosine
+from lore_core.knowledge.search import EntryVectors, cosine
 from lore_core.storage.knowledge import AUTHOR_CURATOR, KnowledgeVersion
 from lore_core.worker.client import WorkerError, WorkerUnavailable
 
@@ -56,8 +56,6 @@ RECONFIRM_REINFORCEMENT = 0.1
 #: A new entry this close to an existing one of its category is that entry again.
 DUPLICATE_SIMILARITY = 0.92
 EXPORT_DEBOUNCE_SECONDS = 2.0
-#: Entry vectors kept for the duplicate check (by version id: a version never changes).
-MAX_CACHED_VECTORS = 20_000
 #: Sessions whose turns since their last curation are counted (the most recent ones).
 MAX_TRACKED_SESSIONS = 10_000
 WATCH_SECONDS = 2.0
@@ -119,7 +117,7 @@ class KnowledgeUpkeep:
         self._seen: dict[str, float] = {}
         # Project -> (size, mtime_ns) of .lore.md as we last wrote or read it.
         self._file_state: dict[str, tuple[int, int] | None] = {}
-        self._vectors: dict[str, list[float]] = {}
+        self._vectors = EntryVectors(embedder) if embedder is not None else None
         self._task: asyncio.Task[None] | None = None
         self.counts: Counter[str] = Counter()
         book.listeners.append(self._changed)
@@ -250,22 +248,17 @@ class KnowledgeUpkeep:
         self, op: Operation, entries: Iterable[KnowledgeVersion]
     ) -> KnowledgeVersion | None:
         same = [e for e in entries if e.category == op.category]
-        if self.embedder is None or not same:
+        if self.embedder is None or self._vectors is None or not same:
             return None
-        if len(self._vectors) > MAX_CACHED_VECTORS:
-            self._vectors.clear()
-        texts = {e.version_id: f"{e.title}\n{e.content}" for e in same if e.version_id not in self._vectors}
         try:
-            vectors = await self.embedder.embed([f"{op.title}\n{op.content}", *texts.values()])
+            (new,) = await self.embedder.embed([f"{op.title}\n{op.content}"])
+            vectors = await self._vectors.of(same)
         except Exception as exc:
             log.debug("no embedding for knowledge dedup: %s", exc)
             return None
-        for version_id, vector in zip(texts, vectors[1:], strict=True):
-            self._vectors[version_id] = list(vector)
-        new = list(vectors[0])
         best, best_score = None, 0.0
         for entry in same:
-            score = cosine(new, self._vectors[entry.version_id])
+            score = cosine(new, vectors[entry.version_id])
             if score > best_score:
                 best, best_score = entry, score
         return best if best_score >= DUPLICATE_SIMILARITY else None

@@ -99,20 +99,26 @@ def curator_prompt(observations: Sequence[StoredDistillation], entries: Sequence
     return "\n".join(parts)
 
 
-def parse_operations(text: str, known_ids: set[str]) -> tuple[list[Operation], list[str]]:
-    """The valid operations of an answer, and a warning for each one dropped."""
+def answer_json(text: str) -> Any:
+    """The JSON a worker answered with: the whole text, a fenced block, or the outermost
+    ``{...}`` in prose around it; ``None`` when there is none."""
     body = text.strip()
     fenced = _FENCE.match(body)
     if fenced:
         body = fenced.group(1)
     try:
-        raw = json.loads(body)
+        return json.loads(body)
     except ValueError:
         start, end = body.find("{"), body.rfind("}")
         try:
-            raw = json.loads(body[start : end + 1]) if start >= 0 < end else None
+            return json.loads(body[start : end + 1]) if start >= 0 < end else None
         except ValueError:
-            raw = None
+            return None
+
+
+def parse_operations(text: str, known_ids: set[str]) -> tuple[list[Operation], list[str]]:
+    """The valid operations of an answer, and a warning for each one dropped."""
+    raw = answer_json(text)
     if not isinstance(raw, dict) or not isinstance(raw.get("operations"), list):
         raise WorkerError('the answer is not a JSON object with an "operations" list', 200)
     ops: list[Operation] = []

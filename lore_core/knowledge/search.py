@@ -31,6 +31,27 @@ RECALL_REINFORCEMENT = 0.05
 MAX_CACHED_VECTORS = 20_000
 
 
+class EntryVectors:
+    """Embeddings of knowledge entries (title and content), kept by version id: a version
+    never changes, so each is embedded once (recall, curation's duplicate check and the
+    contradiction scan each keep one)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._vectors: dict[str, list[float]] = {}
+
+    async def of(self, entries: Sequence[KnowledgeVersion]) -> dict[str, list[float]]:
+        """``version_id -> vector`` of ``entries``; the embedder's errors propagate."""
+        missing = [e for e in entries if e.version_id not in self._vectors]
+        if missing:
+            vectors = await self.embedder.embed([f"{e.title}\n{e.content}" for e in missing])
+            if len(self._vectors) + len(missing) > MAX_CACHED_VECTORS:
+                self._vectors.clear()
+            for entry, vector in zip(missing, vectors, strict=True):
+                self._vectors[entry.version_id] = list(vector)
+        return {e.version_id: self._vectors[e.version_id] for e in entries}
+
+
 def _meta(entry: KnowledgeVersion) -> dict[str, Any]:
     return {
         "title": entry.title,
@@ -51,7 +72,7 @@ class KnowledgeSource:
     def __init__(self, store: Store, embedder: Embedder | None = None) -> None:
         self.store = store
         self.embedder = embedder
-        self._vectors: dict[str, list[float]] = {}
+        self._vectors = EntryVectors(embedder) if embedder is not None else None
 
     async def _entries(self, where: SearchFilter) -> list[KnowledgeVersion]:
         try:
@@ -90,20 +111,14 @@ class KnowledgeSource:
     async def search_vector(
         self, vector: Sequence[float], where: SearchFilter, limit: int
     ) -> list[SourceHit]:
-        if self.embedder is None:
+        if self.embedder is None or self._vectors is None:
             return []
         entries = await self._entries(where)
-        missing = [e for e in entries if e.version_id not in self._vectors]
-        if missing:
-            vectors = await self.embedder.embed([f"{e.title}\n{e.content}" for e in missing])
-            if len(self._vectors) + len(missing) > MAX_CACHED_VECTORS:
-                self._vectors.clear()
-            for entry, found in zip(missing, vectors, strict=True):
-                self._vectors[entry.version_id] = list(found)
+        vectors = await self._vectors.of(entries)
         floor = self.embedder.min_similarity
         scored = []
         for entry in entries:
-            similarity = cosine(vector, self._vectors.get(entry.version_id, []))
+            similarity = cosine(vector, vectors[entry.version_id])
             if floor is None or similarity >= floor:
                 scored.append((similarity, entry))
         return self._ranked(scored, where, limit)
