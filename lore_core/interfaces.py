@@ -21,9 +21,19 @@ import attrs
 from lore_core.model import TEXT, AssistantMessage, Block, Message, RequestView
 
 if TYPE_CHECKING:
+    import argparse
+
     from lore_core.config import LoreConfig
     from lore_core.pipeline.turn import Turn
-    from lore_core.storage.knowledge import KnowledgeContradiction, KnowledgeMetric, KnowledgeVersion
+    from lore_core.storage.entities import Entity
+    from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
+    from lore_core.storage.knowledge import (
+        KnowledgeContradiction,
+        KnowledgeDecision,
+        KnowledgeMetric,
+        KnowledgeVersion,
+        TeamBinding,
+    )
     from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
@@ -681,6 +691,102 @@ class Store(Protocol):
         ``statuses`` when given, newest judgement first."""
         raise _not_implemented(self, "knowledge")
 
+    # -- entities (lore_core.storage.entities) ---------------------------------------------
+    #
+    # One mutable row per entity; the rules (names unique within what a project sees, merges)
+    # are the kernel's (lore_core.knowledge.entities), a backend stores and reads.
+
+    async def write_entities(self, entities: Sequence[Entity]) -> None:
+        """Store these entities in one transaction: an id not stored is added, a stored id
+        is replaced whole (a merge writes the survivor and the redirect together, or
+        neither)."""
+        raise _not_implemented(self, "entities")
+
+    async def get_entity(self, entity_id: str) -> Entity | None:
+        """One entity by id (without ``e:``), a merged one too (``merged_into`` says where
+        it went); ``None`` when no entity has this id."""
+        raise _not_implemented(self, "entities")
+
+    async def list_entities(
+        self, project: str | None = None, *, include_global: bool = True, include_merged: bool = False
+    ) -> list[Entity]:
+        """The entities of ``project`` (plus global ones, project ``""``, when
+        ``include_global``; ``None``: every project's), without merged ones unless
+        ``include_merged``, in :func:`~lore_core.storage.entities.entity_order`."""
+        raise _not_implemented(self, "entities")
+
+    # -- teams (lore_core.knowledge.teams): bindings and approval decision records ---------
+
+    async def team_binding(self, project: str) -> TeamBinding | None:
+        """The team ``project`` is bound to, or ``None``."""
+        raise _not_implemented(self, "teams")
+
+    async def set_team_binding(self, project: str, binding: TeamBinding | None) -> None:
+        """Bind ``project`` (replacing its binding), or unbind it with ``None``."""
+        raise _not_implemented(self, "teams")
+
+    async def team_policy(self, team: str) -> str | None:
+        """The promotion policy set for the whole team, or ``None`` when none was set."""
+        raise _not_implemented(self, "teams")
+
+    async def set_team_policy(self, team: str, policy: str) -> None:
+        raise _not_implemented(self, "teams")
+
+    async def record_decisions(self, decisions: Sequence[KnowledgeDecision]) -> int:
+        """Add approval decisions (append-only: a ``decision_id`` already held is skipped,
+        whatever its ``project``); returns how many were new."""
+        raise _not_implemented(self, "teams")
+
+    async def knowledge_decisions(
+        self, project: str | None = None, *, logical_ids: Sequence[str] | None = None
+    ) -> list[KnowledgeDecision]:
+        """The decision records of ``project`` (``None``: all), of ``logical_ids`` when
+        given, ordered by entry, time and id."""
+        raise _not_implemented(self, "teams")
+
+    # -- the event log (lore_core.storage.events; lore_core.events) -------------------------
+
+    async def append_events(self, project: str, run: str, events: Sequence[NewEvent], at: float) -> list[int]:
+        """Append ``events`` to the run in one transaction, numbered from its ``last_seq``
+        + 1 in order (a new run starts at 1), and return their seqs. Durable when it
+        returns: the writer is told its seqs only after the commit."""
+        raise _not_implemented(self, "the event log")
+
+    async def run_events(
+        self,
+        project: str,
+        run: str,
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int | None = None,
+        newest: bool = False,
+    ) -> list[RunEvent]:
+        """The run's events with ``after_seq < seq <= upto_seq``, in ascending seq; at most
+        ``limit`` of them, the first ones (or with ``newest`` the last ones)."""
+        raise _not_implemented(self, "the event log")
+
+    async def run_state(self, project: str, run: str) -> RunState | None:
+        """The run's ``last_seq`` and ``covered_seq``; ``None`` for a run never written."""
+        raise _not_implemented(self, "the event log")
+
+    async def advance_run(
+        self, project: str, run: str, covered_seq: int, snapshot: WorkingSnapshot | None, at: float
+    ) -> None:
+        """Move the run's checkpoint to ``covered_seq`` (never backwards: a lower value
+        changes nothing) and, with ``snapshot``, replace its durable working snapshot, in one
+        transaction."""
+        raise _not_implemented(self, "the event log")
+
+    async def working_snapshot(self, project: str, run: str) -> WorkingSnapshot | None:
+        """The durable snapshot of the run's working facts, or ``None`` when none was taken."""
+        raise _not_implemented(self, "the event log")
+
+    async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
+        """Runs with events past their checkpoint (``last_seq > covered_seq``), oldest
+        update first: what the consolidation pipeline resumes after a restart."""
+        raise _not_implemented(self, "the event log")
+
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,
         ``schema_version`` and backend-specific figures, for ``lore status``."""
@@ -843,3 +949,80 @@ class CuratorFactory(Protocol):
     def kind(self) -> str: ...
 
     def __call__(self, ctx: CuratorContext, /) -> Curator | None: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands and mounted applications
+# ---------------------------------------------------------------------------------------------
+
+
+class Command:
+    """A ``lore <name>`` subcommand a plugin adds (``lore_register_commands``). The kernel
+    adds a subparser named ``name`` with ``help``, lets ``configure`` add its arguments and,
+    when it is chosen, returns ``run(args)`` as the exit status. ``run`` starts from nothing:
+    it bootstraps (:func:`lore_core.plugins.bootstrap`) itself when it needs the
+    configuration. Implementations inherit from it."""
+
+    name: str = ""
+    help: str = ""
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's arguments to its subparser (default: none)."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Run the command; the exit status."""
+        raise NotImplementedError
+
+
+#: ASGI's three callables, as the kernel hands them to a :class:`Mount`.
+ASGIScope = dict[str, Any]
+ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
+ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@attrs.frozen
+class ApiAnswer:
+    """One answer of the gateway's own HTTP API: its status and its decoded JSON body
+    (``None`` when the body is empty or not JSON)."""
+
+    status: int
+    body: Any
+
+
+class LocalApi(Protocol):
+    """The running gateway's own HTTP routes (``/lore/api/...``, ``/v1/events``, ...),
+    called in-process, without a socket, with the gateway token: a mounted application that
+    uses them gets exactly what a client of the API gets, under the same rules."""
+
+    async def call(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None
+    ) -> ApiAnswer:
+        """``method path?params`` with ``body`` sent as JSON (when not ``None``)."""
+        ...
+
+
+class Mount:
+    """An ASGI application the gateway serves under ``path`` (``lore_register_mounts``):
+    one segment such as ``"/mcp"``, matching that path and everything below it.
+
+    The kernel dispatches those HTTP requests to ``__call__`` before its own routes, and
+    only after the checks every ``/lore/api`` request passes (Host, Origin, peer, and the
+    gateway token in ``Authorization: Bearer``): a mounted application never sees a request
+    that failed them. WebSocket requests to the path are refused. ``start`` runs once the
+    gateway has started serving (after ``lore_startup``), ``stop`` at shutdown (before
+    ``lore_shutdown``); until ``start`` has returned, requests are answered 503 without
+    calling the application. An exception out of ``__call__`` is logged and answered 500
+    when no response was started. Implementations inherit from it."""
+
+    name: str = ""
+    path: str = ""
+
+    async def start(self, api: LocalApi) -> None:
+        """Get ready to serve; ``api`` reaches the gateway's own routes in-process."""
+
+    async def stop(self) -> None:
+        """Stop what ``start`` started."""
+
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
+        """Answer one HTTP request (``scope["type"] == "http"``) for ``path`` or below."""
+        raise NotImplementedError

@@ -24,13 +24,17 @@ import attrs
 from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Store, StoreFactory
+from lore_core.storage.entities import Entity, entity_order
+from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
 from lore_core.storage.knowledge import (
     DEFAULT_CONFIDENCE,
     INITIAL_CONFIDENCE,
     KnowledgeConflict,
     KnowledgeContradiction,
+    KnowledgeDecision,
     KnowledgeMetric,
     KnowledgeVersion,
+    TeamBinding,
     canonical_order,
     normalize_title,
 )
@@ -93,6 +97,16 @@ class MemoryStore(Store):
         self._knowledge: dict[str, list[KnowledgeVersion]] = {}
         self._contradictions: dict[tuple[str, str], KnowledgeContradiction] = {}
         self._metrics: dict[str, KnowledgeMetric] = {}
+        # Entities: id -> the row (merged ones included).
+        self._entities: dict[str, Entity] = {}
+        # Teams: project -> binding, team -> policy, decision_id -> decision.
+        self._bindings: dict[str, TeamBinding] = {}
+        self._team_policies: dict[str, str] = {}
+        self._decisions: dict[str, KnowledgeDecision] = {}
+        # The event log: (project, run) -> its events (seq i at index i - 1), state, snapshot.
+        self._events: dict[tuple[str, str], list[RunEvent]] = {}
+        self._runs: dict[tuple[str, str], RunState] = {}
+        self._snapshots: dict[tuple[str, str], WorkingSnapshot] = {}
         self._open = False
 
     async def open(self) -> None:
@@ -457,6 +471,109 @@ class MemoryStore(Store):
         ]
         return sorted(found, key=lambda c: -c.judged_at)
 
+    # -- entities --------------------------------------------------------------------------
+
+    async def write_entities(self, entities: Sequence[Entity]) -> None:
+        for entity in entities:
+            self._entities[entity.id] = copy.deepcopy(entity)
+
+    async def get_entity(self, entity_id: str) -> Entity | None:
+        found = self._entities.get(entity_id)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def list_entities(
+        self, project: str | None = None, *, include_global: bool = True, include_merged: bool = False
+    ) -> list[Entity]:
+        found = [
+            copy.deepcopy(e)
+            for e in self._entities.values()
+            if (include_merged or e.merged_into is None)
+            and (project is None or e.project == project or (include_global and e.project == ""))
+        ]
+        return sorted(found, key=entity_order)
+
+    async def team_binding(self, project: str) -> TeamBinding | None:
+        found = self._bindings.get(project)
+        return attrs.evolve(found) if found is not None else None
+
+    async def set_team_binding(self, project: str, binding: TeamBinding | None) -> None:
+        if binding is None:
+            self._bindings.pop(project, None)
+        else:
+            self._bindings[project] = attrs.evolve(binding, project=project)
+
+    async def team_policy(self, team: str) -> str | None:
+        return self._team_policies.get(team)
+
+    async def set_team_policy(self, team: str, policy: str) -> None:
+        self._team_policies[team] = policy
+
+    async def record_decisions(self, decisions: Sequence[KnowledgeDecision]) -> int:
+        new = 0
+        for decision in decisions:
+            if decision.decision_id not in self._decisions:
+                self._decisions[decision.decision_id] = decision
+                new += 1
+        return new
+
+    async def knowledge_decisions(
+        self, project: str | None = None, *, logical_ids: Sequence[str] | None = None
+    ) -> list[KnowledgeDecision]:
+        wanted = set(logical_ids) if logical_ids is not None else None
+        found = [
+            d
+            for d in self._decisions.values()
+            if (project is None or d.project == project) and (wanted is None or d.logical_id in wanted)
+        ]
+        return sorted(found, key=lambda d: (d.logical_id, d.decided_at, d.decision_id))
+
+    async def append_events(self, project: str, run: str, events: Sequence[NewEvent], at: float) -> list[int]:
+        key = (project, run)
+        log = self._events.setdefault(key, [])
+        state = self._runs.get(key) or RunState(project, run, 0, 0, at, at)
+        seqs = list(range(state.last_seq + 1, state.last_seq + 1 + len(events)))
+        for seq, event in zip(seqs, events, strict=True):
+            log.append(RunEvent(project, run, seq, event.kind, event.content, event.working, event.key, at))
+        self._runs[key] = attrs.evolve(state, last_seq=state.last_seq + len(events), updated_at=at)
+        return seqs
+
+    async def run_events(
+        self,
+        project: str,
+        run: str,
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int | None = None,
+        newest: bool = False,
+    ) -> list[RunEvent]:
+        log = self._events.get((project, run), [])
+        found = [e for e in log[max(0, after_seq) :] if upto_seq is None or e.seq <= upto_seq]
+        if limit is not None:
+            found = found[-limit:] if newest and limit > 0 else found[: max(0, limit)]
+        return found
+
+    async def run_state(self, project: str, run: str) -> RunState | None:
+        return self._runs.get((project, run))
+
+    async def advance_run(
+        self, project: str, run: str, covered_seq: int, snapshot: WorkingSnapshot | None, at: float
+    ) -> None:
+        key = (project, run)
+        state = self._runs.get(key)
+        if state is None or covered_seq <= state.covered_seq:
+            return
+        self._runs[key] = attrs.evolve(state, covered_seq=min(covered_seq, state.last_seq), updated_at=at)
+        if snapshot is not None:
+            self._snapshots[key] = snapshot
+
+    async def working_snapshot(self, project: str, run: str) -> WorkingSnapshot | None:
+        return self._snapshots.get((project, run))
+
+    async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
+        behind = [s for s in self._runs.values() if s.last_seq > s.covered_seq]
+        return sorted(behind, key=lambda s: (s.updated_at, s.project, s.run))[:limit]
+
     async def stats(self) -> dict[str, Any]:
         return {
             "backend": self.name,
@@ -468,6 +585,7 @@ class MemoryStore(Store):
             "messages": len(self._messages),
             "distillations": len(self._distillations),
             "knowledge": sum(1 for v in self._current() if not v.is_deleted),
+            "entities": sum(1 for e in self._entities.values() if e.merged_into is None),
             "vectors": await self.vector_stats(),
         }
 

@@ -21,6 +21,7 @@ import re
 import secrets
 import time
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -208,3 +209,81 @@ def content_fingerprint(version: KnowledgeVersion) -> str:
     """What a contradiction judgement depends on: the normalised title and the content."""
     text = normalize_title(version.title) + "\n" + _SPACE.sub(" ", version.content).strip()
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Teams: approval as append-only decision records that travel with the entries
+# ---------------------------------------------------------------------------------------------
+
+#: How a team-bound project promotes entries: ``auto`` shares every entry nobody rejected;
+#: ``manual`` shares only what somebody approved (a new entry is ``pending``).
+POLICIES = ("auto", "manual")
+DEFAULT_POLICY = "auto"
+APPROVED, REJECTED, PENDING = "approved", "rejected", "pending"
+DECISIONS = (APPROVED, REJECTED)
+
+
+@attrs.define(frozen=True)
+class KnowledgeDecision:
+    """One person's approval or rejection of one text of an entry: immutable, never edited.
+
+    A decision is about content, not about a version number: ``fingerprint`` is the
+    :func:`content_fingerprint` (title and content) it was made on, so it means the same on a
+    teammate's machine, whose store numbers the versions of an imported entry its own way.
+    ``decision_id`` is derived from everything but ``project`` (a directory path, different in
+    every clone), so the same decision exchanged twice, in either direction, is stored once."""
+
+    decision_id: str
+    logical_id: str
+    fingerprint: str
+    decision: str
+    decided_by: str
+    #: Seconds since the epoch, to the microsecond (what a ``.lore.md`` record carries).
+    decided_at: float
+    #: The project (directory) of the store that holds the record; not part of the id.
+    project: str = ""
+
+
+def decision_micros(at: float) -> int:
+    return round(at * 1_000_000)
+
+
+def make_decision(
+    logical_id: str, fingerprint: str, decision: str, decided_by: str, decided_at: float, project: str = ""
+) -> KnowledgeDecision:
+    """A decision with its derived id (the time kept to the microsecond)."""
+    micros = decision_micros(decided_at)
+    key = "\n".join((logical_id, fingerprint, decision, decided_by, str(micros)))
+    return KnowledgeDecision(
+        decision_id=hashlib.blake2b(key.encode(), digest_size=12).hexdigest(),
+        logical_id=logical_id,
+        fingerprint=fingerprint,
+        decision=decision,
+        decided_by=decided_by,
+        decided_at=micros / 1_000_000,
+        project=project,
+    )
+
+
+def decision_rank(decision: KnowledgeDecision) -> tuple[int, int, str]:
+    """The convergence rule: of the decisions on one text, the one with the greatest rank
+    stands. Later wins; at the same microsecond a rejection wins; then the greater id. A
+    total order over the set, so every store holding the same records agrees, whatever order
+    they arrived in."""
+    return (decision_micros(decision.decided_at), decision.decision == REJECTED, decision.decision_id)
+
+
+def standing_decision(decisions: Sequence[KnowledgeDecision], fingerprint: str) -> KnowledgeDecision | None:
+    """The decision that stands for one text of an entry, or ``None`` (undecided)."""
+    on_text = [d for d in decisions if d.fingerprint == fingerprint]
+    return max(on_text, key=decision_rank) if on_text else None
+
+
+@attrs.define
+class TeamBinding:
+    """A project bound to a team: ``policy`` overrides the team's (``None``: the team's)."""
+
+    project: str
+    team: str
+    bound_at: float
+    policy: str | None = None

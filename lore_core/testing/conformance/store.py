@@ -1031,6 +1031,187 @@ class StoreConformance:
         else:
             self.run(make_store, lambda store: _both(store, write, read))
 
+    def test_team_bindings_policies_and_decisions(self, make_store: Callable[[], Store]) -> None:
+        from lore_core.storage.knowledge import TeamBinding, make_decision
+
+        approve = make_decision("aaaa", "fp1", "approved", "ana", 100.000001, project="/work/alpha")
+        reject = make_decision("aaaa", "fp1", "rejected", "bo", 100.000001, project="/work/alpha")
+        other = make_decision("bbbb", "fp2", "approved", "ana", 50.0, project="/work/beta")
+
+        async def write(store: Store) -> None:
+            assert await store.team_binding("/work/alpha") is None
+            assert await store.knowledge_decisions() == []
+            await store.set_team_binding("/work/alpha", TeamBinding("/work/alpha", "core", 10.0, "manual"))
+            await store.set_team_binding("/work/beta", TeamBinding("/work/beta", "core", 11.0))
+            await store.set_team_binding("/work/gamma", TeamBinding("/work/gamma", "web", 12.0))
+            await store.set_team_binding("/work/gamma", None)
+            await store.set_team_policy("core", "auto")
+            await store.set_team_policy("core", "manual")
+            assert await store.record_decisions([approve, reject, approve]) == 2
+            # The same decision again, even recorded under another clone's project path: held once.
+            assert await store.record_decisions([attrs.evolve(approve, project="/elsewhere"), other]) == 1
+
+        async def read(store: Store) -> None:
+            assert await store.team_binding("/work/alpha") == TeamBinding(
+                "/work/alpha", "core", 10.0, "manual"
+            )
+            assert await store.team_binding("/work/beta") == TeamBinding("/work/beta", "core", 11.0, None)
+            assert await store.team_binding("/work/gamma") is None
+            assert await store.team_policy("core") == "manual"
+            assert await store.team_policy("web") is None
+            held = await store.knowledge_decisions()
+            assert held == sorted(
+                [approve, reject, other], key=lambda d: (d.logical_id, d.decided_at, d.decision_id)
+            )
+            assert held[0].decided_at == 100.000001
+            assert await store.knowledge_decisions("/work/beta") == [other]
+            assert await store.knowledge_decisions(logical_ids=["bbbb"]) == [other]
+            assert await store.knowledge_decisions("/work/alpha", logical_ids=["bbbb"]) == []
+
+        if self.persistent:
+            self.run(make_store, write)
+            self.reopen(make_store, read)
+        else:
+            self.run(make_store, lambda store: _both(store, write, read))
+
+    # -- entities --------------------------------------------------------------------------
+
+    @staticmethod
+    def _entity(name: str, **fields: Any) -> Any:
+        from lore_core.storage.entities import Entity, new_entity_id
+
+        values: dict[str, Any] = {"kind": "service", "project": "/work/alpha", "created_at": 10.0}
+        values.update(fields)
+        values.setdefault("updated_at", values["created_at"])
+        return Entity(id=values.pop("id", None) or new_entity_id(), name=name, **values)
+
+    def test_entities_roundtrip_and_replace(self, make_store: Callable[[], Store]) -> None:
+        from lore_core.storage.entities import AUTHOR_CURATOR, Relation
+
+        target = self._entity("Redis")
+        entity = self._entity(
+            "PostgreSQL ✓",
+            aliases=["pg", "postgres", "Postgres DB"],
+            relations=[Relation("caches_with", target.id), Relation("runs_on", "ffff0000ffff0000")],
+            sensitivity="sensitive",
+            created_by=AUTHOR_CURATOR,
+            updated_by=AUTHOR_USER,
+            created_at=1234.5,
+            updated_at=1300.25,
+        )
+
+        async def body(store: Store) -> None:
+            assert await store.list_entities() == []
+            assert await store.get_entity(entity.id) is None
+            await store.write_entities([entity, target])
+            assert await store.get_entity(entity.id) == entity
+            assert await store.list_entities("/work/alpha") == [entity, target]  # by normalised name
+            assert (await store.stats())["entities"] == 2
+            # A stored id is replaced whole: a merge leaves a redirect in the same write.
+            renamed = attrs.evolve(entity, aliases=["pg"], relations=[], updated_at=2000.0)
+            redirect = attrs.evolve(target, merged_into=entity.id, updated_at=2000.0)
+            await store.write_entities([renamed, redirect])
+            assert await store.get_entity(entity.id) == renamed
+            assert await store.get_entity(target.id) == redirect  # a merged id still opens
+            assert await store.list_entities("/work/alpha") == [renamed]
+            assert await store.list_entities("/work/alpha", include_merged=True) == [renamed, redirect]
+            assert (await store.stats())["entities"] == 1
+            await store.write_entities([])
+
+        self.run(make_store, body)
+
+    def test_entities_listed_by_project_with_global_ones(self, make_store: Callable[[], Store]) -> None:
+        alpha = self._entity("billing-api", kind="repository")
+        beta = self._entity("Billing API", project="/work/beta")
+        shared = self._entity("alice", kind="person", project="")
+        # Sorted by the normalised name: "Zeta" after "billing-api" despite the capital.
+        zeta = self._entity("Zeta", kind="tool")
+
+        async def body(store: Store) -> None:
+            await store.write_entities([zeta, shared, beta, alpha])
+            assert await store.list_entities("/work/alpha") == [shared, alpha, zeta]
+            assert await store.list_entities("/work/alpha", include_global=False) == [alpha, zeta]
+            assert await store.list_entities("/work/beta") == [shared, beta]
+            assert await store.list_entities("") == [shared]
+            everything = await store.list_entities()
+            assert sorted(e.id for e in everything) == sorted(e.id for e in (alpha, beta, shared, zeta))
+            assert await store.list_entities("/work/none", include_global=False) == []
+
+        self.run(make_store, body)
+
+    def test_entities_persist_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+        from lore_core.storage.entities import Relation
+
+        kept = self._entity("Jane Doe", kind="person", aliases=["jd", "Jane"], project="")
+        other = self._entity("J. Doe", kind="person", merged_into=kept.id, project="")
+        tool = self._entity("golangci-lint", kind="tool", relations=[Relation("configured_by", kept.id)])
+
+        async def write(store: Store) -> None:
+            await store.write_entities([kept, other, tool])
+
+        async def read(store: Store) -> None:
+            assert await store.get_entity(other.id) == other
+            assert await store.list_entities("/work/alpha") == [tool, kept]
+            assert await store.list_entities("/work/alpha", include_merged=True) == [tool, other, kept]
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)
+
+    def test_event_log_numbers_runs_and_keeps_their_checkpoints(
+        self, make_store: Callable[[], Store]
+    ) -> None:
+        from lore_core.storage.events import NewEvent, WorkingFact, WorkingSnapshot
+
+        note = NewEvent("note", "the parser fails on empty input")
+        editing = NewEvent("status", "editing parser.py", working=True, key="editing")
+
+        async def write(store: Store) -> None:
+            assert await store.run_state("/work/alpha", "build") is None
+            assert await store.run_events("/work/alpha", "build") == []
+            assert await store.append_events("/work/alpha", "build", [note, editing], 10.0) == [1, 2]
+            assert await store.append_events("/work/alpha", "build", [note], 11.0) == [3]
+            # Another run, and the same run name in another project, count on their own.
+            assert await store.append_events("/work/alpha", "review", [note], 12.0) == [1]
+            assert await store.append_events("/work/beta", "build", [note], 13.0) == [1]
+            snapshot = WorkingSnapshot(2, (WorkingFact("editing", "editing parser.py", 2, "status"),), 14.0)
+            await store.advance_run("/work/alpha", "build", 2, snapshot, 14.0)
+            await store.advance_run("/work/alpha", "build", 1, None, 15.0)  # never backwards
+            await store.advance_run("/work/alpha", "build", 99, None, 15.0)  # never past the last
+            await store.advance_run("/work/none", "build", 1, None, 15.0)  # no such run: nothing
+
+        async def read(store: Store) -> None:
+            state = await store.run_state("/work/alpha", "build")
+            assert state is not None and (state.last_seq, state.covered_seq, state.created_at) == (3, 3, 10.0)
+            events = await store.run_events("/work/alpha", "build")
+            assert [(e.seq, e.kind, e.working, e.key, e.created_at) for e in events] == [
+                (1, "note", False, None, 10.0),
+                (2, "status", True, "editing", 10.0),
+                (3, "note", False, None, 11.0),
+            ]
+            assert events[1].content == "editing parser.py"
+            assert [e.seq for e in await store.run_events("/work/alpha", "build", after_seq=1)] == [2, 3]
+            assert [e.seq for e in await store.run_events("/work/alpha", "build", upto_seq=2)] == [1, 2]
+            assert [e.seq for e in await store.run_events("/work/alpha", "build", limit=2)] == [1, 2]
+            newest = await store.run_events("/work/alpha", "build", limit=2, newest=True)
+            assert [e.seq for e in newest] == [2, 3]
+            snapshot = await store.working_snapshot("/work/alpha", "build")
+            assert snapshot is not None and snapshot.as_of_seq == 2
+            assert snapshot.facts == (WorkingFact("editing", "editing parser.py", 2, "status"),)
+            assert await store.working_snapshot("/work/alpha", "review") is None
+            behind = await store.runs_behind()
+            assert [(s.project, s.run) for s in behind] == [
+                ("/work/alpha", "review"),
+                ("/work/beta", "build"),
+            ]
+
+        if self.persistent:
+            self.run(make_store, write)
+            self.reopen(make_store, read)
+        else:
+            self.run(make_store, lambda store: _both(store, write, read))
+
     # -- vectors ---------------------------------------------------------------------------
 
     MODEL = "test-embedder-v1"

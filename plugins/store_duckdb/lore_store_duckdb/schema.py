@@ -180,8 +180,81 @@ V4 = [
     )""",
 ]
 
+# Version 5: teams (lore_core.knowledge.teams). A project's binding to a team (its policy
+# overriding the team's when set), the team-wide policy, and the approval decision records:
+# append-only, keyed by a decision id derived from their content, so records exchanged
+# between machines are stored once.
+V5 = [
+    """CREATE TABLE team_bindings (
+        project VARCHAR PRIMARY KEY,
+        team VARCHAR NOT NULL,
+        policy VARCHAR,
+        bound_at DOUBLE NOT NULL
+    )""",
+    """CREATE TABLE team_policies (
+        team VARCHAR PRIMARY KEY,
+        policy VARCHAR NOT NULL
+    )""",
+    """CREATE TABLE knowledge_decisions (
+        decision_id VARCHAR PRIMARY KEY,
+        logical_id VARCHAR NOT NULL,
+        project VARCHAR NOT NULL DEFAULT '',
+        fingerprint VARCHAR NOT NULL,
+        decision VARCHAR NOT NULL,
+        decided_by VARCHAR NOT NULL,
+        decided_at DOUBLE NOT NULL
+    )""",
+]
+
+# Version 6: entities are written (lore_core.storage.entities). The version-1 table gains who
+# created and last changed a row, its sensitivity, and the redirect a merge leaves
+# (``merged_into``). Names and relations stay JSON text: a project has tens to hundreds of
+# entities, read whole (name matching needs the kernel's normalisation, which SQL cannot do).
+V6 = [
+    "ALTER TABLE entities ADD COLUMN sensitivity VARCHAR DEFAULT 'normal'",
+    "ALTER TABLE entities ADD COLUMN created_by VARCHAR",
+    "ALTER TABLE entities ADD COLUMN updated_by VARCHAR",
+    "ALTER TABLE entities ADD COLUMN merged_into VARCHAR",
+]
+
+# Version 7: the event log (lore_core.storage.events). Version 1's ``events`` table (never
+# written) had no project and no working flag; runs are named streams within a project, so
+# the log is keyed by project and run. ``event_runs`` holds each run's counter and distilled
+# checkpoint; ``event_working`` the durable snapshot of its working facts.
+V7 = [
+    "DROP TABLE events",
+    """CREATE TABLE events (
+        project VARCHAR NOT NULL,
+        run VARCHAR NOT NULL,
+        seq BIGINT NOT NULL,
+        kind VARCHAR NOT NULL,
+        content VARCHAR NOT NULL,
+        working BOOLEAN NOT NULL DEFAULT false,
+        key VARCHAR,
+        created_at DOUBLE NOT NULL,
+        PRIMARY KEY (project, run, seq)
+    )""",
+    """CREATE TABLE event_runs (
+        project VARCHAR NOT NULL,
+        run VARCHAR NOT NULL,
+        last_seq BIGINT NOT NULL,
+        covered_seq BIGINT NOT NULL DEFAULT 0,
+        created_at DOUBLE NOT NULL,
+        updated_at DOUBLE NOT NULL,
+        PRIMARY KEY (project, run)
+    )""",
+    """CREATE TABLE event_working (
+        project VARCHAR NOT NULL,
+        run VARCHAR NOT NULL,
+        as_of_seq BIGINT NOT NULL,
+        facts VARCHAR NOT NULL,
+        taken_at DOUBLE NOT NULL,
+        PRIMARY KEY (project, run)
+    )""",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1, V2, V3, V4]
+MIGRATIONS: list[list[str]] = [V1, V2, V3, V4, V5, V6, V7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
