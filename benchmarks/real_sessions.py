@@ -27,6 +27,11 @@ Printed: supported counts overall, by agent, kind, depth and before/after the se
 compaction; replay and indexing time; the recall round trip as the model sees it (the fake
 sent the ``recall`` call until the continuation arrived), p50 and p95.
 
+With ``--entities FILE`` (a JSON list of ``{"name", "kind", "aliases"}``) the questions are
+asked twice in the same run: first as they are (no entities: what recall does without a
+worker, which extracts none), then again after those entities were added as global entities
+through the local API, so the second report shows what alias expansion changes.
+
 Run by hand::
 
     python benchmarks/real_sessions.py --data SESSIONS_DIR
@@ -352,6 +357,19 @@ def report(questions: list[Question], responder: Responder) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
+def add_entities(server: ThreadedServer, entities: list[dict[str, Any]]) -> int:
+    """Add ``entities`` as global ones through the local API (the entity book's rules)."""
+    auth = {"authorization": f"Bearer {server.gateway.tokens.current()}"}
+    added = 0
+    for entity in entities:
+        body = {"global": True, **{k: entity[k] for k in ("name", "kind", "aliases") if k in entity}}
+        response = httpx.post(server.url + "/lore/api/entities/add", json=body, headers=auth, timeout=60)
+        if response.status_code not in (200, 201):
+            raise SystemExit(f"entity {entity!r} refused: {response.text[:300]}")
+        added += 1
+    return added
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="the coding-sessions folder")
@@ -361,6 +379,9 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, help="skip the replay: ask against this kept directory")
     parser.add_argument("--config", default="{}", help="extra .lore.json for the gateway (JSON)")
     parser.add_argument("--dump", type=Path, help="write each question's tool result to this JSONL file")
+    parser.add_argument(
+        "--entities", type=Path, help="ask again with these entities (JSON list) added: the alias effect"
+    )
     args = parser.parse_args()
 
     questions = load_questions(args.data)
@@ -405,9 +426,24 @@ def main() -> None:
             stats = server.call(server.gateway.store.stats(), timeout=60)
             print(f"store: {stats.get('messages')} messages, {stats.get('size_bytes', 0) / 1e6:.0f} MB")
             ask(server.url, questions, by_id, responder)
+            baseline = dict(responder.results)
+            if args.entities:
+                added = add_entities(server, json.loads(args.entities.read_text()))
+                responder.calls.clear()
+                responder.results.clear()
+                ask(server.url, questions, by_id, responder)
         finally:
             server.stop()
-    print(f"questions through the recall tool ({args.data.name}, real sessions):")
+    if args.entities:
+        with_entities = dict(responder.results)
+        responder.results = baseline
+        print(f"questions through the recall tool ({args.data.name}, real sessions), no entities:")
+        report(questions, responder)
+        responder.results = with_entities
+        expanded = sum("also searched for" in text for text in with_entities.values())
+        print(f"again with {added} entities from {args.entities} ({expanded} results name an expansion):")
+    else:
+        print(f"questions through the recall tool ({args.data.name}, real sessions):")
     report(questions, responder)
     if args.dump:
         with open(args.dump, "w", encoding="utf-8") as f:

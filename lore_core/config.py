@@ -272,6 +272,9 @@ class RecallConfig:
     # recall then waits for a call of the main model and pays for it); "never".
     expand: RecallExpand = "auto"
     expand_timeout_seconds: float = setting(3.0, low=0.01, high=600)
+    # When a query names a known entity (its name or an alias, as a whole word), also search
+    # it with the entity's other names in the full-text lists. No cost without entities.
+    expand_aliases: bool = True
 
 
 @attrs.define
@@ -290,6 +293,9 @@ class KnowledgeConfig:
     # Tokens and entries of the session's context-bound block (the most relevant entries).
     context_max_tokens: int = setting(2_000, low=0, high=100_000)
     context_entries: int = setting(8, low=0, high=200)
+    # Known entities (name, kind, aliases) the baseline block lists at most, within its
+    # tokens; 0: none.
+    baseline_entities: int = setting(30, low=0, high=500)
     # Entries whose confidence fell below this are no longer injected (still searchable).
     confidence_floor: float = setting(0.2, low=0, high=1)
     # Once a day, entries nothing reinforced for decayAfterDays lose this share of their

@@ -43,6 +43,7 @@ from lore_core.knowledge.book import KnowledgeBook
 from lore_core.knowledge.contradictions import ContradictionFinder, ContradictionJudge
 from lore_core.knowledge.curation import KnowledgeUpkeep
 from lore_core.knowledge.curator import KnowledgeCurator
+from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.inject import KnowledgeInjector
 from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.upstream import UpstreamClient
@@ -128,9 +129,11 @@ class Gateway:
         # Long-term knowledge: every write goes through the book; the injector puts it in
         # each session's prompt, pinned per session (lore_core/knowledge/).
         self.knowledge = KnowledgeBook(self.store)
+        # Entities (names, aliases, relations) beside it, through their own book.
+        self.entities = EntityBook(self.store)
         if config.knowledge.enabled:
             self.context.knowledge = KnowledgeInjector(
-                self.knowledge, config.knowledge, self.context.counter.text
+                self.knowledge, config.knowledge, self.context.counter.text, entities=self.entities
             )
         self.embedder = choose_embedder(config, registry.embedders)
         # The engine behind `lore recall` (and the model's recall tool once it is wired).
@@ -186,6 +189,7 @@ class Gateway:
             curator if isinstance(curator, KnowledgeCurator) else None,
             self.embedder,
             contradictions=self.contradictions,
+            entities=self.entities,
         )
         self.distiller = DistillScheduler(
             self.store,

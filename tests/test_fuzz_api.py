@@ -58,6 +58,7 @@ class Seeded:
     distillations: list[str]
     result_ids: list[str]
     knowledge: list[str] = attrs.field(factory=list)
+    entities: list[str] = attrs.field(factory=list)
 
 
 def _turns(api: str, session: str, texts: list[str]) -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
@@ -118,9 +119,16 @@ def seeded(start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpst
             },
             headers=auth,
         ).json()["entry"]
+        entity = client.post(
+            "/lore/api/entities/add",
+            json={"project": "/seed", "name": "Heron", "kind": "other", "aliases": ["grey heron"]},
+            headers=auth,
+        ).json()["entity"]
     assert len(sessions) == 3 and distillations and found
     fake_upstream.reset()
-    return Seeded(server, token, sessions, distillations, [r["id"] for r in found], [entry["id"]])
+    return Seeded(
+        server, token, sessions, distillations, [r["id"] for r in found], [entry["id"]], [entity["id"]]
+    )
 
 
 @pytest.fixture
@@ -226,12 +234,23 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "contradictions": ("GET", "/lore/api/knowledge/contradictions", ["project", "status"]),
         "contradictions_scan": ("POST", "/lore/api/knowledge/contradictions/scan", ["project"]),
         "contradictions_resolve": ("POST", "/lore/api/knowledge/contradictions/resolve", []),
+        "team": (("GET", "POST"), "/lore/api/team", ["project"]),
+        "knowledge_pending": ("GET", "/lore/api/knowledge/pending", ["project"]),
+        "knowledge_decisions": ("POST", "/lore/api/knowledge/decisions", []),
+        "entities": ("GET", "/lore/api/entities", ["project", "global", "merged"]),
+        "entity_show": ("GET", "/lore/api/entities/show", ["ref", "project"]),
+        "entity_change": ("POST", None, []),
     }[route]
     if route == "knowledge_entry":
         path = "/lore/api/knowledge/" + draw(path_params(seeded.knowledge))
         tail = unquote(path).removeprefix("/lore/api/knowledge/").strip("/")
-        if tail in ("file", "import") or tail.startswith("contradictions"):
+        if tail in ("file", "import", "pending", "decisions") or tail.startswith("contradictions"):
             path += "x"
+    elif route == "entity_change":
+        actions = ["add", "alias", "relate", "merge", "edit"]
+        path = "/lore/api/entities/" + draw(st.sampled_from(actions) | path_params([]))
+        if unquote(path).removeprefix("/lore/api/entities/") == "show":
+            path += "x"  # the GET route: not this one
     elif route == "session":
         path = "/lore/api/sessions/" + draw(path_params(seeded.sessions))
     elif route == "distillation":
@@ -246,6 +265,10 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "knowledge_import",
         "contradictions",
         "contradictions_scan",
+        "team",
+        "knowledge_pending",
+        "entities",
+        "entity_show",
     )
     if route in routes_with_real_values and isinstance(params, list):
         # Real values too, so the routes find something: stored sessions, result ids, scopes,
@@ -268,6 +291,15 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
             "contradictions": st.tuples(st.just("status"), st.sampled_from(["open", "cleared,kept", "x"]))
             | st.tuples(st.just("project"), st.just("/seed")),
             "contradictions_scan": st.tuples(st.just("project"), st.just("/seed")),
+            "team": st.tuples(st.just("project"), st.sampled_from(["/seed", "/seed/other", "seed"])),
+            "knowledge_pending": st.tuples(st.just("project"), st.sampled_from(["/seed", "/unbound"])),
+            "entities": st.tuples(
+                st.sampled_from(["project", "merged"]), st.sampled_from(["/seed", "1", "x"])
+            ),
+            "entity_show": st.tuples(
+                st.sampled_from(["ref", "project"]),
+                st.sampled_from([*seeded.entities, "Heron", "grey heron", "e:nope", "/seed"]),
+            ),
         }[route]
         params = draw(st.lists(extra, max_size=2)) + params
     body, headers = draw(bodies())
@@ -280,6 +312,49 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
             optional={"keep": ids, "keep_both": st.sampled_from([True, False, "yes"])},
         )
         body = json.dumps(draw(fields)).encode()
+    if route == "team" and draw(st.booleans()):
+        team_fields = st.fixed_dictionaries(
+            {
+                "project": st.sampled_from(["/seed", "/seed/other", "seed", 3]),
+                "action": st.sampled_from(["bind", "unbind", "policy", "approve", 1]),
+            },
+            optional={
+                "team": st.sampled_from(["core", "two words", "", "a" * 120, None]),
+                "policy": st.sampled_from(["auto", "manual", "sometimes", None]),
+                "team_wide": st.sampled_from([True, False, "yes"]),
+            },
+        )
+        body = json.dumps(draw(team_fields)).encode()
+    if route == "knowledge_decisions" and draw(st.booleans()):
+        ids = st.sampled_from([f"k:{i}" for i in seeded.knowledge] + ["k:nope-nope", "", 3])
+        decision_fields = st.fixed_dictionaries(
+            {"id": ids, "decision": st.sampled_from(["approved", "rejected", "maybe", None])},
+            optional={
+                "by": st.sampled_from(["Ana Lima", "-->", "", "x" * 200]),
+                "project": st.sampled_from(["/seed", "/elsewhere"]),
+            },
+        )
+        body = json.dumps(draw(decision_fields)).encode()
+    if route == "entity_change" and draw(st.booleans()):
+        refs = st.sampled_from([*seeded.entities, "Heron", "grey heron", "e:0000", "", 3, None])
+        entity_fields = st.fixed_dictionaries(
+            {},
+            optional={
+                "project": st.sampled_from(["/seed", "seed", "/other", 3]),
+                "name": st.sampled_from(["Kestrel", "heron", "", "a\nb", "x" * 130, 1]),
+                "kind": st.sampled_from(["tool", "person", "planet", None]),
+                "aliases": st.sampled_from([["hawk"], ["grey heron"], "hawk", [1], []]),
+                "ref": refs,
+                "keep": refs,
+                "other": refs,
+                "alias": st.sampled_from(["hawk", "Heron", "", "sk-ant-api03-" + "x" * 40]),
+                "predicate": st.sampled_from(["eats", "Lives In", "!!", ""]),
+                "target": refs,
+                "remove": st.sampled_from([True, False, "yes"]),
+                "global": st.sampled_from([True, False, 0]),
+            },
+        )
+        body = json.dumps(draw(entity_fields)).encode()
     return draw(methods(own)), path, params, body, headers
 
 
@@ -296,13 +371,15 @@ IMPORT_BODIES = [
 
 ROUTE_PATHS = frozenset(
     f"/lore/api/{name}"
-    for name in ("status", "sessions", "search", "recall", "distillations", "distill", "knowledge")
-)
+    for name in (
+        "status", "sessions", "search", "recall", "distillations", "distill", "knowledge", "team", "entities",
+    )
+)  # fmt: skip
 
 
 def is_route(path: str) -> bool:
     return path in ROUTE_PATHS or path.startswith(
-        ("/lore/api/sessions/", "/lore/api/distillations/", "/lore/api/knowledge/")
+        ("/lore/api/sessions/", "/lore/api/distillations/", "/lore/api/knowledge/", "/lore/api/entities/")
     )
 
 
@@ -387,12 +464,20 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
         "knowledge_import": ("POST",),
         "contradictions_scan": ("POST",),
         "contradictions_resolve": ("POST",),
+        "knowledge_decisions": ("POST",),
+        "team": ("GET", "POST"),
         "knowledge": ("GET", "POST"),
         "knowledge_entry": ("GET", "PATCH", "DELETE"),
+        "entity_change": ("POST",),
     }.get(route, ("GET",))
     own = method if method in owns else owns[0]
     if method == "HEAD":
-        if route in ("knowledge_import", "contradictions_scan", "contradictions_resolve"):
+        if route in (
+            "knowledge_import",
+            "contradictions_scan",
+            "contradictions_resolve",
+            "knowledge_decisions",
+        ):
             # No GET here: the entry route answers, for an entry of that id (none).
             return {404}
         # A GET route answers HEAD as GET, without the body; elsewhere the gateway's own HEAD
@@ -419,6 +504,22 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
         return {200, 400, 409, 503}  # 400: no absolute project; 409: no judge; 503: no worker yet
     if route == "contradictions_resolve":
         return {200, 400, 404}  # 404: an entry that does not exist
+    if route == "team":
+        # 400: no absolute project, or bad fields; 409: unbinding or setting the policy of an
+        # unbound project.
+        return {200, 400} if method == "GET" else {200, 400, 409}
+    if route == "knowledge_pending":
+        return {200, 400, 409}  # 409: the project is not bound to a team
+    if route == "knowledge_decisions":
+        return {200, 400, 404, 409}  # 409: not bound, or an entry that cannot be shared
+    if route == "entities":
+        return {200, 400}  # 400: a project that is not an absolute directory
+    if route == "entity_show":
+        return {200, 400, 404}  # 400: no ref, or a relative project; 404: no such entity
+    if route == "entity_change":
+        # 201: added; 400: malformed fields (the error names one); 404: an unknown action or
+        # entity; 409: the rules refused it (a name another entity has, a merge into itself).
+        return {200, 201, 400, 404, 409}
     if route == "distill":
         session = first(params, "session")
         if session is None:
@@ -430,7 +531,8 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
 ROUTES = [
     "status", "sessions", "session", "search", "recall", "distillations", "distillation", "distill",
     "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import", "contradictions",
-    "contradictions_scan", "contradictions_resolve",
+    "contradictions_scan", "contradictions_resolve", "team", "knowledge_pending", "knowledge_decisions",
+    "entities", "entity_show", "entity_change",
 ]  # fmt: skip
 
 
@@ -457,7 +559,7 @@ def test_fuzz_api_route(
         response = send(client, case, auth)
         payload = check(response, case[0], expected_statuses(route, case, seeded), seeded, caplog)
         if response.status_code == 200 and payload is not None:
-            lists = ("sessions", "search", "distillations", "knowledge", "contradictions")
+            lists = ("sessions", "search", "distillations", "knowledge", "contradictions", "entities")
             assert isinstance(payload, list if route in lists and case[0] == "GET" else dict)
         if route != "contradictions_scan":  # judging calls the worker (the fake)
             assert fake_upstream.requests == []

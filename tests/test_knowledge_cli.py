@@ -146,7 +146,15 @@ def exercise_lanes(capsys: pytest.CaptureFixture[str], project: Path, files: Pat
     assert lore(capsys, "knowledge", "delete", str(port["id"]))[0] == 0
     code, out, _ = lore(capsys, "import", str(agents), *p, "--format", "agents", "--json")
     report = json.loads(out)
-    assert code == 1 and set(report) == {"path", "created", "updated", "unchanged", "refused", "problems"}
+    assert code == 1 and set(report) == {
+        "path",
+        "created",
+        "updated",
+        "unchanged",
+        "refused",
+        "problems",
+        "decisions",
+    }
     assert report["created"] == [] and report["unchanged"] == 1
     (refusal,) = report["refused"]
     assert refusal["title"] == "Port 8377 may be taken"

@@ -206,6 +206,20 @@ class _ApiReader:
         query = "/knowledge/import?" + urlencode({"project": project, "path": path, "format": fmt})
         return self._get(query, _method="POST", _body=text.encode("utf-8"))
 
+    # -- entities (the entity book's rules apply in the gateway) ------------------------------
+
+    def entities(self, project: str | None) -> list[dict[str, Any]]:
+        return self._get("/entities", project=project)
+
+    def entity(self, ref: str, project: str) -> dict[str, Any]:
+        return self._get("/entities/show", ref=ref, project=project)
+
+    def entity_change(self, action: str, fields: dict[str, Any]) -> dict[str, Any]:
+        import json
+        from urllib.parse import quote
+
+        return self._get(f"/entities/{quote(action)}", _method="POST", _body=json.dumps(fields).encode())
+
     def contradictions(self, project: str | None, statuses: list[str] | None) -> list[dict[str, Any]]:
         return self._get(
             "/knowledge/contradictions", project=project, status=",".join(statuses) if statuses else None
@@ -223,6 +237,24 @@ class _ApiReader:
 
         body = {"first": first, "second": second, **({"keep": keep} if keep else {"keep_both": True})}
         return self._get("/knowledge/contradictions/resolve", _method="POST", _body=json.dumps(body).encode())
+
+    def team(self, project: str) -> dict[str, Any]:
+        return self._get("/team", project=project)
+
+    def team_change(self, project: str, action: str, **fields: Any) -> dict[str, Any]:
+        import json
+
+        body = {"project": project, "action": action, **fields}
+        return self._get("/team", _method="POST", _body=json.dumps(body).encode())
+
+    def pending(self, project: str) -> dict[str, Any]:
+        return self._get("/knowledge/pending", project=project)
+
+    def decide(self, ident: str, decision: str, by: str, project: str) -> dict[str, Any]:
+        import json
+
+        body = {"id": ident, "decision": decision, "by": by, "project": project}
+        return self._get("/knowledge/decisions", _method="POST", _body=json.dumps(body).encode())
 
     def close(self) -> None:
         pass
@@ -389,6 +421,8 @@ class _DirectReader:
             "written": report.written,
             "skipped_sensitive": report.skipped_sensitive,
             "skipped_restricted": report.skipped_restricted,
+            "skipped_unapproved": report.skipped_unapproved,
+            "team": report.team,
         }
 
     def knowledge_import(self, project: str, text: str, path: str, fmt: str = "lore-md") -> dict[str, Any]:
@@ -400,6 +434,39 @@ class _DirectReader:
             return self._run(import_text(self._book(), project, text, fmt, Path(path))).as_json()
         except ImportFormatError as exc:
             raise _CommandError(str(exc), 1) from None
+
+    # -- entities ----------------------------------------------------------------------------
+
+    def _entity_book(self) -> Any:
+        from lore_core.knowledge.entities import EntityBook
+
+        return EntityBook(self.store)
+
+    def entities(self, project: str | None) -> list[dict[str, Any]]:
+        from lore_core.knowledge.entities import entity_json
+
+        found = self._run(self._entity_book().entities(project))
+        names = {e.id: e.name for e in found}
+        return [entity_json(e, names) for e in found]
+
+    def entity(self, ref: str, project: str) -> dict[str, Any]:
+        from lore_core.knowledge.entities import describe
+
+        found = self._run(describe(self._entity_book(), project, ref))
+        if found is None:
+            raise _CommandError(f"no entity {ref!r}", 1)
+        return dict(found)
+
+    def entity_change(self, action: str, fields: dict[str, Any]) -> dict[str, Any]:
+        from lore_core.knowledge.entities import REFUSED, EntityInputError, entity_json, run_action
+
+        try:
+            result = self._run(run_action(self._entity_book(), action, fields))
+        except EntityInputError as exc:
+            raise _CommandError(str(exc), 2) from None
+        if result.status == REFUSED:
+            raise _CommandError(result.reason, 1)
+        return {"status": result.status, "entity": entity_json(result.entity) if result.entity else None}
 
     def contradictions(self, project: str | None, statuses: list[str] | None) -> list[dict[str, Any]]:
         from lore_core.knowledge.contradictions import list_contradictions
@@ -419,6 +486,48 @@ class _DirectReader:
         except KnowledgeInputError as exc:
             raise _CommandError(str(exc), 1) from None
         return self._run(describe(book, record))
+
+    # -- teams (no gateway: the .lore.md is written by the next export or gateway start) --
+
+    def team(self, project: str) -> dict[str, Any]:
+        from lore_core.knowledge.teams import team_json
+
+        return self._run(team_json(self.store, project))
+
+    def team_change(self, project: str, action: str, **fields: Any) -> dict[str, Any]:
+        from lore_core.knowledge.book import KnowledgeInputError
+        from lore_core.knowledge.teams import bind, set_policy, team_json, unbind
+
+        try:
+            if action == "bind":
+                self._run(bind(self.store, project, fields["team"], fields.get("policy")))
+            elif action == "unbind":
+                if self._run(unbind(self.store, project)) is None:
+                    raise _CommandError("this project is not bound to a team", 1)
+            else:
+                team_wide = fields.get("team_wide", False)
+                self._run(set_policy(self.store, project, fields["policy"], team_wide=team_wide))
+        except KnowledgeInputError as exc:
+            raise _CommandError(str(exc), 1) from None
+        return self._run(team_json(self.store, project))
+
+    def pending(self, project: str) -> dict[str, Any]:
+        from lore_core.knowledge.book import KnowledgeInputError
+        from lore_core.knowledge.teams import pending_json
+
+        try:
+            return self._run(pending_json(self._book(), project))
+        except KnowledgeInputError as exc:
+            raise _CommandError(str(exc), 1) from None
+
+    def decide(self, ident: str, decision: str, by: str, project: str) -> dict[str, Any]:
+        from lore_core.knowledge.book import KnowledgeInputError
+        from lore_core.knowledge.teams import decide
+
+        try:
+            return self._run(decide(self._book(), ident, decision, by, project)).as_json()
+        except KnowledgeInputError as exc:
+            raise _CommandError(str(exc), 1) from None
 
     def close(self) -> None:
         try:
@@ -690,6 +799,25 @@ def _contradiction_lines(row: dict[str, Any]) -> list[str]:
 
 def cmd_knowledge(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        if args.knowledge_command == "pending":
+            found = reader.pending(_project(args))
+            if args.json:
+                _print_json(found)
+                return 0
+            team = found["team"]
+            print(f"team {team['team']}, policy {team['policy']} ({team['policy_from']})")
+            if not found["pending"] and not found["rejected"]:
+                print("nothing waits for a decision")
+            for row in found["pending"]:
+                print(_approval_line(row))
+            for row in found["rejected"]:
+                print(_approval_line(row))
+            return 0
+        if args.knowledge_command in ("approve", "reject"):
+            decision = "approved" if args.knowledge_command == "approve" else "rejected"
+            found = reader.decide(args.id, decision, args.by or _reviewer(), _project(args))
+            print(_approval_line(found))
+            return 0
         if args.knowledge_command == "contradictions":
             if args.scan:
                 report = reader.contradictions_scan(_project(args))
@@ -764,6 +892,107 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
+def _reviewer() -> str:
+    """Who decides when ``--by`` is not given: ``LORE_REVIEWER``, else the login name."""
+    import getpass
+    import os
+
+    return os.environ.get("LORE_REVIEWER") or getpass.getuser()
+
+
+def _approval_line(row: dict[str, Any]) -> str:
+    decision = row["decision"]
+    by = f" by {decision['decided_by']} {_when(decision['decided_at'])}" if decision else ""
+    note = " (the team sees the approved earlier text)" if row["changed_since_approval"] else ""
+    return f"{row['id']}  {row['state']:<8}  [{row['category']}] {row['title']}{by}{note}"
+
+
+def cmd_team(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        project = _project(args)
+        command = args.team_command or "show"
+        if command == "show":
+            found = reader.team(project)
+        elif command == "bind":
+            found = reader.team_change(project, "bind", team=args.team, policy=args.policy)
+        elif command == "unbind":
+            found = reader.team_change(project, "unbind")
+        else:
+            found = reader.team_change(project, "policy", policy=args.policy, team_wide=args.team_wide)
+        if args.json:
+            _print_json(found)
+        elif found["bound"]:
+            print(f"{project}: team {found['team']}, policy {found['policy']} ({found['policy_from']})")
+        else:
+            print(f"{project}: not bound to a team")
+        return 0
+
+    return _with_reader(args, action)
+
+
+def _entity_line(e: dict[str, Any]) -> str:
+    aliases = f"  aka {', '.join(e['aliases'])}" if e["aliases"] else ""
+    where = "  [global]" if not e["project"] else ""
+    flag = f"  [{e['sensitivity']}]" if e["sensitivity"] != "normal" else ""
+    return f"{e['id']}  {e['kind']:<10} {e['name']}{aliases}{where}{flag}"
+
+
+def cmd_entity(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        command = args.entity_command
+        if command == "list":
+            rows = reader.entities(None if args.all else _project(args))
+            if args.json:
+                _print_json(rows)
+            elif not rows:
+                print("no entities yet")
+            for row in [] if args.json else rows:
+                print(_entity_line(row))
+            return 0
+        if command == "show":
+            found = reader.entity(args.ref, _project(args))
+            if args.json:
+                _print_json(found)
+                return 0
+            entity = found["entity"]
+            print(_entity_line(entity))
+            for r in entity["relations"]:
+                print(f"  {r['predicate']} {r['target']} {r.get('target_name', '')}".rstrip())
+            for r in found["related"]:
+                print(f"  {r['source']} {r['source_name']} {r['predicate']} this")
+            if found["merged"]:
+                print(f"  merged into it: {', '.join(found['merged'])}")
+            print(f"  created {_when(entity['created_at'])} by {entity['created_by']}, "
+                  f"updated {_when(entity['updated_at'])} by {entity['updated_by']}")  # fmt: skip
+            return 0
+        project = {"project": _project(args)}
+        if command == "add":
+            fields: dict[str, Any] = {"name": args.name, "kind": args.kind, "aliases": args.alias or []}
+            if args.sensitivity:
+                fields["sensitivity"] = args.sensitivity
+            fields |= {"global": True} if args.is_global else project
+            result = reader.entity_change("add", fields)
+        elif command == "alias":
+            fields = {"ref": args.ref, "alias": args.alias, "remove": args.remove}
+            result = reader.entity_change("alias", fields | project)
+        elif command == "relate":
+            fields = {
+                "ref": args.ref,
+                "predicate": args.predicate,
+                "target": args.target,
+                "remove": args.remove,
+            }
+            result = reader.entity_change("relate", fields | project)
+        elif command == "rename":
+            result = reader.entity_change("edit", {"ref": args.ref, "name": args.name} | project)
+        else:
+            result = reader.entity_change("merge", {"keep": args.keep, "other": args.other} | project)
+        print(f"{result['status']}: {_entity_line(result['entity'])}")
+        return 0
+
+    return _with_reader(args, action)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -782,6 +1011,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         note = f"; {skipped} sensitive left out (--include-sensitive)" if skipped else ""
         if found.get("skipped_restricted"):
             note += f"; {found['skipped_restricted']} restricted never exported"
+        if found.get("skipped_unapproved"):
+            unapproved = found["skipped_unapproved"]
+            note += f"; {unapproved} not let through by team {found['team']} (lore knowledge pending)"
         print(f"{path}: {found['written']} entries{'' if changed else ', unchanged'}{note}")
         return 0
 
@@ -1097,9 +1329,17 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``lore`` parser; with the command line ``argv``, plus the plugins' commands when
+    it names no built-in one (:func:`_add_plugin_commands`)."""
     from lore_core import __version__
-    from lore_core.storage.knowledge import CATEGORIES, CONTRADICTION_STATUSES, SCOPES, SENSITIVITIES
+    from lore_core.storage.knowledge import (
+        CATEGORIES,
+        CONTRADICTION_STATUSES,
+        POLICIES,
+        SCOPES,
+        SENSITIVITIES,
+    )
 
     # lore_core.knowledge.imports FORMATS and EXPORT_FORMATS, spelled out so that building the
     # parser does not import the knowledge package (a test keeps them equal).
@@ -1252,7 +1492,83 @@ def build_parser() -> argparse.ArgumentParser:
     settle.add_argument(
         "--keep-both", action="store_true", help="both stand (not judged again unless edited)"
     )
+    kpending = ksub.add_parser(
+        "pending", help="entries of a team-bound project whose text waits for approval (and rejected ones)"
+    )
+    kpending.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    kpending.add_argument("--json", action="store_true", help="print JSON")
+    for name, verb in (("approve", "share"), ("reject", "keep out of the team")):
+        kdecide = ksub.add_parser(
+            name, help=f"{name} the entry's current text ({verb}); a team decision record"
+        )
+        kdecide.add_argument("id", help="k:<id>")
+        kdecide.add_argument(
+            "--by", default=None, help="who decides (default: $LORE_REVIEWER or the login name)"
+        )
+        kdecide.add_argument(
+            "--project", default=None, help="the project directory (default: the current one)"
+        )
     knowledge.set_defaults(func=cmd_knowledge)
+
+    team = sub.add_parser(
+        "team", help="bind the project to a team: only entries the team's policy lets through are shared"
+    )
+    tsub = team.add_subparsers(dest="team_command", metavar="ACTION")
+    tshow = tsub.add_parser("show", help="the project's team and policy (the default action)")
+    tbind = tsub.add_parser("bind", help="bind the project to a team")
+    tbind.add_argument("team", help="the team's name")
+    tbind.add_argument(
+        "--policy", choices=POLICIES, default=None, help="this project's policy (default: the team's)"
+    )
+    tunbind = tsub.add_parser("unbind", help="share everything exportable again (decision records are kept)")
+    tpolicy = tsub.add_parser(
+        "policy", help="auto: share what nobody rejected; manual: only what was approved"
+    )
+    tpolicy.add_argument("policy", choices=POLICIES)
+    tpolicy.add_argument("--team-wide", action="store_true", help="for the whole team, not just this project")
+    for p in (tshow, tbind, tunbind, tpolicy):
+        p.add_argument("--project", default=None, help="the project directory (default: the current one)")
+        p.add_argument("--json", action="store_true", help="print JSON")
+    team.set_defaults(func=cmd_team, team_command=None, project=None, json=False)
+
+    entity = sub.add_parser(
+        "entity",
+        help="list, show, add, alias, relate, rename or merge entities (e:<id>): the people, services, "
+        "tools, repositories and files the project knows by name",
+    )
+    esub = entity.add_subparsers(dest="entity_command", metavar="ACTION")
+    esub.required = True
+    ENTITY_KINDS = ("person", "service", "tool", "repository", "file", "other")  # storage.entities
+    elist = esub.add_parser("list", help="the project's entities (and global ones)")
+    elist.add_argument("--all", action="store_true", help="every project's entities")
+    elist.add_argument("--json", action="store_true", help="print JSON")
+    eshow = esub.add_parser("show", help="one entity with its aliases and relations")
+    eshow.add_argument("ref", help="e:<id> (a merged id shows its survivor) or one of its names")
+    eshow.add_argument("--json", action="store_true", help="print JSON")
+    eadd = esub.add_parser("add", help="add an entity (a known name gets the new aliases instead)")
+    eadd.add_argument("name", help="the canonical name")
+    eadd.add_argument("--kind", required=True, choices=ENTITY_KINDS)
+    eadd.add_argument("--alias", action="append", help="another name it goes by (repeatable)")
+    eadd.add_argument("--sensitivity", default=None, choices=SENSITIVITIES)
+    eadd.add_argument("--global", dest="is_global", action="store_true", help="for every project")
+    ealias = esub.add_parser("alias", help="add (or --remove) an alias; one another entity has is refused")
+    ealias.add_argument("ref", help="e:<id> or a name")
+    ealias.add_argument("alias")
+    ealias.add_argument("--remove", action="store_true", help="remove this alias instead")
+    erelate = esub.add_parser("relate", help="add (or --remove) a relation: <ref> <predicate> <target>")
+    erelate.add_argument("ref", help="e:<id> or a name")
+    erelate.add_argument("predicate", help="a word such as depends_on, owns, uses")
+    erelate.add_argument("target", help="e:<id> or a name")
+    erelate.add_argument("--remove", action="store_true", help="remove this relation instead")
+    erename = esub.add_parser("rename", help="another canonical name (the old one stays an alias)")
+    erename.add_argument("ref", help="e:<id> or a name")
+    erename.add_argument("name")
+    emerge = esub.add_parser("merge", help="merge <other> into <keep>: its names and relations move over")
+    emerge.add_argument("keep", help="e:<id> or a name: the entity that stays")
+    emerge.add_argument("other", help="e:<id> or a name: its id then opens <keep>")
+    for p in (elist, eshow, eadd, ealias, erelate, erename, emerge):
+        p.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    entity.set_defaults(func=cmd_entity)
 
     export = sub.add_parser(
         "export", help="write the project's knowledge as .lore.md (the gateway does it on idle)"
@@ -1284,11 +1600,34 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
+    if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
+        _add_plugin_commands(sub)
     return parser
 
 
+def _add_plugin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The plugins' subcommands (``lore_register_commands``). Asked for only when the command
+    line names no built-in command: loading the plugins costs most of a second, which
+    ``lore serve`` and the other built-ins need not pay to parse their arguments."""
+    from lore_core.plugins import Registry, make_plugin_manager
+
+    registry = Registry.collect(make_plugin_manager())
+    for command in registry.commands.values():
+        if command.name in sub.choices:
+            owner = registry.owners.get(f"command {command.name!r}", "?")
+            raise PluginError(f"plugin {owner} registered the command {command.name!r}, a built-in command")
+        parser = sub.add_parser(command.name, help=command.help)
+        command.configure(parser)
+        parser.set_defaults(func=command.run)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(argv)
+    except PluginError as exc:
+        print(f"lore: plugin error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -207,14 +207,22 @@ async def knowledge_list() -> Response:
     return _json(200, [entry_json(e, metrics.get(e.logical_id)) for e in entries])
 
 
+#: What a ``POST /knowledge`` may name as its ``source`` (the versions' ``source_ref``): the
+#: API itself, or the MCP server's tool (lore-mcp). A fixed list: provenance must not be
+#: able to pose as ``.lore.md``, a distillation or the CLI.
+KNOWLEDGE_API_SOURCES = ("api", "mcp")
+
+
 @api.post("/knowledge")
 async def knowledge_add() -> Response:
+    """``{"project", "category", "title", "content", "scope"?, "sensitivity"?, "source"?}``;
+    ``source`` (one of :data:`KNOWLEDGE_API_SOURCES`, default ``api``) is the provenance."""
     from lore_core.knowledge.book import Provenance
 
     body = await _json_body()
     if isinstance(body, Response):
         return body
-    fields = _fields(body, ("project", "category", "title", "content", "scope", "sensitivity"))
+    fields = _fields(body, ("project", "category", "title", "content", "scope", "sensitivity", "source"))
     if isinstance(fields, Response):
         return fields
     missing = [n for n in ("project", "category", "title", "content") if not fields.get(n)]
@@ -222,6 +230,9 @@ async def knowledge_add() -> Response:
         return _json(400, {"error": f"missing {', '.join(missing)}"})
     if not os.path.isabs(fields["project"]):
         return _json(400, {"error": "project must be the project's absolute directory"})
+    source = fields.get("source", "api")
+    if source not in KNOWLEDGE_API_SOURCES:
+        return _json(400, {"error": f"source must be one of {', '.join(KNOWLEDGE_API_SOURCES)}"})
     result = await _gateway().knowledge.create(
         project=fields["project"],
         category=fields["category"],
@@ -229,7 +240,7 @@ async def knowledge_add() -> Response:
         content=fields["content"],
         scope=fields.get("scope", "project"),
         sensitivity=fields.get("sensitivity", "normal"),
-        provenance=Provenance(source_ref="api"),
+        provenance=Provenance(source_ref=source),
     )
     return _result(result, created=True)
 
@@ -257,6 +268,8 @@ async def knowledge_file() -> Response:
             "written": report.written,
             "skipped_sensitive": report.skipped_sensitive,
             "skipped_restricted": report.skipped_restricted,
+            "skipped_unapproved": report.skipped_unapproved,
+            "team": report.team,
         },
     )
 
@@ -290,6 +303,8 @@ async def knowledge_import() -> Response:
         )
     except ImportFormatError as exc:
         return _json(400, {"error": str(exc)})
+    if report.decisions:
+        _gateway().knowledge_upkeep.export_due(project)  # entry writes do so by themselves
     return _json(200, report.as_json())
 
 
@@ -360,6 +375,110 @@ async def knowledge_contradictions_resolve() -> Response:
     return _json(200, await describe(_gateway().knowledge, record))
 
 
+# -- teams (lore_core.knowledge.teams) ------------------------------------------------------
+
+
+def _project_arg(value: Any) -> str | Response:
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return _json(400, {"error": "project must be the project's absolute directory"})
+    return value
+
+
+@api.get("/team")
+async def team_show() -> Response:
+    """``?project=``: the team it is bound to and the policy in force."""
+    from lore_core.knowledge.teams import team_json
+
+    project = _project_arg(request.args.get("project"))
+    if isinstance(project, Response):
+        return project
+    return _json(200, await team_json(_gateway().store, project))
+
+
+@api.post("/team")
+async def team_change() -> Response:
+    """``{"project", "action": "bind", "team", "policy"?}``, ``{"project", "action":
+    "unbind"}`` or ``{"project", "action": "policy", "policy", "team_wide"?}``."""
+    from lore_core.knowledge.book import KnowledgeInputError
+    from lore_core.knowledge.teams import TeamConflict, bind, set_policy, team_json, unbind
+
+    body = await _json_body()
+    if isinstance(body, Response):
+        return body
+    fields = _fields(body, ("project", "action", "team", "policy"))
+    if isinstance(fields, Response):
+        return fields
+    project = _project_arg(fields.get("project"))
+    if isinstance(project, Response):
+        return project
+    team_wide = body.get("team_wide", False)
+    if not isinstance(team_wide, bool):
+        return _json(400, {"error": "team_wide must be true or false"})
+    store, action = _gateway().store, fields.get("action")
+    try:
+        if action == "bind":
+            if not fields.get("team"):
+                return _json(400, {"error": "missing team"})
+            await bind(store, project, fields["team"], fields.get("policy"))
+        elif action == "unbind":
+            if await unbind(store, project) is None:
+                return _json(409, {"error": "this project is not bound to a team"})
+        elif action == "policy":
+            if not fields.get("policy"):
+                return _json(400, {"error": "missing policy (auto or manual)"})
+            await set_policy(store, project, fields["policy"], team_wide=team_wide)
+        else:
+            return _json(400, {"error": "action must be one of bind, unbind, policy"})
+    except KnowledgeInputError as exc:
+        return _json(409 if isinstance(exc, TeamConflict) else 400, {"error": str(exc)})
+    _gateway().knowledge_upkeep.export_due(project)
+    return _json(200, await team_json(store, project))
+
+
+@api.get("/knowledge/pending")
+async def knowledge_pending() -> Response:
+    """``?project=``: the entries whose current text waits for a team decision, and the
+    rejected ones (409 when the project is not bound to a team)."""
+    from lore_core.knowledge.book import KnowledgeInputError
+    from lore_core.knowledge.teams import pending_json
+
+    project = _project_arg(request.args.get("project"))
+    if isinstance(project, Response):
+        return project
+    try:
+        return _json(200, await pending_json(_gateway().knowledge, project))
+    except KnowledgeInputError as exc:
+        return _json(409, {"error": str(exc)})
+
+
+@api.post("/knowledge/decisions")
+async def knowledge_decide() -> Response:
+    """``{"id": "k:..", "decision": "approved" | "rejected", "by": "<reviewer>"}``: a team
+    decision on the entry's current text."""
+    from lore_core.knowledge.book import KnowledgeInputError
+    from lore_core.knowledge.teams import TeamConflict, decide
+
+    body = await _json_body()
+    if isinstance(body, Response):
+        return body
+    fields = _fields(body, ("id", "decision", "by", "project"))
+    if isinstance(fields, Response):
+        return fields
+    missing = [n for n in ("id", "decision", "by") if not fields.get(n)]
+    if missing:
+        return _json(400, {"error": f"missing {', '.join(missing)}"})
+    try:
+        approval = await decide(
+            _gateway().knowledge, fields["id"], fields["decision"], fields["by"], fields.get("project")
+        )
+    except KnowledgeInputError as exc:
+        message = str(exc)
+        status = 409 if isinstance(exc, TeamConflict) else 400
+        return _json(404 if message.startswith("no knowledge entry") else status, {"error": message})
+    _gateway().knowledge_upkeep.export_due(approval.entry.project)
+    return _json(200, approval.as_json())
+
+
 @api.get("/knowledge/<path:logical_id>")
 async def knowledge_show(logical_id: str) -> Response:
     store = _gateway().store
@@ -400,6 +519,79 @@ async def knowledge_delete(logical_id: str) -> Response:
     if await book.get(logical_id) is None:
         return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
     return _result(await book.delete(logical_id, provenance=Provenance(source_ref="api")))
+
+
+# -- entities (lore_core.knowledge.entities) ------------------------------------------------------
+
+
+@api.get("/entities")
+async def entities_list() -> Response:
+    """Alive entities: ``?project=`` (with the global ones unless ``global=0``), or every
+    project's without it; ``merged=1`` adds the redirects merges left."""
+    from lore_core.knowledge.entities import entity_json
+
+    project = request.args.get("project") or None
+    if project is not None and not os.path.isabs(project):
+        return _json(400, {"error": "project must be the project's absolute directory"})
+    book = _gateway().entities
+    found = await book.entities(
+        project,
+        include_global=request.args.get("global") != "0",
+        include_merged=request.args.get("merged") == "1",
+    )
+    names = {e.id: e.name for e in found}
+    return _json(200, [entity_json(e, names) for e in found])
+
+
+@api.get("/entities/show")
+async def entities_show() -> Response:
+    """``?ref=`` an ``e:`` id (a merged one opens its survivor) or a name of ``?project=``."""
+    from lore_core.knowledge.entities import describe
+
+    ref = request.args.get("ref") or ""
+    project = request.args.get("project") or ""
+    if not ref.strip():
+        return _json(400, {"error": "missing ref: an e:<id> or a name"})
+    if project and not os.path.isabs(project):
+        return _json(400, {"error": "project must be the project's absolute directory"})
+    found = await describe(_gateway().entities, project, ref)
+    if found is None:
+        return _json(404, {"error": f"no entity {ref[:200]!r}"})
+    return _json(200, found)
+
+
+@api.post("/entities/<action>")
+async def entities_change(action: str) -> Response:
+    """One edit by a person, its fields in a JSON object: ``add`` (project or global, name,
+    kind, aliases, sensitivity), ``alias`` (ref, alias, remove), ``relate`` (ref, predicate,
+    target, remove), ``merge`` (keep, other), ``edit`` (ref, name, kind); ``project`` also
+    says where names are looked up. 400: malformed input (the error names the field); 404: an
+    entity it names does not exist; 409: the rules refused it (the reason says why)."""
+    from lore_core.knowledge.entities import (
+        ACTIONS,
+        CREATED,
+        REFUSED,
+        EntityInputError,
+        entity_json,
+        run_action,
+    )
+
+    if action not in ACTIONS:
+        return _json(404, {"error": f"no entity action {action[:40]!r}: one of {', '.join(ACTIONS)}"})
+    body = await _json_body()
+    if isinstance(body, Response):
+        return body
+    try:
+        result = await run_action(_gateway().entities, action, body)
+    except EntityInputError as exc:
+        return _json(400, {"error": str(exc)})
+    entity = entity_json(result.entity) if result.entity is not None else None
+    if result.status == REFUSED:
+        return _json(
+            404 if result.missing else 409,
+            {"status": result.status, "error": result.reason, "entity": entity},
+        )
+    return _json(201 if result.status == CREATED else 200, {"status": result.status, "entity": entity})
 
 
 @api.errorhandler(Exception)

@@ -103,7 +103,8 @@ class KnowledgeBook:
 
     def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self._clock = clock
+        #: The time every version (and team decision) is stamped with.
+        self.clock = clock
         #: Called with each version written (the prompt blocks and ``.lore.md`` follow).
         self.listeners: list[Callable[[KnowledgeVersion], Any]] = []
 
@@ -177,7 +178,7 @@ class KnowledgeBook:
             scope=scope,
             project="" if scope == "global" else project,
             sensitivity=sensitivity,
-            created_at=self._clock(),
+            created_at=self.clock(),
             created_by=provenance.author,
             updated_by=provenance.author,
             source_session=provenance.source_session,
@@ -249,7 +250,7 @@ class KnowledgeBook:
                     )
             fields["project"] = "" if merged.scope == "global" else home
         version = next_version(
-            current, updated_by=provenance.author, at=self._clock(), **fields, **_prov(provenance)
+            current, updated_by=provenance.author, at=self.clock(), **fields, **_prov(provenance)
         )
         return await self._write(UPDATED, version)
 
@@ -262,13 +263,13 @@ class KnowledgeBook:
         if current.is_deleted:
             return WriteResult(UNCHANGED, current)
         version = next_version(
-            current, updated_by=provenance.author, at=self._clock(), deleted=True, **_prov(provenance)
+            current, updated_by=provenance.author, at=self.clock(), deleted=True, **_prov(provenance)
         )
         return await self._write(DELETED, version)
 
     async def reinforce(self, logical_ids: Sequence[str], amount: float) -> None:
         if logical_ids:
-            await self.store.reinforce_knowledge(list(logical_ids), amount, self._clock())
+            await self.store.reinforce_knowledge(list(logical_ids), amount, self.clock())
 
     async def _write(self, status: str, version: KnowledgeVersion) -> WriteResult:
         try:

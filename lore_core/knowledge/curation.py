@@ -8,7 +8,10 @@ step with the store, and the daily decay of confidence.
   curator's provenance. A create whose text is nearly the same as an entry of its category
   (cosine >= :data:`DUPLICATE_SIMILARITY` with the on-device embedder) reconfirms that entry
   instead. Which distillations were curated is kept in session state, so a restart repeats
-  nothing; without a usable worker the run is skipped and tried again later.
+  nothing; without a usable worker the run is skipped and tried again later. The entities
+  the curator names (:mod:`lore_core.knowledge.entities`) are written after the operations:
+  a known name gains the aliases it lacks, a new one is created, then relations are added
+  between entities the project knows; what the entity book refuses is counted, not retried.
 * **``.lore.md``** at a project's root (when the project is a directory): written
   :data:`EXPORT_DEBOUNCE_SECONDS` after the project's knowledge last changed, and imported
   when it changes on disk (someone edited it, or ``git pull`` brought a teammate's entries).
@@ -39,7 +42,9 @@ from lore_core.interfaces import Embedder
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import REFUSED, KnowledgeBook, Provenance, WriteResult
 from lore_core.knowledge.contradictions import ContradictionFinder
-from lore_core.knowledge.curator import KnowledgeCurator, Operation
+from lore_core.knowledge.curator import KnowledgeCurator, Operation, ProposedEntity
+from lore_core.knowledge.entities import REFUSED as ENTITY_REFUSED
+from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.search import EntryVectors, cosine
 from lore_core.storage.knowledge import AUTHOR_CURATOR, KnowledgeVersion
 from lore_core.worker.client import WorkerError, WorkerUnavailable
@@ -77,6 +82,10 @@ class CurationReport:
     refused: list[tuple[str, str]] = attrs.field(factory=list)
     warnings: list[str] = attrs.field(factory=list)
     skipped: str = ""
+    #: Entity writes by outcome (created, updated, unchanged, refused; ``skipped``: items of
+    #: the answer that were not usable, aliases of entities this project may not change,
+    #: relations to names it does not know).
+    entities: Counter[str] = attrs.field(factory=Counter)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +95,7 @@ class CurationReport:
             "refused": [{"title": t, "reason": r} for t, r in self.refused],
             "warnings": self.warnings,
             "skipped": self.skipped,
+            "entities": dict(self.entities),
         }
 
 
@@ -98,8 +108,11 @@ class KnowledgeUpkeep:
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
         contradictions: ContradictionFinder | None = None,
+        entities: EntityBook | None = None,
     ) -> None:
         self.book = book
+        #: Where the curator's entities are written (``None``: they are not).
+        self.entities = entities
         self.store = book.store
         self.config = config
         self.curator = curator
@@ -135,8 +148,13 @@ class KnowledgeUpkeep:
 
     def _changed(self, version: KnowledgeVersion) -> None:
         if version.project:
-            self._dirty[version.project] = self._clock()
+            self.export_due(version.project)
             self._unjudged[version.project] = self._clock() + CONTRADICTION_DELAY_SECONDS
+
+    def export_due(self, project: str) -> None:
+        """What ``project`` shares changed (an entry, a team decision, a binding): its
+        ``.lore.md`` is written again after the debounce."""
+        self._dirty[project] = self._clock()
 
     # -- curation ------------------------------------------------------------------------------
 
@@ -167,8 +185,12 @@ class KnowledgeUpkeep:
             if not observations:
                 return report
             entries = [e for e in await self.book.entries(project) if e.sensitivity != "restricted"]
+            # Only a curator that may write entities is shown them (a plugin's may not take them).
+            known: dict[str, Any] = {}
+            if self.entities is not None:
+                known["entities"] = await self._known_entities(project)
             try:
-                curation = await self.curator.curate(observations, entries, session_id=session_id)
+                curation = await self.curator.curate(observations, entries, session_id=session_id, **known)
             except WorkerUnavailable as exc:
                 report.skipped = f"no usable worker ({exc})"
                 return report
@@ -194,11 +216,67 @@ class KnowledgeUpkeep:
                     by_id[result.version.logical_id] = result.version  # later operations see it
                 if result.status == REFUSED:
                     report.refused.append((op.title or op.logical_id or "", result.reason))
+            if self.entities is not None:
+                report.entities["skipped"] += curation.entities_skipped
+                await self._write_entities(curation.entities, project, report)
             done = sorted(curated | {d.id for d in observations})
             await self.store.set_state(session_id, CURATED_KEY, done[-2000:])
             self._turns.pop(session_id, None)
             self.counts["runs"] += 1
             return report
+
+    async def _known_entities(self, project: str) -> list[Any]:
+        assert self.entities is not None
+        try:
+            return await self.entities.entities(project)
+        except NotImplementedError:
+            return []
+
+    async def _write_entities(
+        self, proposed: list[ProposedEntity], project: str, report: CurationReport
+    ) -> None:
+        """The curator's entities through the entity book: names first (every entity
+        exists before relations between them are added), then relations by name."""
+        book = self.entities
+        if book is None or not proposed:
+            return
+        try:
+            await book.entities(project)
+        except NotImplementedError:
+            report.entities["skipped"] += len(proposed)
+            return
+        ids: dict[str, str] = {}
+        for item in proposed:
+            result = await book.create(project=project, name=item.name, kind=item.kind, author=AUTHOR_CURATOR)
+            report.entities[result.status] += 1
+            if result.status == ENTITY_REFUSED or result.entity is None:
+                report.refused.append((item.name, result.reason))
+                continue
+            entity = result.entity
+            ids[item.name] = entity.ref
+            if entity.project != project:
+                # A global entity is changed by people only, never by one project's curator.
+                report.entities["skipped"] += len(item.aliases)
+                continue
+            for alias in item.aliases:
+                added = await book.add_alias(entity.ref, alias, author=AUTHOR_CURATOR)
+                if added.changed:
+                    report.entities["aliases"] += 1
+                elif added.status == ENTITY_REFUSED:
+                    report.entities["refused"] += 1
+                    report.refused.append((f"{item.name}: {alias}", added.reason))
+        for item in proposed:
+            source = ids.get(item.name)
+            if source is None:
+                continue
+            for relation in item.relations:
+                result = await book.relate(
+                    source, relation.predicate, relation.target, project=project, author=AUTHOR_CURATOR
+                )
+                if result.changed:
+                    report.entities["relations"] += 1
+                elif result.status == ENTITY_REFUSED:
+                    report.entities["skipped"] += 1  # an unknown target, usually
 
     async def _apply(
         self, op: Operation, project: str, by_id: dict[str, KnowledgeVersion], provenance: Provenance
@@ -352,6 +430,9 @@ class KnowledgeUpkeep:
             self._file_state[project] = _file_state(path)
             raise
         self._file_state[project] = _file_state(path)
+        if report.decisions:
+            # Team decisions arrived (a teammate's file): what we share may differ from it now.
+            self.export_due(project)
         for title, reason in report.refused:
             log.warning("knowledge: %s: %r not imported: %s", path, title, reason)
         for problem in report.problems:

@@ -11,6 +11,12 @@ WorkerUnavailable` propagates and the caller skips the run.
 
 Applying the operations is :mod:`lore_core.knowledge.curation`'s job (through the book).
 
+The answer may also hold an ``entities`` list (name, kind, aliases, relations by name),
+parsed leniently: an item that is not usable is skipped and counted, never an error; what
+is kept is written through :class:`~lore_core.knowledge.entities.EntityBook` by the caller.
+The known entities of the project (never restricted ones) are listed in the prompt by name,
+so the curator names them as they are known.
+
 The worker is often a hosted model: of the entries it is given, only those
 :func:`shown_to_worker` keeps reach its prompt (never a restricted one; a sensitive one only
 with ``knowledge.workerSeesSensitive``), and only those can be named by its operations.
@@ -27,7 +33,9 @@ from typing import Any
 import attrs
 
 from lore_core.interfaces import Curator
+from lore_core.knowledge.entities import EntityInputError, check_name, check_predicate
 from lore_core.knowledge.prompts import load_prompt
+from lore_core.storage.entities import ENTITY_KINDS, Entity
 from lore_core.storage.knowledge import CATEGORIES, KnowledgeVersion
 from lore_core.storage.records import StoredDistillation
 from lore_core.worker.client import WorkerClient, WorkerError
@@ -35,6 +43,10 @@ from lore_core.worker.client import WorkerClient, WorkerError
 OPS = ("create", "update", "delete", "reconfirm")
 #: Observations shown per call, newest kept (a long backlog is curated over several runs).
 MAX_OBSERVATION_CHARS = 60_000
+#: Entities one answer may propose (the rest are skipped and counted), and known entities
+#: listed in the prompt (in name order).
+MAX_PROPOSED_ENTITIES = 50
+MAX_PROMPT_ENTITIES = 200
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n```\s*$", re.S)
 
 
@@ -51,6 +63,23 @@ class Operation:
 
 
 @attrs.define
+class ProposedRelation:
+    predicate: str
+    #: The target entity's name, as the curator gave it.
+    target: str
+
+
+@attrs.define
+class ProposedEntity:
+    """An entity the curator named (validated field by field; written by the caller)."""
+
+    name: str
+    kind: str = "other"
+    aliases: list[str] = attrs.field(factory=list)
+    relations: list[ProposedRelation] = attrs.field(factory=list)
+
+
+@attrs.define
 class Curation:
     """The operations of one call, what was dropped, and which worker answered."""
 
@@ -58,6 +87,10 @@ class Curation:
     warnings: list[str]
     worker_provider: str | None = None
     worker_model: str | None = None
+    #: The entities of the answer, and how many of its entity items (or their aliases and
+    #: relations) were not usable.
+    entities: list[ProposedEntity] = attrs.field(factory=list)
+    entities_skipped: int = 0
 
 
 def _iso(ts: float) -> str:
@@ -74,8 +107,13 @@ def shown_to_worker(
     return [e for e in entries if e.sensitivity in allowed]
 
 
-def curator_prompt(observations: Sequence[StoredDistillation], entries: Sequence[KnowledgeVersion]) -> str:
-    """The user turn: the existing entries (with ids), then the observation logs, oldest first."""
+def curator_prompt(
+    observations: Sequence[StoredDistillation],
+    entries: Sequence[KnowledgeVersion],
+    entities: Sequence[Entity] = (),
+) -> str:
+    """The user turn: the existing entries (with ids), the known entities (when there are
+    any), then the observation logs, oldest first."""
     parts = ["<existing_entries>"]
     for entry in entries:
         parts.append(f'<entry id="{entry.ref}" category="{entry.category}" title={json.dumps(entry.title)}>')
@@ -83,7 +121,15 @@ def curator_prompt(observations: Sequence[StoredDistillation], entries: Sequence
         parts.append("</entry>")
     if not entries:
         parts.append("(none yet)")
-    parts.append("</existing_entries>\n\n<observations>")
+    parts.append("</existing_entries>\n")
+    shown = [e for e in entities if e.sensitivity != "restricted" and e.merged_into is None]
+    if shown:
+        parts.append("<known_entities>")
+        for entity in shown[:MAX_PROMPT_ENTITIES]:
+            aliases = f" (aliases: {', '.join(entity.aliases)})" if entity.aliases else ""
+            parts.append(f"- {entity.name} [{entity.kind}]{aliases}")
+        parts.append("</known_entities>\n")
+    parts.append("<observations>")
     chosen: list[StoredDistillation] = []
     used = 0
     for obs in sorted(observations, key=lambda o: o.end or o.created_at, reverse=True):
@@ -171,6 +217,57 @@ def _operation(item: Any, known_ids: set[str]) -> tuple[str, Operation | None]:
     return "", op
 
 
+def parse_entities(raw: Any) -> tuple[list[ProposedEntity], int, list[str]]:
+    """The usable entities of an answer's ``entities`` value (absent: none), how many items,
+    aliases and relations were skipped, and a warning for each. Never raises: a bad item
+    costs that item only."""
+    if raw is None:
+        return [], 0, []
+    if not isinstance(raw, list):
+        return [], 1, ["entities is not a list"]
+    out: list[ProposedEntity] = []
+    skipped = 0
+    warnings: list[str] = []
+    for index, item in enumerate(raw):
+        if len(out) >= MAX_PROPOSED_ENTITIES:
+            skipped += len(raw) - index
+            warnings.append(f"more than {MAX_PROPOSED_ENTITIES} entities: the rest skipped")
+            break
+        if not isinstance(item, dict):
+            skipped += 1
+            warnings.append(f"entity {index}: not an object")
+            continue
+        try:
+            name = check_name(item.get("name"))
+        except EntityInputError as exc:
+            skipped += 1
+            warnings.append(f"entity {index}: {exc}")
+            continue
+        kind = item.get("kind")
+        entity = ProposedEntity(name, kind if kind in ENTITY_KINDS else "other")
+        aliases = item.get("aliases")
+        for alias in aliases if isinstance(aliases, list) else []:
+            try:
+                entity.aliases.append(check_name(alias, "alias"))
+            except EntityInputError as exc:
+                skipped += 1
+                warnings.append(f"entity {name!r}: {exc}")
+        relations = item.get("relations")
+        for relation in relations if isinstance(relations, list) else []:
+            try:
+                if not isinstance(relation, dict):
+                    raise EntityInputError("a relation must be an object")
+                predicate = check_predicate(relation.get("predicate"))
+                target = check_name(relation.get("target"), "relation target")
+            except EntityInputError as exc:
+                skipped += 1
+                warnings.append(f"entity {name!r}: {exc}")
+                continue
+            entity.relations.append(ProposedRelation(predicate, target))
+        out.append(entity)
+    return out, skipped, warnings
+
+
 class KnowledgeCurator(Curator):
     name = "knowledge"
     kind = "knowledge"
@@ -186,11 +283,26 @@ class KnowledgeCurator(Curator):
         entries: Sequence[KnowledgeVersion],
         *,
         session_id: str | None = None,
+        entities: Sequence[Entity] = (),
     ) -> Curation:
         shown = shown_to_worker(entries, include_sensitive=self.include_sensitive)
-        prompt = curator_prompt(observations, shown)
+        # The same rule as for entries: what a hosted worker may read of the names.
+        allowed = ("normal", "sensitive") if self.include_sensitive else ("normal",)
+        known = [e for e in entities if e.sensitivity in allowed]
+        prompt = curator_prompt(observations, shown, known)
         result = await self.worker.complete(
             load_prompt("curator"), prompt, session_id=session_id, purpose="curator"
         )
         ops, warnings = parse_operations(result.text, {e.logical_id for e in shown})
-        return Curation(ops, warnings, result.provider, result.model)
+        raw = answer_json(result.text)
+        proposed, skipped, entity_warnings = parse_entities(
+            raw.get("entities") if isinstance(raw, dict) else None
+        )
+        return Curation(
+            ops,
+            warnings + entity_warnings,
+            result.provider,
+            result.model,
+            entities=proposed,
+            entities_skipped=skipped,
+        )

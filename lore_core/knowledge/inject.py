@@ -17,7 +17,9 @@ to it stays byte-identical and cached). The pin and its deltas are kept in the s
 session state (key ``ltm``), so a restart renders the same bytes.
 
 Reading the entries costs one store read per project after each knowledge write (the book
-tells the injector), none otherwise.
+tells the injector), none otherwise. The known entities (names, kind, aliases) are part of
+the baseline the same way: read with the entries, after each entity write (the entity book
+tells the injector too).
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ import attrs
 
 from lore_core.config import KnowledgeConfig
 from lore_core.knowledge.book import KnowledgeBook
+from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.prompt import baseline_text, choose_context, context_text, delta_text
 from lore_core.model import TEXT, Block, Message
+from lore_core.storage.entities import Entity
 from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion
 
 log = logging.getLogger("lore.knowledge")
@@ -102,6 +106,8 @@ class _Entries:
     generation: int
     entries: list[KnowledgeVersion]
     metrics: dict[str, KnowledgeMetric]
+    #: The project's entities and the global ones (for the baseline).
+    entities: list[Entity] = attrs.field(factory=list)
 
 
 class KnowledgeInjector:
@@ -111,9 +117,11 @@ class KnowledgeInjector:
         config: KnowledgeConfig,
         count: Callable[[str], int],
         clock: Callable[[], float] = time.time,
+        entities: EntityBook | None = None,
     ) -> None:
         self.book = book
         self.store = book.store
+        self.entity_book = entities
         self.config = config
         self.count = count
         self._clock = clock
@@ -125,9 +133,19 @@ class KnowledgeInjector:
         self._store_empty_at: int | None = None
         self._store_checked_at: int | None = None
         book.listeners.append(self._changed)
+        if entities is not None:
+            entities.listeners.append(self._changed)
 
-    def _changed(self, _version: KnowledgeVersion) -> None:
+    def _changed(self, _written: object) -> None:
         self._generation += 1
+
+    async def _entities(self, project: str | None) -> list[Entity]:
+        if self.entity_book is None or self.config.baseline_entities == 0:
+            return []
+        try:
+            return await self.entity_book.entities(project)
+        except NotImplementedError:  # a store without entities
+            return []
 
     def forget(self, session_id: str) -> None:
         self._pins.pop(session_id, None)
@@ -139,11 +157,12 @@ class KnowledgeInjector:
         generation = self._generation
         if self._store_checked_at != generation:
             self._store_checked_at = generation
-            if not await self.store.current_knowledge(None):
+            if not await self.store.current_knowledge(None) and not await self._entities(None):
                 self._store_empty_at = generation
         if self._store_empty_at == generation:
             return _Entries(generation, [], {})
         entries = await self.store.current_knowledge(project)
+        entities = await self._entities(project)
         metrics = await self.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
         floor = self.config.confidence_floor
         # Restricted entries never leave the store (recall can still find them locally).
@@ -153,7 +172,7 @@ class KnowledgeInjector:
             if e.sensitivity != "restricted"
             and (metrics.get(e.logical_id) is None or metrics[e.logical_id].confidence >= floor)
         ]
-        found = _Entries(generation, shown, metrics)
+        found = _Entries(generation, shown, metrics, entities)
         if len(self._entries) > 256:
             self._entries.clear()
         self._entries[project] = found
@@ -218,7 +237,7 @@ class KnowledgeInjector:
         if not self.config.enabled:
             return Injection()
         current = await self._project_entries(project)
-        if not current.entries and session_id not in self._pins:
+        if not current.entries and not current.entities and session_id not in self._pins:
             self._pin_empty(session_id, current.generation)
             return Injection()
         pin = await self._pin(session_id)
@@ -244,7 +263,12 @@ class KnowledgeInjector:
     def _new_pin(self, current: _Entries, opening_text: str) -> Pin:
         entries = current.entries
         baseline = baseline_text(
-            entries, current.metrics, max_tokens=self.config.baseline_max_tokens, count=self.count
+            entries,
+            current.metrics,
+            max_tokens=self.config.baseline_max_tokens,
+            count=self.count,
+            entities=current.entities,
+            max_entities=self.config.baseline_entities,
         )
         chosen = choose_context(
             opening_text,

@@ -50,12 +50,14 @@ watcher importing on change does not loop (export after import is a no-op the se
 
 from __future__ import annotations
 
+import calendar
 import errno
 import logging
 import os
 import re
 import secrets
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,16 @@ from lore_core.knowledge.book import (
     Provenance,
     WriteResult,
 )
+from lore_core.knowledge.teams import TeamView
 from lore_core.storage.knowledge import (
     AUTHOR_IMPORT,
     CATEGORIES,
+    DECISIONS,
+    KnowledgeDecision,
     KnowledgeVersion,
     category_rank,
+    decision_micros,
+    make_decision,
     normalize_title,
     valid_logical_id,
 )
@@ -132,6 +139,8 @@ class ParsedEntry:
 @attrs.define
 class ParsedFile:
     entries: list[ParsedEntry] = attrs.field(factory=list)
+    #: The team's approval decision records (``project`` unset: the importer's).
+    decisions: list[KnowledgeDecision] = attrs.field(factory=list)
     #: ``"line N: ..."``, one per thing that was skipped or read differently than written.
     problems: list[str] = attrs.field(factory=list)
 
@@ -145,6 +154,12 @@ class ExportReport:
     skipped_sensitive: int = 0
     #: Restricted entries left out (always).
     skipped_restricted: int = 0
+    #: Entries of a team-bound project whose text the team has not let through.
+    skipped_unapproved: int = 0
+    #: The team the project is bound to (``None``: not bound) and the decision records the
+    #: export carries (every entry's, but a restricted or left-out sensitive one's).
+    team: str | None = None
+    decisions: list[KnowledgeDecision] = attrs.field(factory=list)
     #: Whether the file was (re)written; ``False`` when its text was already this.
     changed: bool = False
 
@@ -159,6 +174,8 @@ class ImportReport:
     refused: list[tuple[str, str]] = attrs.field(factory=list)
     #: The parser's problems, then notes on entries imported differently than marked.
     problems: list[str] = attrs.field(factory=list)
+    #: Team decision records read that this store did not hold yet.
+    decisions: int = 0
 
     @property
     def changed(self) -> bool:
@@ -198,16 +215,23 @@ class ImportReport:
             # A title the book refused for holding a secret must not be shown in full either.
             "refused": [{"title": mask_secrets(t), "reason": r} for t, r in self.refused],
             "problems": self.problems,
+            "decisions": self.decisions,
         }
 
 
 # -- rendering ------------------------------------------------------------------------------
 
 
-def render(entries: Sequence[KnowledgeVersion | ParsedEntry], *, project_name: str = "") -> str:
+def render(
+    entries: Sequence[KnowledgeVersion | ParsedEntry],
+    *,
+    project_name: str = "",
+    decisions: Sequence[KnowledgeDecision] = (),
+) -> str:
     """The text of ``.lore.md`` holding exactly ``entries`` (the caller chooses them: by
-    project and sensitivity). ``project_name``, when given, goes into the first heading.
-    Raises :class:`ValueError` for an unknown category or a restricted entry."""
+    project and sensitivity) and, after them, the team's ``decisions``, one line each.
+    ``project_name``, when given, goes into the first heading. Raises :class:`ValueError`
+    for an unknown category or a restricted entry."""
     by_category: dict[str, list[KnowledgeVersion | ParsedEntry]] = {c: [] for c in CATEGORIES}
     for entry in entries:
         if entry.category not in by_category:
@@ -220,7 +244,47 @@ def render(entries: Sequence[KnowledgeVersion | ParsedEntry], *, project_name: s
     for category in CATEGORIES:
         blocks.append(f"## {HEADINGS[category]}")
         blocks.extend(_render_entry(e) for e in sorted(by_category[category], key=_order))
+    if decisions:
+        ordered = sorted(
+            decisions, key=lambda d: (d.logical_id, decision_micros(d.decided_at), d.decision_id)
+        )
+        blocks.append("\n".join(render_decision(d) for d in ordered))
     return "\n\n".join(blocks) + "\n"
+
+
+# A decision record: ``<!-- lore:decision <id> <approved|rejected> <fingerprint> <time> <who> -->``,
+# the time in UTC to the microsecond (the record's id is derived from it).
+DECISION_WORD = "decision"
+_DECISION_TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{6})Z$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+def render_decision(decision: KnowledgeDecision) -> str:
+    seconds, micros = divmod(decision_micros(decision.decided_at), 1_000_000)
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
+    return (
+        f"<!-- lore:{DECISION_WORD} {decision.logical_id} {decision.decision} {decision.fingerprint} "
+        f"{at} {decision.decided_by} -->"
+    )
+
+
+def _read_decision(body: str, line: int, problems: list[str]) -> KnowledgeDecision | None:
+    words = body.split(maxsplit=5)
+    if len(words) == 6:
+        _, logical_id, decision, fingerprint, at, by = words
+        when = _DECISION_TIME.match(at)
+        if (
+            valid_logical_id(logical_id)
+            and decision in DECISIONS
+            and _FINGERPRINT.match(fingerprint)
+            and when is not None
+            and "--" not in by
+        ):
+            y, mo, d, h, mi, sec, us = (int(g) for g in when.groups())
+            seconds = calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0))
+            return make_decision(logical_id, fingerprint, decision, by, seconds + us / 1_000_000)
+    problems.append(f"line {line}: malformed team decision record: ignored")
+    return None
 
 
 def _order(entry: KnowledgeVersion | ParsedEntry) -> tuple[int, str, str]:
@@ -345,6 +409,12 @@ def parse(text: str) -> ParsedFile:
             finish()
             orphan()
             stray = False
+            marker = _MARKER.match(stripped)
+            if marker is not None and marker.group("body").split(maxsplit=1)[0:1] == [DECISION_WORD]:
+                decision = _read_decision(marker.group("body"), number, out.problems)
+                if decision is not None:
+                    out.decisions.append(decision)
+                continue
             pending = _read_marker(stripped, number, out.problems)
         elif draft is not None:
             draft.lines.append(raw)
@@ -448,7 +518,7 @@ async def render_project(
     """The text :func:`export` would write for ``project``, and its report (no path, not
     written): what ``lore export`` prints or writes elsewhere."""
     chosen, report = await exportable(book, project, include_sensitive=include_sensitive)
-    return render(chosen), report
+    return render(chosen, decisions=report.decisions), report
 
 
 async def exportable(
@@ -456,18 +526,33 @@ async def exportable(
 ) -> tuple[list[KnowledgeVersion], ExportReport]:
     """What any export of ``project`` may hold (``.lore.md``, JSON): its own alive entries,
     never a restricted one, a sensitive one only with ``include_sensitive``; and the report
-    counting what was left out. Every export format chooses here, so none can differ."""
+    counting what was left out. Every export format chooses here, so none can differ.
+
+    Of a project bound to a team, each entry is exported as its team sees it
+    (:class:`~lore_core.knowledge.teams.TeamView`): the text last let through, or not at all;
+    and the report carries the decision records the export shares."""
     report = ExportReport(path=Path(FILE_NAME))
+    view = await TeamView.load(book.store, project)
     chosen: list[KnowledgeVersion] = []
+    withheld: set[str] = set()
     for entry in await book.entries(project, include_global=False):
         if entry.scope != "project" or entry.project != project or entry.is_deleted:
             continue
         if entry.sensitivity == "restricted":
             report.skipped_restricted += 1
+            withheld.add(entry.logical_id)
         elif entry.sensitivity == SENSITIVE_FLAG and not include_sensitive:
             report.skipped_sensitive += 1
-        else:
+            withheld.add(entry.logical_id)
+        elif view is None:
             chosen.append(entry)
+        elif (shared := (await view.approval(entry)).shared) is not None:
+            chosen.append(shared)
+        else:
+            report.skipped_unapproved += 1
+    if view is not None:
+        report.team = view.state.team
+        report.decisions = [d for d in view.decisions if d.logical_id not in withheld]
     report.written = len(chosen)
     return chosen, report
 
@@ -542,14 +627,44 @@ async def import_parsed(book: KnowledgeBook, project: str, parsed: ParsedFile, p
     local API takes the text of a ``.lore.md`` that ``lore import`` read."""
     report = ImportReport(path=path, problems=list(parsed.problems))
     provenance = Provenance(author=AUTHOR_IMPORT, source_ref=FILE_NAME)
+    # Decisions first: an entry arriving with its approval is never pending here.
+    await _import_decisions(book, project, parsed.decisions, report)
+    view = await TeamView.load(book.store, project)
     for entry in parsed.entries:
-        report.record(entry.title, await _import_entry(book, project, entry, provenance, report))
+        report.record(entry.title, await _import_entry(book, project, entry, provenance, report, view))
     report.log_summary(FILE_NAME, path)
     return report
 
 
+async def _import_decisions(
+    book: KnowledgeBook, project: str, decisions: Sequence[KnowledgeDecision], report: ImportReport
+) -> None:
+    """Add the file's decision records to this project's (union: records are never removed,
+    and what stands does not depend on the order they arrived in)."""
+    kept = []
+    for decision in decisions:
+        owner = await book.get(decision.logical_id)
+        if owner is not None and (owner.scope != "project" or owner.project != project):
+            report.problems.append(
+                f"decision record on k:{decision.logical_id}, not this project's entry: ignored"
+            )
+            continue
+        kept.append(attrs.evolve(decision, project=project))
+    report.decisions = await book.store.record_decisions(kept) if kept else 0
+    if report.decisions and await book.store.team_binding(project) is None:
+        report.problems.append(
+            f"{report.decisions} team decision records kept: they apply once this project is bound "
+            "to a team (lore team bind <team>)"
+        )
+
+
 async def _import_entry(
-    book: KnowledgeBook, project: str, entry: ParsedEntry, provenance: Provenance, report: ImportReport
+    book: KnowledgeBook,
+    project: str,
+    entry: ParsedEntry,
+    provenance: Provenance,
+    report: ImportReport,
+    view: TeamView | None = None,
 ) -> WriteResult:
     logical_id = entry.logical_id
     current = await book.get(logical_id) if logical_id else None
@@ -559,6 +674,17 @@ async def _import_entry(
             "is created in this project under a new id"
         )
         current, logical_id = None, None
+    if current is not None and not current.is_deleted and view is not None:
+        shared = (await view.approval(current)).shared
+        if (
+            shared is not None
+            and shared.version != current.version
+            and (shared.category, shared.title, shared.content)
+            == (entry.category, entry.title, entry.content)
+        ):
+            # The team's text of an entry whose newer edit waits for approval (what the
+            # export wrote): not a hand edit, so the pending edit is not undone.
+            return WriteResult(UNCHANGED, current)
     if current is not None:
         if not current.is_deleted:
             refusal = await _rename_refusal(book, project, current, entry.title)

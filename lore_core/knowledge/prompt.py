@@ -1,9 +1,10 @@
 """The text of the knowledge blocks the model sees (MISSION section 3), and which entries are
 relevant to a text.
 
-* **Baseline**: preferences in full and a catalogue of the project's knowledge (one line per
-  entry: its ``k:`` id, category and title; recall opens an id in full). Frozen for the
-  session at its first request.
+* **Baseline**: preferences in full, the known entities (one line each: ``e:`` id, canonical
+  name, kind, aliases) and a catalogue of the project's knowledge (one line per entry: its
+  ``k:`` id, category and title; recall opens an id in full). Frozen for the session at its
+  first request.
 * **Context-bound**: the entries most relevant to what the session is about (its first user
   request), in full. The set is chosen once and its text kept byte for byte.
 * **Delta**: what changed after the pin (created, edited or deleted entries), as a short
@@ -21,6 +22,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
+from lore_core.storage.entities import Entity, entity_order
 from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion, canonical_order
 
 #: Field weights of the knowledge full-text score (MISSION section 7: title 6, content 2,
@@ -39,6 +41,12 @@ BASELINE_INTRO = (
     "tool with an id (for example k:1a2b3c4d5e6f7a8b) to read an entry in full."
 )
 CONTEXT_INTRO = "Knowledge relevant to this session (from earlier sessions):"
+ENTITIES_INTRO = "Known entities (canonical name [kind], then other names it goes by):"
+#: Entities the baseline lists at most (``knowledge.baselineEntities``), and the aliases and
+#: characters of one line: the block is read on every turn, it names, it does not describe.
+DEFAULT_BASELINE_ENTITIES = 30
+MAX_LINE_ALIASES = 5
+MAX_ENTITY_LINE_CHARS = 160
 DELTA_INTRO = (
     "Lore: project knowledge changed since this session began. This supersedes what was shown before:"
 )
@@ -93,6 +101,25 @@ def catalogue_line(entry: KnowledgeVersion) -> str:
     return f"- {entry.ref} [{entry.category}] {entry.title}"
 
 
+def entity_line(entity: Entity) -> str:
+    """One known entity in the baseline: id, canonical name, kind, a few aliases."""
+    line = f"- {entity.ref} {entity.name} [{entity.kind}]"
+    if entity.aliases:
+        line += " aka " + ", ".join(entity.aliases[:MAX_LINE_ALIASES])
+    if len(line) > MAX_ENTITY_LINE_CHARS:
+        line = line[: MAX_ENTITY_LINE_CHARS - 3].rstrip(" ,") + "..."
+    return line
+
+
+def baseline_entities(entities: Sequence[Entity], limit: int) -> list[Entity]:
+    """The entities the baseline lists: never restricted ones; at most ``limit``, chosen
+    deterministically (the project's own before global ones, those with aliases first: an
+    alias is what the model cannot guess), listed in :func:`entity_order`."""
+    shown = [e for e in entities if e.sensitivity != "restricted" and e.merged_into is None]
+    chosen = sorted(shown, key=lambda e: (not e.aliases, e.project == "", entity_order(e)))[: max(0, limit)]
+    return sorted(chosen, key=entity_order)
+
+
 def within(lines: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[str]:
     """The leading lines whose tokens together stay within ``max_tokens``."""
     kept, used = [], 0
@@ -110,11 +137,15 @@ def baseline_text(
     *,
     max_tokens: int,
     count: Callable[[str], int],
+    entities: Sequence[Entity] = (),
+    max_entities: int = DEFAULT_BASELINE_ENTITIES,
 ) -> str:
-    """Preferences in full, then the catalogue of every other entry; ``""`` when there is
-    no knowledge. Within ``max_tokens``: preferences first, then catalogue lines by
-    confidence; what is kept is listed in canonical order."""
-    if not entries:
+    """Preferences in full, the known entities, then the catalogue of every other entry;
+    ``""`` when there is none of them. Within ``max_tokens``: preferences first, then
+    entities (at most ``max_entities``), then catalogue lines by confidence; what is kept is
+    listed in canonical order."""
+    known = baseline_entities(entities, max_entities)
+    if not entries and not known:
         return ""
     preferences = [e for e in entries if e.category == "preference"]
     others = [e for e in entries if e.category != "preference"]
@@ -123,6 +154,9 @@ def baseline_text(
     pref_texts = within([entry_text(e) for e in prefs_by_confidence], budget, count)
     kept_prefs = {e.logical_id for e in prefs_by_confidence[: len(pref_texts)]}
     used = sum(count(text) + 1 for text in pref_texts)
+    entity_lines = within([entity_line(e) for e in known], budget - used - count(ENTITIES_INTRO), count)
+    if entity_lines:
+        used += count(ENTITIES_INTRO) + 1 + sum(count(line) + 1 for line in entity_lines)
     by_confidence = sorted(others, key=lambda e: (-_confidence(e, metrics), canonical_order(e)))
     lines = within([catalogue_line(e) for e in by_confidence], budget - used, count)
     kept_others = {e.logical_id for e in by_confidence[: len(lines)]}
@@ -130,6 +164,8 @@ def baseline_text(
     prefs = [entry_text(e) for e in sorted(preferences, key=canonical_order) if e.logical_id in kept_prefs]
     if prefs:
         parts.append("Preferences:\n" + "\n\n".join(prefs))
+    if entity_lines:
+        parts.append(ENTITIES_INTRO + "\n" + "\n".join(entity_lines))
     listed = [catalogue_line(e) for e in sorted(others, key=canonical_order) if e.logical_id in kept_others]
     if listed:
         parts.append("Catalogue:\n" + "\n".join(listed))

@@ -51,6 +51,8 @@ from lore_core.recall.sources import (
     PREVIOUS,
     SOURCE,
     SPAN,
+    AliasExpansion,
+    AliasSource,
     DocFreqSource,
     Opener,
     SearchFilter,
@@ -308,8 +310,11 @@ class RecallEngine:
         cascade_min_hits: int = DEFAULT_MIN_HITS,
         max_query_chars: int = MAX_QUERY_CHARS,
         sessions: SessionDirectory | None = None,
+        aliases: AliasSource | None = None,
     ) -> None:
         self.embedder = embedder
+        #: Where the entities a query names are found (alias expansion); ``None``: none.
+        self.aliases = aliases
         #: Where a session named in a query is looked up by its title.
         self.sessions = sessions
         self.worker = worker
@@ -426,6 +431,16 @@ class RecallEngine:
                 expand_query(text, self.worker, timeout=self.expansion_timeout, session_id=caller)
             )
 
+        # Alias expansion: the full-text lists search the query with the other names of the
+        # entities it names added (kept beside the name used, not in its place: a separate
+        # list without the name would weigh the question's other words up; measured on
+        # LongMemEval, benchmarks/aliases.py). The query's embedding stays the query's own.
+        expansions = await self._alias_expansions(text, project, response)
+        searched = text
+        if expansions:
+            names = dict.fromkeys(n for e in expansions for n in e.names)
+            searched = text + " " + " ".join(names)
+
         try:
             lists: list[RankedList] = []
             failures: list[str] = []
@@ -433,7 +448,7 @@ class RecallEngine:
             # wait for it, the others do not.
             query_vector = asyncio.ensure_future(self._embed_one(text, response)) if vector_sources else None
             lists += await self._run_lists(
-                kinds, filters, text, query_vector,
+                kinds, filters, searched, query_vector,
                 bm25_weight, vector_weight, fetch, "q0", True, response, failures,
             )  # fmt: skip
             if expansion_task is not None:
@@ -475,6 +490,27 @@ class RecallEngine:
             # Every list failed: an empty result would read as "nothing remembered".
             response.error = "recall failed: " + "; ".join(dict.fromkeys(failures))
         return response
+
+    async def _alias_expansions(
+        self, text: str, project: str | None, response: RecallResponse
+    ) -> list[AliasExpansion]:
+        """The entities the query names (alias expansion), said in the response."""
+        if self.aliases is None:
+            return []
+        try:
+            found = list(await self._bounded(self.aliases.expand(text, project)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an entity table that fails costs the expansion only
+            self._log_once(f"alias expansion failed: {_reason(exc)}")
+            response.note(f"alias expansion failed: {_reason(exc)}")
+            return []
+        if found:
+            response.metadata["aliases"] = [e.as_json() for e in found]
+            for e in found:
+                names = ", ".join(f'"{n}"' for n in e.names)
+                response.note(f'"{e.matched}" is {e.entity}: also searched for {names}')
+        return found
 
     def _limit(self, value: object) -> int:
         try:
@@ -596,6 +632,10 @@ class RecallEngine:
                 continue  # the query could not be embedded (said once in the notes)
             if isinstance(outcome, BaseException):
                 reason = _reason(outcome)
+                # The legs that gave nothing, by kind and method (a pack's "degraded").
+                failed = response.metadata.setdefault("failed_legs", [])
+                if f"{kind.label}:{method}" not in failed:
+                    failed.append(f"{kind.label}:{method}")
                 failures.append(f"{kind.label} {method} search ({source_name}): {reason}")
                 response.note(f"recall failed for {kind.label} {method} search ({source_name}): {reason}")
                 self._log_once(f"{kind.label} {method} search ({source_name}) failed: {reason}")

@@ -103,6 +103,27 @@ class VectorSource(Protocol):
         """Nearest items to a unit-length query vector, best first."""
 
 
+@attrs.frozen
+class AliasExpansion:
+    """One entity a query names: its ``e:`` id, the name matched (normalised) and the
+    entity's other names (what the full-text lists also search for)."""
+
+    entity: str
+    matched: str
+    names: list[str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"entity": self.entity, "matched": self.matched, "names": list(self.names)}
+
+
+class AliasSource(Protocol):
+    """Where recall finds the entities a query names (:class:`lore_core.recall.entities.EntityIndex`)."""
+
+    async def expand(self, query: str, project: str | None) -> Sequence[AliasExpansion]:
+        """The expansions of ``query`` for ``project``'s entities; must be cheap (it runs
+        before every search) and ``[]`` when the query names none."""
+
+
 class SessionDirectory(Protocol):
     """Where recall looks up a session a query names by its title (its first prompt)."""
 

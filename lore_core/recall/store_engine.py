@@ -1,6 +1,7 @@
 """The recall engine over what a store holds: BM25 and vector search over the passages of
-messages and distillations and over knowledge entries (fused by RRF), ``t:``, ``d:`` and
-``k:`` ids opened from the store. Entity sources join here when that tier arrives.
+messages and distillations and over knowledge entries, BM25 over entities (fused by RRF),
+``t:``, ``d:``, ``k:`` and ``e:`` ids opened from the store, and queries naming an entity
+also searched under its other names (:mod:`lore_core.recall.entities`).
 
 Vectors need an embedder: without one (none installed) the engine searches full text only
 and says so in each response's notes; with one whose model cannot load, the engine finds
@@ -11,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from lore_core.interfaces import Embedder, Store
+from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.search import KnowledgeSource
-from lore_core.recall.engine import RecallEngine, RecallResponse
+from lore_core.recall.engine import DEFAULT_SOURCE_TIMEOUT_SECONDS, RecallEngine, RecallResponse
+from lore_core.recall.entities import EntityIndex, EntitySource
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS
 from lore_core.recall.ids import Kind, RecallIdError, parse_id
 from lore_core.recall.sources import (
@@ -33,16 +36,25 @@ def store_recall_engine(
     embedder: Embedder | None = None,
     expand: bool = False,
     expansion_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    entities: EntityBook | None = None,
+    expand_aliases: bool = True,
+    source_timeout: float = DEFAULT_SOURCE_TIMEOUT_SECONDS,
 ) -> RecallEngine:
     """Hybrid recall over ``store``: a BM25 list and, with ``embedder``, a vector list (the
     index of the embedder's model and the passage rules) per query, fused by RRF; with
-    ``expand`` and a ``worker``, the same for the worker's rephrasings of the query."""
+    ``expand`` and a ``worker``, the same for the worker's rephrasings of the query; with
+    ``expand_aliases``, full-text lists for the other names of the entities a query names.
+    ``entities``: the book entity writes go through (its counter keeps the entity table
+    cached between writes)."""
+    index = EntityIndex(store, entities)
     engine = RecallEngine(
         worker=worker,
         embedder=embedder,
         expand=expand,
         expansion_timeout=expansion_timeout,
         sessions=StoreSessionDirectory(store),
+        aliases=index if expand_aliases else None,
+        source_timeout=source_timeout,
     )
     messages = StoreMessageSource(store)
     engine.add_text_source(Kind.MESSAGE, messages)
@@ -58,6 +70,9 @@ def store_recall_engine(
     if embedder is not None:
         engine.add_vector_source(Kind.KNOWLEDGE, knowledge)
     engine.add_opener(Kind.KNOWLEDGE, knowledge)
+    entity_source = EntitySource(index)
+    engine.add_text_source(Kind.ENTITY, entity_source)
+    engine.add_opener(Kind.ENTITY, entity_source)
     return engine
 
 
@@ -84,4 +99,6 @@ def response_json(response: RecallResponse) -> dict[str, Any]:
         "results": [r.as_json() for r in response.results],
         "error": response.error,
         "notes": list(response.notes),
+        # The entities the query named and the other names searched for them.
+        "aliases": list(response.metadata.get("aliases", [])),
     }

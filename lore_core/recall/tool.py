@@ -30,17 +30,18 @@ TOOL_NAME = RECALL_TOOL_NAME
 
 DESCRIPTION = (
     "Search what this project remembers: its earlier conversations (this session and others: "
-    "messages, tool calls and their outputs), the notes distilled from them, and its curated "
-    "knowledge (decisions, patterns, preferences, architecture, gotchas). Use it when the "
+    "messages, tool calls and their outputs), the notes distilled from them, its curated "
+    "knowledge (decisions, patterns, preferences, architecture, gotchas) and the entities it knows "
+    "(people, services, tools, repositories, files; a name also finds their other names). Use it when the "
     "user refers to something from before, or when past decisions, fixes, commands, errors, test "
     "runs or commits would help. Ask in plain words; name another session by its first prompt in "
     "double quotes (in the session that started with \"...\"), and say first, last or after 'X' "
     "when order matters. Each result is a passage with an id (t: message, d: distillation, k: "
-    "knowledge entry); call recall with that id to read the text around it. Scopes: session "
+    "knowledge entry, e: entity); call recall with that id to read the text around it. Scopes: session "
     "(this conversation), project (default), knowledge (curated entries only), all (project plus "
     "other projects' knowledge)."
 )
-#: The scopes the tool offers (entities, the ``e:`` ids, arrive with the entity graph).
+#: The scopes the tool offers (``knowledge`` searches entities too).
 TOOL_SCOPES = (Scope.SESSION.value, Scope.PROJECT.value, Scope.KNOWLEDGE.value, Scope.ALL.value)
 
 INPUT_SCHEMA: dict[str, Any] = {

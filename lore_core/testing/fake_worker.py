@@ -147,16 +147,22 @@ def observer_responder(
 def curator_responder(
     script: Callable[[str], list[dict[str, Any]]],
     fallback: Callable[[RecordedRequest], Reply | None] | None = None,
+    entities: Callable[[str], Any] | None = None,
 ) -> Callable[[RecordedRequest], Reply | None]:
     """A ``FakeUpstream.responder`` answering knowledge-curator prompts with the operations
-    ``script(user_text)`` returns (as the JSON the curator asks for); observer and reflector
+    ``script(user_text)`` returns (as the JSON the curator asks for) and, with ``entities``,
+    the ``entities`` value it returns (a list of ``{"name", "kind", "aliases",
+    "relations"}``, or anything else to test the lenient parser); observer and reflector
     prompts as :func:`observer_responder` does; other requests go to ``fallback``."""
     observe = observer_responder(fallback)
 
     def respond(req: RecordedRequest) -> Reply | None:
         texts = _worker_texts(req)
         if texts is not None and CURATOR_MARKER in texts[0]:
-            return _answer(req, json.dumps({"operations": script(texts[1])}))
+            answer: dict[str, Any] = {"operations": script(texts[1])}
+            if entities is not None:
+                answer["entities"] = entities(texts[1])
+            return _answer(req, json.dumps(answer))
         return observe(req)
 
     return respond
