@@ -311,6 +311,26 @@ class KnowledgeConfig:
 
 
 @attrs.define
+class EventsConfig:
+    """The event log and packs (``POST /v1/events``, ``POST /v1/pack``; docs/events.md)."""
+
+    # After a write, the run is consolidated (events -> distilled memories) once no write
+    # came for this long; a steady stream is consolidated at least every 4 x this.
+    consolidate_delay_ms: int = setting(250, low=0, high=600_000)
+    # One distilled memory holds consecutive events up to these many characters and events.
+    memory_max_chars: int = setting(1_500, low=200, high=20_000)
+    memory_max_events: int = setting(20, low=1, high=1_000)
+    # Recent undistilled events a pack always shows in its raw tail (beside every event up
+    # to the reader's min_seq, which is never cut).
+    raw_tail_recent: int = setting(20, low=0, high=10_000)
+    # Memories (and knowledge entries) a pack retrieves before its token budget applies.
+    distilled_limit: int = setting(12, low=1, high=200)
+    # A retrieval leg (full text or vectors, of memories or knowledge) that has not
+    # answered within this is left out; the pack names it in "degraded" and stays 200.
+    retrieval_partial_timeout_ms: int = setting(2_000, low=1, high=600_000)
+
+
+@attrs.define
 class ModelConfig:
     """One entry of ``models``: overrides of the shipped price table for a model-name prefix.
 
@@ -343,6 +363,7 @@ class LoreConfig:
     budget: BudgetConfig = attrs.field(factory=BudgetConfig)
     recall: RecallConfig = attrs.field(factory=RecallConfig)
     knowledge: KnowledgeConfig = attrs.field(factory=KnowledgeConfig)
+    events: EventsConfig = attrs.field(factory=EventsConfig)
     # Model-name prefix -> price/limit overrides (the longest matching prefix wins).
     models: dict[str, ModelConfig] = attrs.field(factory=dict)
     # Plugin sections, structured by each plugin's own class (see ``lore_config_sections``).
@@ -365,6 +386,7 @@ CORE_SECTIONS: dict[str, Any] = {
     "budget": BudgetConfig,
     "recall": RecallConfig,
     "knowledge": KnowledgeConfig,
+    "events": EventsConfig,
     # Keyed by model-name prefix rather than by fixed field names.
     "models": dict[str, ModelConfig],
 }
@@ -385,6 +407,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_WORKER_API_KEY": ("worker", "apiKey"),
     "LORE_IDLE_TIMEOUT": ("distill", "idleTimeoutSeconds"),
     "LORE_DAILY_BUDGET": ("budget", "dailyBudgetUsd"),
+    "LORE_RETRIEVAL_PARTIAL_TIMEOUT": ("events", "retrievalPartialTimeoutMs"),
 }
 
 

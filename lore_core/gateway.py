@@ -26,6 +26,7 @@ from lore_core.context.overflow import Overflow, next_min_layer, overflow_in_str
 from lore_core.context.pricing import PriceTable
 from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
+from lore_core.events.log import EventLog
 from lore_core.http.access import SessionOwners, TokenKeeper
 from lore_core.interfaces import (
     Codec,
@@ -143,6 +144,19 @@ class Gateway:
             self.embedder,
             expand=expansion_enabled(config),
             expansion_timeout=config.recall.expand_timeout_seconds,
+            entities=self.entities,
+            expand_aliases=config.recall.expand_aliases,
+        )
+        # The event log agents write to (POST /v1/events) and the engine packs read it with
+        # (POST /v1/pack): recall's, with legs bounded by the partial-result timeout.
+        self.events = EventLog(self.store, config.events)
+        self.pack_engine = store_recall_engine(
+            self.store,
+            None,
+            self.embedder,
+            entities=self.entities,
+            expand_aliases=config.recall.expand_aliases,
+            source_timeout=config.events.retrieval_partial_timeout_ms / 1000,
         )
         # Embeds what the store holds in the background, woken by each write.
         self.indexer: VectorIndexer | None = None
@@ -224,6 +238,7 @@ class Gateway:
             await self.indexer.start()
         await self.distiller.start()
         await self.knowledge_upkeep.start()
+        await self.events.start()
         self._spend_saver = asyncio.create_task(self._save_spend_periodically(), name="lore-spend-saver")
         if self.embedder is not None:
             # Load the model in the background: the proxy serves at once, and a model that
@@ -243,6 +258,9 @@ class Gateway:
                 await self.distiller.stop()
             async with _stop_step("knowledge upkeep"):
                 await self.knowledge_upkeep.stop()
+            async with _stop_step("event log"):
+                # An unfinished step is redone at the next start (the events are stored).
+                await self.events.stop()
             async with _stop_step("spend"):
                 if self._spend_saver is not None:
                     self._spend_saver.cancel()
@@ -544,6 +562,7 @@ class Gateway:
                 "daily_budget_usd": self.costs.daily_budget_usd,
             },
             "throttle": self.throttle.counters(),
+            "events": self.events.health(),
         }
 
 

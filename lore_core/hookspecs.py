@@ -32,10 +32,12 @@ if TYPE_CHECKING:
     from lore_core.config import LoreConfig
     from lore_core.interfaces import (
         Codec,
+        Command,
         CuratorFactory,
         EmbedderFactory,
         Harness,
         LoreApp,
+        Mount,
         PromptLayer,
         RequestHandler,
         StoreFactory,
@@ -200,6 +202,40 @@ def lore_register_curators(register: Callable[[CuratorFactory], None]) -> None:
     ``distill.reflector`` in ``.lore.json`` choose by name; the kernel registers ``llm``
     (the default, through the worker model) and ``extractive`` (deterministic, no LLM).
     Curators run off the request path and must be safe to run again on the same input.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands and mounted applications
+# ---------------------------------------------------------------------------------------------
+
+
+@_hookspec
+def lore_register_commands(register: Callable[[Command], None]) -> None:
+    """Register ``lore`` subcommands: ``register(command)``, keyed by ``command.name``.
+
+    A :class:`~lore_core.interfaces.Command` names the subcommand, gives its one-line
+    ``help``, adds its arguments (``configure(parser)``) and runs it (``run(args)``, the exit
+    status). The ``lore`` parser asks for them only when the command line does not name a
+    built-in command (so ``lore serve`` loads no plugin to parse its arguments, while ``lore
+    --help`` lists them). A name that is a built-in command's, or registered twice, is a
+    :class:`~lore_core.plugins.PluginError`.
+    """
+
+
+@_hookspec
+def lore_register_mounts(register: Callable[[Mount], None]) -> None:
+    """Register ASGI applications the gateway serves under a path of its own:
+    ``register(mount)``, keyed by ``mount.name``.
+
+    A :class:`~lore_core.interfaces.Mount` has a one-segment ``path`` (``"/mcp"``: that path
+    and everything below it; not ``/v1``, ``/lore`` or ``/health``, and no two mounts on one
+    path). The kernel dispatches those HTTP requests to the mount before its own routes, only
+    after the Host, Origin and peer checks and the gateway token that ``/lore/api`` requires
+    (:mod:`lore_core.http.access`); ``start(api)`` is awaited after ``lore_startup`` (``api``:
+    a :class:`~lore_core.interfaces.LocalApi` calling the gateway's own routes in-process),
+    ``stop()`` before ``lore_shutdown``. A bad path is a
+    :class:`~lore_core.plugins.PluginError`.
     """
 
 

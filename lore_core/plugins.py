@@ -28,9 +28,11 @@ from lore_core import hookspecs
 from lore_core.config import LoreConfig, load_config
 from lore_core.interfaces import (
     Codec,
+    Command,
     CuratorFactory,
     EmbedderFactory,
     Harness,
+    Mount,
     PromptLayer,
     RequestHandler,
     StoreFactory,
@@ -234,6 +236,8 @@ class Registry:
     request_handlers: list[RequestHandler] = attrs.field(factory=list)
     # kind -> name -> factory
     curators: dict[str, dict[str, CuratorFactory]] = attrs.field(factory=dict)
+    commands: dict[str, Command] = attrs.field(factory=dict)
+    mounts: dict[str, Mount] = attrs.field(factory=dict)
     # "harness 'claude'" -> the plugin that registered it, for `lore plugins`
     owners: dict[str, str] = attrs.field(factory=dict)
 
@@ -262,6 +266,11 @@ class Registry:
         reg.request_handlers = sorted(handlers, key=lambda handler: (handler.priority, handler.name))
         for curator in collect("lore_register_curators", lambda c: (f"{c.kind} curator", c.name)):
             reg.curators.setdefault(curator.kind, {})[curator.name] = curator
+        for command in collect("lore_register_commands", lambda c: ("command", c.name)):
+            reg.commands[command.name] = command
+        for mount in collect("lore_register_mounts", lambda m: ("mount", m.name)):
+            _check_mount_path(mount, reg)
+            reg.mounts[mount.name] = mount
         return reg
 
     def codec_for_path(self, path: str) -> Codec | None:
@@ -273,6 +282,26 @@ class Registry:
                     if best is None or len(suffix) > best[0]:
                         best = (len(suffix), codec)
         return best[1] if best else None
+
+
+#: First path segments a mount may not take: the gateway's own routes and the providers' APIs.
+RESERVED_MOUNT_SEGMENTS = frozenset({"v1", "lore", "health", "openapi.json"})
+_MOUNT_PATH = re.compile(r"/[a-z0-9][a-z0-9._-]*")
+
+
+def _check_mount_path(mount: Mount, reg: Registry) -> None:
+    """One segment, not one of the gateway's own, not taken by another mount."""
+    owner = reg.owners[f"mount {mount.name!r}"]
+    path = mount.path
+    if not isinstance(path, str) or not _MOUNT_PATH.fullmatch(path) or path[1:] in RESERVED_MOUNT_SEGMENTS:
+        raise PluginError(
+            f"plugin {owner} registered the mount {mount.name!r} on {path!r}: a mount's path is one "
+            f"lower-case segment such as '/mcp', and none of {', '.join(sorted(RESERVED_MOUNT_SEGMENTS))}"
+        )
+    for other in reg.mounts.values():
+        if other.path == path:
+            by = reg.owners[f"mount {other.name!r}"]
+            raise PluginError(f"the path {path!r} is mounted twice: by {by} ({other.name}) and by {owner}")
 
 
 def _calls_by_plugin(pm: pluggy.PluginManager, hook_name: str) -> Iterator[tuple[str, Any]]:

@@ -14,7 +14,8 @@ before any route runs (:func:`check`):
   sends one, and no CORS header is ever sent;
 * a peer that is not on loopback is refused with 403 unless ``server.allowRemote`` is set;
   then every request needs the token, the model routes too;
-* everything under ``/lore/api`` (reads too: conversations are the sensitive part) needs the
+* everything under ``/lore/api`` and ``/mcp`` (reads too: conversations are the sensitive
+  part), and every path a plugin mounts (:class:`lore_core.interfaces.Mount`), needs the
   **gateway token**: ``Authorization: Bearer <token>``, compared in constant time. On the
   model routes, where ``Authorization`` carries the provider's key, the token travels in
   ``X-Lore-Token`` (never forwarded upstream: ``x-lore-*`` headers are the gateway's).
@@ -44,8 +45,9 @@ from lore_core.config import LoreConfig, default_data_dir
 TOKEN_FILE = "gateway.token"
 #: The header the token travels in on the model routes.
 TOKEN_HEADER = "x-lore-token"
-#: Paths that read or change memory: always behind the token.
-PROTECTED_PREFIXES = ("/lore/api",)
+#: Paths that read or change memory: always behind the token. ``/mcp`` is the MCP server's
+#: (the lore-mcp plugin): guarded even when no plugin serves it, so it answers alike.
+PROTECTED_PREFIXES = ("/lore/api", "/mcp", "/v1/events", "/v1/pack")
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
@@ -216,14 +218,17 @@ def check(
     remote: str | None,
     config: LoreConfig,
     tokens: TokenKeeper,
+    *,
+    protected: bool = False,
 ) -> Refusal | None:
     """Why a request is refused before routing, or ``None`` to let it through.
-    ``headers`` are lower-cased."""
+    ``headers`` are lower-cased; ``protected``: the path needs the token whatever its prefix
+    (a plugin's mount)."""
     if not host_allowed(headers.get("host"), config):
         return Refusal(421, "this gateway answers requests for localhost only (see server.allowedHosts)")
     if not origin_allowed(headers.get("origin"), headers.get("host"), config):
         return Refusal(403, "requests from web pages are refused by this gateway")
-    protected = path.startswith(PROTECTED_PREFIXES)
+    protected = protected or path.startswith(PROTECTED_PREFIXES)
     local = remote is None or remote == "<local>" or is_loopback_address(remote)
     if not local and not config.server.allow_remote:
         return Refusal(403, "this gateway answers loopback clients only (see server.allowRemote)")

@@ -15,6 +15,8 @@ from werkzeug.exceptions import HTTPException
 from lore_core.gateway import Gateway
 from lore_core.http import access
 from lore_core.http.api import api as lore_api
+from lore_core.http.events import events_api
+from lore_core.http.mounts import MountDispatcher
 from lore_core.pipeline.answers import error_response, json_response
 from lore_core.pipeline.passthrough import passthrough
 from lore_core.pipeline.relay import UpstreamStreamBroken
@@ -37,6 +39,7 @@ def create_app(gateway: Gateway) -> Quart:
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.extensions["lore"] = gateway
     app.register_blueprint(lore_api)  # /lore/api: the local read API for the CLI
+    app.register_blueprint(events_api)  # /v1/events, /v1/pack, /openapi.json: the memory API
 
     @app.before_request
     async def _guard() -> Response | None:
@@ -71,12 +74,23 @@ def create_app(gateway: Gateway) -> Quart:
         )
         return None if refusal is None else json_response(refusal.status, {"error": refusal.message})
 
+    # Plugins' applications under paths of their own (/mcp), dispatched before Quart.
+    mounts = (
+        MountDispatcher(app.asgi_app, gateway, list(gateway.registry.mounts.values()))
+        if gateway.registry.mounts
+        else None
+    )
+
     @app.before_serving
     async def _start() -> None:
         await gateway.start()
+        if mounts is not None:
+            await mounts.start()
 
     @app.after_serving
     async def _stop() -> None:
+        if mounts is not None:
+            await mounts.stop()
         await gateway.stop()
 
     @app.get("/health")
@@ -121,4 +135,8 @@ def create_app(gateway: Gateway) -> Quart:
             return json_response(status, {"error": message})
         return error_response(None, status, message)
 
+    if mounts is not None:
+        # Quart's documented middleware seam (the app stays a Quart instance); its ASGI
+        # types are TypedDicts, the dispatcher's plain dicts.
+        app.asgi_app = mounts  # type: ignore[method-assign,assignment]
     return app

@@ -1,0 +1,199 @@
+"""The kernel's two extension points for lore-mcp, tested with plugins of the test's own:
+
+* ``lore_register_mounts``: an ASGI app under a path of the gateway, reached only past the
+  guard (Host, Origin, peer, token), started after the gateway and stopped before it, with
+  the gateway's routes in-process (``LocalApi``); bad paths are a ``PluginError``;
+* ``lore_register_commands``: a ``lore`` subcommand, loaded only when the command line names
+  no built-in one; a clash with a built-in is a ``PluginError``;
+* with no plugin serving it, ``/mcp`` is still behind the token, and a 404.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from lore_core import hookimpl
+from lore_core.interfaces import ApiAnswer, ASGIReceive, ASGIScope, ASGISend, Command, LocalApi, Mount
+from lore_core.plugins import PluginError, Registry, make_plugin_manager
+from lore_core.testing.net import api_headers
+from lore_core.testing.server import ThreadedServer
+
+
+class Echo(Mount):
+    """Answers with what the gateway's own /lore/api/status said in-process."""
+
+    name = "echo"
+    path = "/echo"
+
+    def __init__(self) -> None:
+        self.api: LocalApi | None = None
+        self.calls: list[str] = []
+        self.events: list[str] = []
+
+    async def start(self, api: LocalApi) -> None:
+        self.api = api
+        self.events.append("start")
+
+    async def stop(self) -> None:
+        self.events.append("stop")
+
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
+        assert self.api is not None
+        self.calls.append(scope["path"])
+        if scope["path"] == "/echo/boom":
+            raise RuntimeError("the mount broke")
+        status: ApiAnswer = await self.api.call("GET", "/lore/api/status")
+        body = json.dumps({"path": scope["path"], "status": status.status, "gateway": status.body["gateway"]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})
+
+
+def mounting(*mounts: Mount) -> object:
+    class Plugin:
+        @hookimpl
+        def lore_register_mounts(self, register: Callable[[Mount], None]) -> None:
+            for mount in mounts:
+                register(mount)
+
+    return Plugin()
+
+
+def test_a_mount_is_served_past_the_guard_with_the_gateway_in_process(
+    start_gateway: Callable[..., ThreadedServer],
+) -> None:
+    echo = Echo()
+    server = start_gateway(extra_plugins=(mounting(echo),))
+    assert echo.events == ["start"]
+    answer = httpx.get(server.url + "/echo/deeper", headers=api_headers())
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"path": "/echo/deeper", "status": 200, "gateway": "running"}
+
+    refused = [
+        httpx.get(server.url + "/echo"),
+        httpx.get(server.url + "/echo", headers={"Authorization": "Bearer wrong"}),
+        httpx.get(server.url + "/echo", headers={**api_headers(), "Host": "rebind.example"}),
+        httpx.get(server.url + "/echo", headers={**api_headers(), "Origin": "http://evil.example"}),
+    ]
+    assert [r.status_code for r in refused] == [401, 401, 421, 403]
+    assert all("error" in r.json() for r in refused)
+    assert echo.calls == ["/echo/deeper"]
+
+    # A path that only starts like the mount's is not the mount's.
+    httpx.get(server.url + "/echoes", headers=api_headers())
+    assert echo.calls == ["/echo/deeper"]
+
+    broken = httpx.get(server.url + "/echo/boom", headers=api_headers())
+    assert broken.status_code == 500 and "error" in broken.json()
+    assert httpx.get(server.url + "/health").status_code == 200
+
+    server.stop()
+    assert echo.events == ["start", "stop"]
+
+
+def test_without_a_plugin_mcp_is_still_behind_the_token(start_gateway: Callable[..., ThreadedServer]) -> None:
+    server = start_gateway(env={"LORE_DISABLE_PLUGINS": "mcp"})
+    assert "mcp" not in server.gateway.registry.mounts
+    assert httpx.post(server.url + "/mcp", json={}).status_code == 401
+    answer = httpx.post(server.url + "/mcp", json={}, headers=api_headers())
+    assert answer.status_code == 404 and "error" in answer.json()
+
+
+@pytest.mark.parametrize("path", ["/v1", "/lore", "/health", "/a/b", "mcp", "/", "/Upper", ""])
+def test_a_mount_on_a_bad_path_is_a_plugin_error(path: str) -> None:
+    class Bad(Mount):
+        name = "bad"
+
+    bad = Bad()
+    bad.path = path
+    pm = make_plugin_manager(load_entrypoints=False, extra=[mounting(bad)])
+    with pytest.raises(PluginError, match="a mount's path is one"):
+        Registry.collect(pm)
+
+
+def test_two_mounts_on_one_path_is_a_plugin_error() -> None:
+    class Other(Echo):
+        name = "other"
+
+    pm = make_plugin_manager(load_entrypoints=False, extra=[mounting(Echo()), mounting(Other())])
+    with pytest.raises(PluginError, match="mounted twice"):
+        Registry.collect(pm)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+class Hello(Command):
+    name = "hello"
+    help = "say hello"
+
+    def configure(self, parser: Any) -> None:
+        parser.add_argument("--who", default="world")
+
+    def run(self, args: Any) -> int:
+        print(f"hello {args.who}")
+        return 7
+
+
+def commanding(*commands: Command) -> object:
+    class Plugin:
+        @hookimpl
+        def lore_register_commands(self, register: Callable[[Command], None]) -> None:
+            for command in commands:
+                register(command)
+
+    return Plugin()
+
+
+def with_plugins(monkeypatch: pytest.MonkeyPatch, *plugins: object) -> list[int]:
+    """Make the CLI's plugin manager the built-ins plus ``plugins``; count its loads."""
+    import lore_core.plugins
+
+    loads: list[int] = []
+    real = lore_core.plugins.make_plugin_manager
+
+    def fake(**kwargs: Any) -> Any:
+        loads.append(1)
+        return real(load_entrypoints=False, extra=plugins)
+
+    monkeypatch.setattr(lore_core.plugins, "make_plugin_manager", fake)
+    return loads
+
+
+def test_a_plugin_command_runs_and_is_loaded_only_when_needed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lore_core.cli.commands import build_parser, main
+
+    loads = with_plugins(monkeypatch, commanding(Hello()))
+    assert main(["hello", "--who", "lore"]) == 7
+    assert capsys.readouterr().out == "hello lore\n"
+    assert loads == [1]
+    build_parser(["status"])  # a built-in: no plugin is loaded to parse it
+    assert loads == [1]
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "say hello" in capsys.readouterr().out
+
+
+def test_a_plugin_command_named_like_a_builtin_is_a_plugin_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lore_core.cli.commands import main
+
+    class Serve(Hello):
+        name = "serve"
+
+    with_plugins(monkeypatch, commanding(Serve()))
+    assert main(["--help"]) == 2
+    assert "a built-in command" in capsys.readouterr().err
