@@ -247,6 +247,53 @@ def test_responses_mixed_calls(gateway, fake_upstream, stream):
     assert "deploy" in sent[3]["output"]
 
 
+def theirs_item(arguments: str, call_id: str) -> dict[str, str]:
+    return {
+        "type": "function_call",
+        "call_id": call_id,
+        "namespace": "mcp__lore",
+        "name": "recall",
+        "arguments": arguments,
+    }
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_namespaced_recall_is_the_clients(gateway, fake_upstream, stream):
+    """Codex puts each MCP server's tools in a namespace: ``recall`` of the ``mcp__lore``
+    server is the client's call, not the gateway's, and keeps its namespace when the
+    gateway's own recall in the same round is replayed upstream."""
+    ours = ToolCall("recall", {"query": "deploy"})
+    theirs = ToolCall("recall", {"query": "deploy"}, namespace="mcp__lore")
+    fake_upstream.enqueue(Reply(text="", tool_calls=[ours, theirs]), Reply(text="Done."))
+    client = _openai(gateway)
+    items = [{"role": "user", "content": "deploy it"}]
+    namespace = {"type": "namespace", "name": "mcp__lore", "tools": [{**RESPONSES_TOOL, "name": "recall"}]}
+    kwargs = dict(model="gpt-5", tools=[RESPONSES_TOOL], extra_body={"tools": [RESPONSES_TOOL, namespace]})
+    if stream:
+        with client.responses.stream(input=items, **kwargs) as s:
+            response = s.get_final_response()
+    else:
+        response = client.responses.create(input=items, **kwargs)
+    assert [(i.type, i.call_id) for i in response.output] == [("function_call", theirs.id)]
+    assert response.output[0].model_dump().get("namespace") == "mcp__lore"
+
+    items += [
+        theirs_item(response.output[0].arguments, theirs.id),
+        {"type": "function_call_output", "call_id": theirs.id, "output": "nothing yet"},
+    ]
+    client.responses.create(input=items, **kwargs)
+    sent = fake_upstream.api_requests()[1].json["input"]
+    assert [(i["type"], i["call_id"]) for i in sent[1:]] == [
+        ("function_call", ours.id),
+        ("function_call", theirs.id),
+        ("function_call_output", ours.id),
+        ("function_call_output", theirs.id),
+    ]
+    replayed = {i["call_id"]: i for i in sent if i.get("type") == "function_call"}
+    assert "namespace" not in replayed[ours.id]
+    assert replayed[theirs.id]["namespace"] == "mcp__lore"
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory: real results, restores that survive a restart, the stored history
 # ---------------------------------------------------------------------------------------------

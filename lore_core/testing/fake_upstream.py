@@ -38,6 +38,9 @@ class ToolCall:
     name: str
     input: dict[str, Any] = attrs.field(factory=dict)
     id: str = attrs.field(factory=lambda: "call_" + uuid.uuid4().hex[:16])
+    # Responses only: the tool namespace the call belongs to (Codex groups each MCP server's
+    # tools under one, e.g. ``mcp__lore``, and names the call by the bare tool name).
+    namespace: str | None = None
 
 
 @attrs.define
@@ -380,16 +383,17 @@ def _responses_items(reply: Reply) -> list[dict[str, Any]]:
             }
         )
     for c in reply.tool_calls:
-        items.append(
-            {
-                "id": "fc_" + uuid.uuid4().hex[:16],
-                "type": "function_call",
-                "status": "completed",
-                "call_id": c.id,
-                "name": c.name,
-                "arguments": json.dumps(c.input),
-            }
-        )
+        call = {
+            "id": "fc_" + uuid.uuid4().hex[:16],
+            "type": "function_call",
+            "status": "completed",
+            "call_id": c.id,
+            "name": c.name,
+            "arguments": json.dumps(c.input),
+        }
+        if c.namespace is not None:
+            call["namespace"] = c.namespace
+        items.append(call)
     return items
 
 

@@ -61,8 +61,10 @@ class Editor:
     def __init__(self, policy: EditPolicy) -> None:
         self.policy = policy
 
-    def _held(self, name: Any) -> bool:
-        return self.policy.hold_tool is not None and name == self.policy.hold_tool
+    def _held(self, name: Any, namespace: Any = None) -> bool:
+        # A call in a tool namespace (Codex puts each MCP server's tools in one) belongs to
+        # the client even when its bare name is Lore's tool's: Lore's MCP server has ``recall``.
+        return self.policy.hold_tool is not None and namespace is None and name == self.policy.hold_tool
 
 
 class BufferedTurn(Editor):

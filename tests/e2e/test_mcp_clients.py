@@ -139,7 +139,16 @@ def test_codex_calls_knowledge_search_through_lore_mcp(
         if outputs:
             results.append(json.dumps(outputs))
             return Reply(text=FINAL)
-        return Reply(text="", tool_calls=[ToolCall("mcp__lore__knowledge_search", {"query": QUERY})])
+        # Codex sends each MCP server's tools as one namespace (``mcp__lore``) and maps a
+        # call back by its namespace and bare name.
+        namespace = next(
+            t["name"]
+            for t in body.get("tools") or []
+            if t.get("type") == "namespace" and "knowledge_search" in json.dumps(t.get("tools"))
+        )
+        assert namespace == "mcp__lore", namespace
+        call = ToolCall("knowledge_search", {"query": QUERY}, namespace=namespace)
+        return Reply(text="", tool_calls=[call])
 
     fake_upstream.responder = responder
     env = codex_provider_env(tmp_path, f"{gateway.url}/v1")

@@ -34,12 +34,15 @@ def input_item(item: dict[str, Any]) -> dict[str, Any]:
     server's item id and status (reasoning items keep theirs: they are needed)."""
     kind = item.get("type")
     if kind == "function_call":
-        return {
+        call = {
             "type": "function_call",
             "call_id": item.get("call_id"),
             "name": item.get("name"),
             "arguments": item.get("arguments", ""),
         }
+        if item.get("namespace") is not None:
+            call["namespace"] = item["namespace"]
+        return call
     if kind == "message":
         content = [
             {"type": "output_text", "text": str(p.get("text", ""))}
@@ -78,7 +81,7 @@ class ResponsesBufferedEditor(BufferedTurn):
                 continue
             if item.get("type") == "function_call":
                 result.order.append(item.get("call_id"))
-                if self._held(item.get("name")):
+                if self._held(item.get("name"), item.get("namespace")):
                     result.recall_calls.append(RecallCall(item.get("call_id"), item.get("arguments")))
                     result.assistant.append(input_item(item))
                     continue
@@ -174,7 +177,8 @@ class ResponsesStreamEditor(Editor):
             item = as_dict(ev.get("item"))
             if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
                 self.result.order.append(item.get("call_id"))
-                if item.get("type") == "function_call" and self._held(item.get("name")):
+                held = self._held(item.get("name"), item.get("namespace"))
+                if item.get("type") == "function_call" and held:
                     self.out_map[index] = None
                     self.identity = False
                     return b""
