@@ -243,8 +243,17 @@ def test_the_terminals_ctrl_c_is_not_sent_twice(path: str, lore_run: LoreRun, tm
             stderr=slave,
             preexec_fn=controlling_terminal,
         )
-        os.write(master, b"\x03")  # Ctrl+C, as typed
-        wait_for(sentinel.exists, "the terminal's SIGINT to reach the foreground group")
+
+        def typed_ctrl_c_arrived() -> bool:
+            # Typed again until the sentinel sees one: a ^C the line discipline drops (it was
+            # seen once on a loaded CI machine) must not fail the test. Extra ones are also
+            # the kernel's, so whatever Lore forwarded would still show in the record.
+            if not sentinel.exists():
+                os.write(master, b"\x03")
+                time.sleep(0.5)
+            return sentinel.exists()
+
+        wait_for(typed_ctrl_c_arrived, "the terminal's SIGINT to reach the foreground group")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 143
         assert record.read_text().split() == ["SIGTERM"]
