@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +100,26 @@ def test_a_mount_is_served_past_the_guard_with_the_gateway_in_process(
 
     server.stop()
     assert echo.events == ["start", "stop"]
+
+
+def test_a_websocket_upgrade_on_a_mount_is_refused_and_runs_nothing(
+    start_gateway: Callable[..., ThreadedServer],
+) -> None:
+    """Mounts speak HTTP only: an upgrade, even with the token, is closed before the handshake
+    (the server answers 403) and the mount never sees it."""
+    echo = Echo()
+    server = start_gateway(extra_plugins=(mounting(echo),))
+    token = api_headers()["Authorization"].encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Authorization: " + token + b"\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert b" 403 " in status_line, status_line
+    assert echo.calls == []
+    assert httpx.get(server.url + "/echo", headers=api_headers()).status_code == 200
 
 
 def test_without_a_plugin_mcp_is_still_behind_the_token(start_gateway: Callable[..., ThreadedServer]) -> None:
