@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import KnowledgeConfig
 from lore_core.knowledge.book import KnowledgeBook
@@ -234,3 +236,65 @@ def test_a_near_duplicate_that_says_the_opposite_is_a_new_entry_not_a_reconfirma
     assert titles == ["Mocks", "No mocks"]
     assert report.applied["created"] == 2 and report.applied["reconfirmed"] == 1
     assert judge.calls == 2  # asked about each near-duplicate, nothing else
+
+
+class ShowsOnlyNormal(Scripted):
+    """Like the LLM curator: the worker sees only ``normal`` entries and says which."""
+
+    async def curate(
+        self,
+        observations: Sequence[StoredDistillation],
+        entries: Sequence[KnowledgeVersion],
+        *,
+        session_id: str | None = None,
+    ) -> Curation:
+        curation = await super().curate(observations, entries, session_id=session_id)
+        shown = frozenset(e.logical_id for e in entries if e.sensitivity == "normal")
+        return attrs.evolve(curation, shown_ids=shown)
+
+
+def test_a_create_never_edits_by_title_an_entry_the_worker_was_not_shown() -> None:
+    """The book turns a create with a known title into an edit of that entry: from the
+    curator, only of an entry its worker saw. A sensitive entry hidden from the worker and a
+    restricted one (never given to any curator) keep their text; a shown one is edited."""
+    operations = [
+        Operation("create", category="gotcha", title="Deploy keys", content="Keys live in the wiki."),
+        Operation("create", category="gotcha", title="Vault", content="The vault is open."),
+        Operation("create", category="gotcha", title="Clock", content="Freeze time with freezegun."),
+    ]
+
+    async def run(curator: Scripted) -> tuple[Any, dict[str, str]]:
+        _store, book, upkeep = await setup(curator)
+        await book.create(
+            project=P,
+            category="gotcha",
+            title="Deploy keys",
+            content="Rotate on Fridays.",
+            sensitivity="sensitive",
+        )
+        await book.create(
+            project=P,
+            category="gotcha",
+            title="Vault",
+            content="Unsealed by two people.",
+            sensitivity="restricted",
+        )
+        await book.create(project=P, category="gotcha", title="Clock", content="Freeze time in tests.")
+        report = await upkeep.curate_session("s1", P)
+        return report, {e.title: e.content for e in await book.entries(P)}
+
+    report, contents = asyncio.run(run(ShowsOnlyNormal(operations)))
+    assert contents == {
+        "Deploy keys": "Rotate on Fridays.",
+        "Vault": "Unsealed by two people.",
+        "Clock": "Freeze time with freezegun.",
+    }
+    assert report.applied["refused"] == 2 and report.applied["updated"] == 1
+    assert all("may not edit" in reason for _, reason in report.refused)
+
+    # A curator that does not say what it showed was given the sensitive entry, never the
+    # restricted one.
+    report, contents = asyncio.run(run(Scripted(operations)))
+    assert contents["Deploy keys"] == "Keys live in the wiki."
+    assert contents["Vault"] == "Unsealed by two people."
+    assert report.applied["refused"] == 1

@@ -508,5 +508,5 @@ def test_a_rename_onto_a_deleted_or_taken_title_is_refused(tmp_path: Path):
     first, second, current = run(body)
     assert [(t, "was deleted" in r) for t, r in first.refused] == [("Use SQLite", True)]
     assert len(first.unchanged) == 1
-    assert [(t, "already has the title" in r) for t, r in second.refused] == [("use duckdb", True)]
+    assert [(t, "has that title already" in r) for t, r in second.refused] == [("use duckdb", True)]
     assert current is not None and current.title == "Storage engine" and current.version == 1

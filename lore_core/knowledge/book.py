@@ -136,8 +136,11 @@ class KnowledgeBook:
         sensitivity: str = "normal",
         provenance: Provenance | None = None,
         logical_id: str | None = None,
+        may_edit: Callable[[KnowledgeVersion], bool] | None = None,
     ) -> WriteResult:
-        """A new entry, or an edit of the alive entry with the same title, or a refusal."""
+        """A new entry, or an edit of the alive entry with the same title, or a refusal.
+        ``may_edit`` says whether this writer may edit that entry (the curator may not edit
+        one its worker was not shown); without it, any."""
         provenance = provenance or Provenance()
         title, content = title.strip(), content.strip()
         try:
@@ -157,6 +160,10 @@ class KnowledgeBook:
                 tomb,
             )
         same = await self.by_title(project, title, scope)
+        if same is not None and may_edit is not None and not may_edit(same):
+            return self._refused(
+                title, f"k:{same.logical_id} has that title and this writer may not edit it", provenance
+            )
         if same is not None:
             # The same subject: an edit of that entry (whatever id the writer had in mind);
             # its sensitivity is never lowered this way.

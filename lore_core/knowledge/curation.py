@@ -40,7 +40,7 @@ import attrs
 from lore_core.config import KnowledgeConfig
 from lore_core.interfaces import Embedder
 from lore_core.knowledge import lorefile
-from lore_core.knowledge.book import REFUSED, KnowledgeBook, Provenance, WriteResult
+from lore_core.knowledge.book import CREATED, REFUSED, KnowledgeBook, Provenance, WriteResult
 from lore_core.knowledge.contradictions import ContradictionFinder
 from lore_core.knowledge.curator import KnowledgeCurator, Operation, ProposedEntity
 from lore_core.knowledge.entities import REFUSED as ENTITY_REFUSED
@@ -209,8 +209,13 @@ class KnowledgeUpkeep:
                 worker_model=curation.worker_model,
             )
             by_id = {e.logical_id: e for e in entries}
+            seen = set(by_id) if curation.shown_ids is None else set(curation.shown_ids)
             for op in curation.operations:
-                result = await self._apply(op, project, by_id, attrs.evolve(provenance, source_ref=op.source))
+                result = await self._apply(
+                    op, project, by_id, seen, attrs.evolve(provenance, source_ref=op.source)
+                )
+                if result.version is not None and result.status == CREATED:
+                    seen.add(result.version.logical_id)  # its own entry: a later create may edit it
                 report.applied[result.status] += 1
                 if result.version is not None and result.changed:
                     by_id[result.version.logical_id] = result.version  # later operations see it
@@ -279,7 +284,12 @@ class KnowledgeUpkeep:
                     report.entities["skipped"] += 1  # an unknown target, usually
 
     async def _apply(
-        self, op: Operation, project: str, by_id: dict[str, KnowledgeVersion], provenance: Provenance
+        self,
+        op: Operation,
+        project: str,
+        by_id: dict[str, KnowledgeVersion],
+        seen: set[str],
+        provenance: Provenance,
     ) -> WriteResult:
         if op.op == "create":
             assert op.category and op.title and op.content
@@ -293,6 +303,9 @@ class KnowledgeUpkeep:
                 title=op.title,
                 content=op.content,
                 provenance=provenance,
+                # A create with a known title edits that entry (the book's title rule): never
+                # one the worker was not shown (sensitive or restricted ones).
+                may_edit=lambda entry: entry.logical_id in seen,
             )
         assert op.logical_id is not None
         if op.op == "update":

@@ -91,6 +91,8 @@ class Curation:
     #: relations) were not usable.
     entities: list[ProposedEntity] = attrs.field(factory=list)
     entities_skipped: int = 0
+    #: The ids of the entries the worker was shown; None: every entry it was given.
+    shown_ids: frozenset[str] | None = None
 
 
 def _iso(ts: float) -> str:
@@ -305,4 +307,5 @@ class KnowledgeCurator(Curator):
             result.model,
             entities=proposed,
             entities_skipped=skipped,
+            shown_ids=frozenset(e.logical_id for e in shown),
         )

@@ -611,8 +611,8 @@ async def import_file(book: KnowledgeBook, project: str, path: Path) -> ImportRe
     a second one). An unmarked entry is created (or edits the entry with its title). The
     book refuses a title that carries a death certificate, secrets and invalid fields; each
     refusal is in ``refused`` with its reason. A rename onto a title that carries a death
-    certificate, or that another entry has, is refused here (the book's ``update`` does not
-    check titles). A marker naming another project's entry creates the entry in this
+    certificate, or that another entry has, is refused (by the book).
+    A marker naming another project's entry creates the entry in this
     project under a new id (ids are global; the other project's entry is not touched) and
     says so in ``problems``.
 
@@ -686,11 +686,7 @@ async def _import_entry(
             # export wrote): not a hand edit, so the pending edit is not undone.
             return WriteResult(UNCHANGED, current)
     if current is not None:
-        if not current.is_deleted:
-            refusal = await _rename_refusal(book, project, current, entry.title)
-            if refusal:
-                log.warning("knowledge refused (%s): %r: %s", FILE_NAME, entry.title, refusal)
-                return WriteResult(REFUSED, current, refusal)
+        # The book refuses a rename onto a title another entry has or a death certificate covers.
         return await book.update(
             current.logical_id,
             provenance=provenance,
@@ -702,9 +698,9 @@ async def _import_entry(
     same = await book.by_title(project, entry.title)
     sensitivity = entry.sensitivity
     if same is not None:
-        # KnowledgeBook.create with an explicit id makes a second entry of the same title;
-        # without one it edits the entry that has it (whose id the next export writes).
-        # And its edit takes the sensitivity given: never lower it from an unmarked block.
+        # KnowledgeBook.create edits the entry that has the title (whose id the next export
+        # writes), and its edit takes the sensitivity given: never lower it from an unmarked
+        # block.
         logical_id = None
         sensitivity = _stricter(entry.sensitivity, same.sensitivity)
     return await book.create(
@@ -722,25 +718,3 @@ def _stricter(wanted: str, standing: str) -> str:
     """The file may make an entry more protected, never less (``restricted`` stays)."""
     order = ("normal", SENSITIVE_FLAG, "restricted")
     return max(wanted, standing, key=lambda s: order.index(s) if s in order else len(order))
-
-
-async def _rename_refusal(book: KnowledgeBook, project: str, current: KnowledgeVersion, title: str) -> str:
-    """Why a hand edit may not give ``current`` this title: KnowledgeBook.update checks
-    neither death certificates nor other entries' titles, so a rename could bring back a
-    deleted memory or make two entries of one title."""
-    wanted = normalize_title(title)
-    if wanted == normalize_title(current.title):
-        return ""
-    tomb = await book.store.knowledge_tombstone(project, title=title)
-    if tomb is not None:
-        return (
-            f"an entry titled {tomb.title!r} was deleted (k:{tomb.logical_id}): "
-            f"k:{current.logical_id} is not renamed to it"
-        )
-    other = await book.by_title(project, title)
-    if other is not None and other.logical_id != current.logical_id:
-        return (
-            f"k:{other.logical_id} already has the title {other.title!r}: "
-            f"k:{current.logical_id} is not renamed to it"
-        )
-    return ""
