@@ -95,7 +95,13 @@ def test_claude_code_calls_knowledge_search_through_lore_mcp(
     }
     (tmp_path / "mcp.json").write_text(json.dumps(config))
     plan = ClaudeCodeHarness().launch(gateway.url, [])
-    env = client_env(tmp_path / "home", {**plan.env, "ANTHROPIC_API_KEY": "sk-ant-test-key"})
+    # In -p mode Claude Code connects MCP servers in the background and may send its first
+    # request before ``lore mcp`` is up (seen on a loaded CI machine: status "pending", no
+    # tools); MCP_CONNECTION_NONBLOCKING=0 makes it wait for them, as a scripted run needs.
+    env = client_env(
+        tmp_path / "home",
+        {**plan.env, "ANTHROPIC_API_KEY": "sk-ant-test-key", "MCP_CONNECTION_NONBLOCKING": "0"},
+    )
     argv = [
         claude,
         "-p",
