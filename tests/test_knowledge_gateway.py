@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lore_core.context import manager
 from lore_core.knowledge.prompts import CURATOR_MARKER
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fake_worker import curator_responder, request_texts
@@ -34,6 +35,15 @@ from lore_core.testing.poll import poll
 from lore_core.testing.server import ThreadedServer
 
 CONFIG = {"distill": {"idleTimeoutSeconds": 3600}}
+
+
+@pytest.fixture(autouse=True)
+def patient_knowledge_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check what a session's first request carries. On the request path the
+    knowledge read has half a second before the request goes without it (and the next one
+    tries again); on a loaded CI machine the store, busy importing and exporting .lore.md,
+    once took longer. The gateway runs in this process: give the read longer here."""
+    monkeypatch.setattr(manager, "STORE_TIMEOUT_SECONDS", 10.0)
 
 
 def anthropic_turn(history: list[dict[str, Any]], text: str) -> dict[str, Any]:
