@@ -214,7 +214,7 @@ async def _retrieve(
     responses: list[RecallResponse | BaseException] = await asyncio.gather(
         *(asyncio.wait_for(s, timeout=partial_timeout * 2 + 1) for s in searches), return_exceptions=True
     )
-    items: list[DistilledItem] = []
+    wanted: list[tuple[str, float, str]] = []
     seen: set[str] = set()
     for index, response in enumerate(responses):
         if isinstance(response, BaseException):
@@ -237,9 +237,13 @@ async def _retrieve(
             if ident in seen:
                 continue
             seen.add(ident)
-            item = await _item(store, ident, result.score, result.text, covered, count_tokens)
-            if item is not None:
-                items.append(item)
+            wanted.append((ident, result.score, result.text))
+    # Each memory is one store read: made together, not one after another (a store's reads
+    # run in threads; DuckDB's each on its own cursor).
+    found = await asyncio.gather(
+        *(_item(store, ident, score, text, covered, count_tokens) for ident, score, text in wanted)
+    )
+    items = [item for item in found if item is not None]
     items.sort(key=lambda i: (-round(i.score, 12), i.id))
     return items[:limit]
 
