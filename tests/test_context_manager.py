@@ -5,7 +5,9 @@ after busts, overflow, calibration from usage, side requests, a slow store, and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 
 import pytest
 
@@ -413,6 +415,39 @@ def test_a_slow_store_never_holds_the_request(monkeypatch):
     assert plan.layer == 0 and not out.modified
     assert manager.counts["store_timeouts"] == 1 and manager.counts["store_errors"] == 1
     assert manager.session(SID).force_loaded is False  # tried again on the next turn
+
+
+def test_a_saturated_store_is_logged_once_a_minute_per_kind(monkeypatch, caplog):
+    """Every request of a saturated gateway misses the store: one line per kind of miss and
+    minute, saying how many went unlogged; the counts still see every one."""
+    monkeypatch.setattr(M, "STORE_TIMEOUT_SECONDS", 0.01)
+    clock = [1000.0]
+
+    async def slow() -> None:
+        await asyncio.sleep(1)
+
+    async def run() -> ContextManager:
+        manager = ContextManager(config(), PriceTable(), await memory_store(), LAYERS)
+        manager._miss_clock = lambda: clock[0]
+        for step in (0, 1, 2, 61, 62):
+            clock[0] = 1000.0 + step
+            for what in ("distillations", "knowledge"):
+                with contextlib.suppress(M._StoreMiss):
+                    await manager._store_call(what, slow())
+        return manager
+
+    with caplog.at_level(logging.WARNING, logger="lore.context"):
+        manager = asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if "did not answer" in r.getMessage()]
+    missed = "context: the store did not answer {} in time; using what is known"
+    more = " (2 more since the last such line)"
+    assert lines == [
+        missed.format("distillations"),
+        missed.format("knowledge"),
+        missed.format("distillations") + more,
+        missed.format("knowledge") + more,
+    ]
+    assert manager.counts["store_timeouts"] == 10
 
 
 def test_status_and_health_report_the_figures_others_show():

@@ -74,6 +74,9 @@ FIT_SHARE = 0.95
 KNOWLEDGE_WINDOW_SHARE = 0.15
 #: Longest wait for the store on the request path (seconds).
 STORE_TIMEOUT_SECONDS = 0.5
+#: A saturated store misses that budget on every request: each kind of miss is logged at
+#: most once per this many seconds, with how many went unlogged (``/health`` counts them all).
+STORE_MISS_LOG_EVERY_SECONDS = 60.0
 #: Distillations are re-read at most this often per session unless the distiller wrote.
 DISTILLATIONS_TTL_SECONDS = 30.0
 #: A thread with fewer than this share of the main thread's messages is a side thread (a
@@ -274,6 +277,9 @@ class ContextManager:
         self.sessions: dict[str, SessionContext] = {}
         self._timings: collections.deque[float] = collections.deque(maxlen=TIMING_WINDOW)
         self.counts: collections.Counter[str] = collections.Counter()
+        self._miss_logged_at: dict[str, float] = {}
+        self._miss_clock: Callable[[], float] = time.monotonic
+        self._misses_unlogged: collections.Counter[str] = collections.Counter()
         #: Long-term knowledge for each request (lore_core.knowledge.inject): pinned per
         #: session, counted in the budget like the rest of the prompt. ``None``: no knowledge.
         self.knowledge: KnowledgeInjector | None = None
@@ -291,13 +297,24 @@ class ContextManager:
             return await asyncio.wait_for(call, STORE_TIMEOUT_SECONDS)
         except TimeoutError:
             self.counts["store_timeouts"] += 1
-            log.warning("context: the store did not answer %s in time; using what is known", what)
+            self._log_miss(what, f"context: the store did not answer {what} in time; using what is known")
         except NotImplementedError:
             pass
         except Exception as exc:
             self.counts["store_errors"] += 1
-            log.warning("context: could not read %s from the store: %s", what, exc)
+            self._log_miss(what, f"context: could not read {what} from the store: {exc}")
         raise _StoreMiss
+
+    def _log_miss(self, what: str, text: str) -> None:
+        now = self._miss_clock()
+        last = self._miss_logged_at.get(what)
+        if last is not None and now - last < STORE_MISS_LOG_EVERY_SECONDS:
+            self._misses_unlogged[what] += 1
+            return
+        self._miss_logged_at[what] = now
+        unlogged = self._misses_unlogged.pop(what, 0)
+        suffix = f" ({unlogged} more since the last such line)" if unlogged else ""
+        log.warning("%s%s", text, suffix)
 
     async def _load_force(self, state: SessionContext) -> None:
         """The persisted ``forceMinLayer``, read on the session's first turn after start."""
