@@ -5,7 +5,8 @@ holds the entry the gateway stored.
 
 * Claude Code: ``--mcp-config`` (the ``mcpServers`` JSON ``claude mcp add`` writes) and
   ``--strict-mcp-config``, so nothing else of the machine's configuration is read;
-* Codex: ``[mcp_servers.lore]`` in ``$CODEX_HOME/config.toml``.
+* Codex: ``[mcp_servers.lore]`` in ``$CODEX_HOME/config.toml``;
+* OpenCode: ``mcp.lore`` (a ``local`` server) in the project's ``opencode.json``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import httpx
 import pytest
 from lore_e2e_support import CODEX_EXEC, client_env, codex_provider_env, find_client, run_client
 from lore_harness_claude.plugin import ClaudeCodeHarness
+from lore_harness_opencode.plugin import OpenCodeHarness
 
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply, ToolCall
 from lore_core.testing.net import api_headers
@@ -175,5 +177,63 @@ def test_codex_calls_knowledge_search_through_lore_mcp(
     result = run_client(argv, env, cwd=project)
     assert result.returncode == 0, result.describe()
     assert FINAL in result.stdout, result.describe()
+    assert len(results) == 1, result.describe()
+    assert entry_id in results[0] and "zebrafish toolchain, pinned" in results[0]
+
+
+def test_opencode_calls_knowledge_search_through_lore_mcp(
+    tmp_path: Path,
+    start_gateway,
+    fake_upstream: FakeUpstream,
+    lore_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opencode = find_client("opencode")
+    monkeypatch.delenv("OPENCODE_CONFIG_CONTENT", raising=False)  # the launch plan's own
+    gateway = start_gateway({"recall": {"tool": False}})
+    project = tmp_path / "proj"
+    project.mkdir()
+    entry_id = seed(gateway, project)
+    results: list[str] = []
+    seen_tools: list[list[str]] = []
+
+    def responder(req: RecordedRequest) -> Reply | None:
+        body = req.json or {}
+        names = tool_names(body)
+        seen_tools.append(names)
+        # OpenCode names an MCP server's tools <server>_<tool>.
+        search = next((n for n in names if n.endswith("knowledge_search")), None)
+        if search is None:
+            return Reply(text="pong")  # the title request
+        last = (body.get("messages") or [{}])[-1]
+        outputs = [
+            b for b in last.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        if outputs:
+            results.append(json.dumps(outputs))
+            return Reply(text=FINAL)
+        return Reply(text="", tool_calls=[ToolCall(search, {"query": QUERY})])
+
+    fake_upstream.responder = responder
+    # The configuration docs/mcp.md shows (a project's opencode.json), with the test's
+    # environment for the server.
+    command = [sys.executable, "-m", "lore_core.cli", "mcp", "--no-start"]
+    mcp = {
+        "lore": {
+            "type": "local",
+            "command": command,
+            "enabled": True,
+            "environment": server_env(gateway, lore_env),
+        }
+    }
+    (project / "opencode.json").write_text(json.dumps({"mcp": mcp}))
+    plan = OpenCodeHarness().launch(gateway.url, [])
+    env = client_env(
+        tmp_path / "home",
+        {**plan.env, "OPENCODE_DISABLE_MODELS_FETCH": "1", "ANTHROPIC_API_KEY": "sk-ant-test-key"},
+    )
+    result = run_client([opencode, "run", "which toolchain do we use?"], env, cwd=project)
+    assert result.returncode == 0, result.describe()
+    assert FINAL in result.stdout, (result.describe(), seen_tools)
     assert len(results) == 1, result.describe()
     assert entry_id in results[0] and "zebrafish toolchain, pinned" in results[0]
