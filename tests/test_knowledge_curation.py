@@ -11,8 +11,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import KnowledgeConfig
 from lore_core.knowledge.book import KnowledgeBook
@@ -44,8 +42,12 @@ class BagOfWords:
 
 
 class Scripted(KnowledgeCurator):
-    def __init__(self, operations: list[Operation] | Exception) -> None:
+    """Answers with the operations it was given. ``shows_only_normal``: like the LLM curator,
+    its worker sees only ``normal`` entries and it says which (``Curation.shown_ids``)."""
+
+    def __init__(self, operations: list[Operation] | Exception, *, shows_only_normal: bool = False) -> None:
         self.operations = operations
+        self.shows_only_normal = shows_only_normal
         self.calls: list[tuple[list[str], list[str]]] = []
 
     async def curate(
@@ -58,7 +60,12 @@ class Scripted(KnowledgeCurator):
         self.calls.append(([o.id for o in observations], [e.title for e in entries]))
         if isinstance(self.operations, Exception):
             raise self.operations
-        return Curation(list(self.operations), [], "anthropic", "claude-worker")
+        shown = (
+            frozenset(e.logical_id for e in entries if e.sensitivity == "normal")
+            if self.shows_only_normal
+            else None
+        )
+        return Curation(list(self.operations), [], "anthropic", "claude-worker", shown_ids=shown)
 
 
 async def setup(curator: Scripted, **config: Any) -> tuple[MemoryStore, KnowledgeBook, KnowledgeUpkeep]:
@@ -238,21 +245,6 @@ def test_a_near_duplicate_that_says_the_opposite_is_a_new_entry_not_a_reconfirma
     assert judge.calls == 2  # asked about each near-duplicate, nothing else
 
 
-class ShowsOnlyNormal(Scripted):
-    """Like the LLM curator: the worker sees only ``normal`` entries and says which."""
-
-    async def curate(
-        self,
-        observations: Sequence[StoredDistillation],
-        entries: Sequence[KnowledgeVersion],
-        *,
-        session_id: str | None = None,
-    ) -> Curation:
-        curation = await super().curate(observations, entries, session_id=session_id)
-        shown = frozenset(e.logical_id for e in entries if e.sensitivity == "normal")
-        return attrs.evolve(curation, shown_ids=shown)
-
-
 def test_a_create_never_edits_by_title_an_entry_the_worker_was_not_shown() -> None:
     """The book turns a create with a known title into an edit of that entry: from the
     curator, only of an entry its worker saw. A sensitive entry hidden from the worker and a
@@ -283,7 +275,7 @@ def test_a_create_never_edits_by_title_an_entry_the_worker_was_not_shown() -> No
         report = await upkeep.curate_session("s1", P)
         return report, {e.title: e.content for e in await book.entries(P)}
 
-    report, contents = asyncio.run(run(ShowsOnlyNormal(operations)))
+    report, contents = asyncio.run(run(Scripted(operations, shows_only_normal=True)))
     assert contents == {
         "Deploy keys": "Rotate on Fridays.",
         "Vault": "Unsealed by two people.",

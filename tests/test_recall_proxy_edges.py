@@ -31,6 +31,14 @@ def _openai(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="sk-test", max_retries=0)
 
 
+def _responses_answer(client: openai.OpenAI, stream: bool, **kwargs):
+    """A Responses answer, streamed (the SDK's final response) or not."""
+    if stream:
+        with client.responses.stream(**kwargs) as s:
+            return s.get_final_response()
+    return client.responses.create(**kwargs)
+
+
 def _ask(client, history, stream, tools=(ANTHROPIC_TOOL,)):
     kwargs = dict(model=MODEL, max_tokens=100, messages=history, tools=list(tools))
     if stream:
@@ -220,11 +228,7 @@ def test_responses_mixed_calls(gateway, fake_upstream, stream):
     client = _openai(gateway)
     items = [{"role": "user", "content": "deploy it"}]
     kwargs = dict(model="gpt-5", tools=[RESPONSES_TOOL])
-    if stream:
-        with client.responses.stream(input=items, **kwargs) as s:
-            response = s.get_final_response()
-    else:
-        response = client.responses.create(input=items, **kwargs)
+    response = _responses_answer(client, stream, input=items, **kwargs)
     assert [(i.type, i.call_id) for i in response.output] == [("function_call", read.id)]
 
     items += [
@@ -247,16 +251,6 @@ def test_responses_mixed_calls(gateway, fake_upstream, stream):
     assert "deploy" in sent[3]["output"]
 
 
-def theirs_item(arguments: str, call_id: str) -> dict[str, str]:
-    return {
-        "type": "function_call",
-        "call_id": call_id,
-        "namespace": "mcp__lore",
-        "name": "recall",
-        "arguments": arguments,
-    }
-
-
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_namespaced_recall_is_the_clients(gateway, fake_upstream, stream):
     """Codex puts each MCP server's tools in a namespace: ``recall`` of the ``mcp__lore``
@@ -268,17 +262,20 @@ def test_a_namespaced_recall_is_the_clients(gateway, fake_upstream, stream):
     client = _openai(gateway)
     items = [{"role": "user", "content": "deploy it"}]
     namespace = {"type": "namespace", "name": "mcp__lore", "tools": [{**RESPONSES_TOOL, "name": "recall"}]}
-    kwargs = dict(model="gpt-5", tools=[RESPONSES_TOOL], extra_body={"tools": [RESPONSES_TOOL, namespace]})
-    if stream:
-        with client.responses.stream(input=items, **kwargs) as s:
-            response = s.get_final_response()
-    else:
-        response = client.responses.create(input=items, **kwargs)
+    # The SDK's types know no namespace tool: the tools go in as they are on the wire.
+    kwargs = dict(model="gpt-5", extra_body={"tools": [RESPONSES_TOOL, namespace]})
+    response = _responses_answer(client, stream, input=items, **kwargs)
     assert [(i.type, i.call_id) for i in response.output] == [("function_call", theirs.id)]
     assert response.output[0].model_dump().get("namespace") == "mcp__lore"
 
     items += [
-        theirs_item(response.output[0].arguments, theirs.id),
+        {
+            "type": "function_call",
+            "call_id": theirs.id,
+            "namespace": "mcp__lore",
+            "name": "recall",
+            "arguments": response.output[0].arguments,
+        },
         {"type": "function_call_output", "call_id": theirs.id, "output": "nothing yet"},
     ]
     client.responses.create(input=items, **kwargs)
@@ -419,11 +416,7 @@ def test_responses_usage_is_scaled(start_gateway, fake_upstream, stream, tools):
     else:
         # ... or when it continues server-side state: the history is upstream, not in the body.
         kwargs = dict(model="gpt-5", input="x", previous_response_id="resp_earlier")
-    if stream:
-        with client.responses.stream(**kwargs) as s:
-            usage = s.get_final_response().usage
-    else:
-        usage = client.responses.create(**kwargs).usage
+    usage = _responses_answer(client, stream, **kwargs).usage
     assert usage.input_tokens == 50_000
     assert usage.input_tokens_details.cached_tokens == 37_500
     assert usage.output_tokens == 7 and usage.total_tokens == 50_007

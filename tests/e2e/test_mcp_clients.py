@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,30 @@ def tool_names(body: dict[str, Any]) -> list[str]:
     return [t.get("name", "") for t in body.get("tools") or [] if isinstance(t, dict)]
 
 
+def anthropic_search_responder(
+    pick: Callable[[list[str]], str | None], results: list[str]
+) -> Callable[[RecordedRequest], Reply]:
+    """The model on the Messages wire: asks for the search tool ``pick`` finds among the
+    request's tools, then answers FINAL once the tool result is back (kept in ``results``).
+    Requests without the tool (titles, quota checks) get a plain answer."""
+
+    def responder(req: RecordedRequest) -> Reply:
+        body = req.json or {}
+        search = pick(tool_names(body))
+        if search is None:
+            return Reply(text="pong")
+        last = (body.get("messages") or [{}])[-1]
+        outputs = [
+            b for b in last.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        if outputs:
+            results.append(json.dumps(outputs))
+            return Reply(text=FINAL)
+        return Reply(text="", tool_calls=[ToolCall(search, {"query": QUERY})])
+
+    return responder
+
+
 def test_claude_code_calls_knowledge_search_through_lore_mcp(
     tmp_path: Path, start_gateway, fake_upstream: FakeUpstream, lore_env: dict[str, str]
 ) -> None:
@@ -69,21 +94,10 @@ def test_claude_code_calls_knowledge_search_through_lore_mcp(
     project.mkdir()
     entry_id = seed(gateway, project)
     results: list[str] = []
-
-    def responder(req: RecordedRequest) -> Reply | None:
-        body = req.json or {}
-        if "mcp__lore__knowledge_search" not in tool_names(body):
-            return Reply(text="pong")  # side calls (titles, quota checks)
-        last = (body.get("messages") or [{}])[-1]
-        outputs = [
-            b for b in last.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"
-        ]
-        if outputs:
-            results.append(json.dumps(outputs))
-            return Reply(text=FINAL)
-        return Reply(text="", tool_calls=[ToolCall("mcp__lore__knowledge_search", {"query": QUERY})])
-
-    fake_upstream.responder = responder
+    search = "mcp__lore__knowledge_search"
+    fake_upstream.responder = anthropic_search_responder(
+        lambda names: search if search in names else None, results
+    )
     # The configuration docs/mcp.md shows, with the test's environment for the server.
     config = {
         "mcpServers": {
@@ -195,26 +209,10 @@ def test_opencode_calls_knowledge_search_through_lore_mcp(
     project.mkdir()
     entry_id = seed(gateway, project)
     results: list[str] = []
-    seen_tools: list[list[str]] = []
-
-    def responder(req: RecordedRequest) -> Reply | None:
-        body = req.json or {}
-        names = tool_names(body)
-        seen_tools.append(names)
-        # OpenCode names an MCP server's tools <server>_<tool>.
-        search = next((n for n in names if n.endswith("knowledge_search")), None)
-        if search is None:
-            return Reply(text="pong")  # the title request
-        last = (body.get("messages") or [{}])[-1]
-        outputs = [
-            b for b in last.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_result"
-        ]
-        if outputs:
-            results.append(json.dumps(outputs))
-            return Reply(text=FINAL)
-        return Reply(text="", tool_calls=[ToolCall(search, {"query": QUERY})])
-
-    fake_upstream.responder = responder
+    # OpenCode names an MCP server's tools <server>_<tool>.
+    fake_upstream.responder = anthropic_search_responder(
+        lambda names: "lore_knowledge_search" if "lore_knowledge_search" in names else None, results
+    )
     # The configuration docs/mcp.md shows (a project's opencode.json), with the test's
     # environment for the server.
     command = [sys.executable, "-m", "lore_core.cli", "mcp", "--no-start"]
@@ -234,6 +232,6 @@ def test_opencode_calls_knowledge_search_through_lore_mcp(
     )
     result = run_client([opencode, "run", "which toolchain do we use?"], env, cwd=project)
     assert result.returncode == 0, result.describe()
-    assert FINAL in result.stdout, (result.describe(), seen_tools)
+    assert FINAL in result.stdout, result.describe()
     assert len(results) == 1, result.describe()
     assert entry_id in results[0] and "zebrafish toolchain, pinned" in results[0]
