@@ -611,10 +611,9 @@ async def import_file(book: KnowledgeBook, project: str, path: Path) -> ImportRe
     a second one). An unmarked entry is created (or edits the entry with its title). The
     book refuses a title that carries a death certificate, secrets and invalid fields; each
     refusal is in ``refused`` with its reason. A rename onto a title that carries a death
-    certificate, or that another entry has, is refused (by the book).
-    A marker naming another project's entry creates the entry in this
-    project under a new id (ids are global; the other project's entry is not touched) and
-    says so in ``problems``.
+    certificate, or that another entry has, is refused (by the book). A marker naming
+    another project's entry creates the entry in this project under a new id (ids are
+    global; the other project's entry is not touched) and says so in ``problems``.
 
     Entries of the store that the file does not hold are **not** deleted: a file from an
     older branch must not delete memories. Deleting is done with ``lore knowledge delete``.

@@ -177,8 +177,9 @@ class ResponsesStreamEditor(Editor):
             item = as_dict(ev.get("item"))
             if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
                 self.result.order.append(item.get("call_id"))
-                held = self._held(item.get("name"), item.get("namespace"))
-                if item.get("type") == "function_call" and held:
+                if item.get("type") == "function_call" and self._held(
+                    item.get("name"), item.get("namespace")
+                ):
                     self.out_map[index] = None
                     self.identity = False
                     return b""
