@@ -42,6 +42,7 @@ import datetime as dt
 import gzip
 import hashlib
 import json
+import pickle
 import random
 import shutil
 import sys
@@ -52,6 +53,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import lore_core.recall.engine as recall_engine
 from lore_core.config import EmbeddingConfig
 from lore_core.model import TEXT, Block, Exchange, Message, RequestView
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
@@ -348,6 +350,27 @@ def build_engine(method: str, store: Any, embedder: Any) -> RecallEngine:
     return engine
 
 
+class ListCapture:
+    """What the engine's last search handed to :func:`lore_core.recall.engine.rank`: its
+    ranked lists, the query's intent and anchor, the limit (``--dump-lists``; replayed by
+    ``benchmarks/rank_replay.py``)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, Any] | None = None
+        self._rank = recall_engine.rank
+
+    def __enter__(self) -> ListCapture:
+        def capturing(lists: Any, intent: Any, anchor: Any, limit: int) -> Any:
+            self.last = {"lists": list(lists), "intent": intent, "anchor": anchor, "limit": limit}
+            return self._rank(lists, intent, anchor, limit)
+
+        recall_engine.rank = capturing
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        recall_engine.rank = self._rank
+
+
 async def run_question(
     question: dict[str, Any],
     haystack: dict[str, Any],
@@ -355,6 +378,7 @@ async def run_question(
     embedder: Embedder | None,
     workdir: Path,
     ks: Sequence[int] = KS,
+    dump_dir: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     from lore_store_duckdb.store import DuckDBStore
 
@@ -371,8 +395,13 @@ async def run_question(
         for method in methods:
             engine = build_engine(method, store, embedder)
             answers = []
+            searches: dict[int, dict[str, Any] | None] = {}
             for limit in (DEFAULT_LIMIT, MAX_LIMIT):
-                response = await engine.search(question["question"], "project", None, project_of(qid), limit)
+                with ListCapture() as capture:
+                    response = await engine.search(
+                        question["question"], "project", None, project_of(qid), limit
+                    )
+                searches[limit] = capture.last
                 if response.error:
                     raise RuntimeError(f"{qid} {method}: {response.error}")
                 if method != "bm25" and "full_text_only" in response.metadata:
@@ -383,6 +412,10 @@ async def run_question(
                     print(f"  note {qid} {method}: {'; '.join(notes)}", file=sys.stderr)
                 answers.append(ranked_turns([r.id for r in response.results], turns_of))
             scores[method] = score_question(question, answers[0], answers[1], ks)
+            if dump_dir is not None and method == "hybrid":
+                # Local, this run's own objects: pickle keeps the hits exactly as ranked.
+                dump = {"question": question, "turns_of": turns_of, "searches": searches}
+                (dump_dir / f"{qid}.pickle").write_bytes(pickle.dumps(dump))
         return scores
     finally:
         await store.close()
@@ -444,6 +477,12 @@ async def run(args: argparse.Namespace) -> int:
     embedder = None
     if any(m != "bm25" for m in methods):
         embedder = Embedder(Path(args.cache_dir) if args.cache_dir else None, args.batch_size)
+    dump_dir = Path(args.dump_lists) if args.dump_lists else None
+    if dump_dir is not None:
+        if "hybrid" not in methods:
+            print("--dump-lists keeps the hybrid searches' lists: add hybrid to --methods", file=sys.stderr)
+            return 2
+        dump_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
     qtypes: list[str] = []
@@ -453,7 +492,7 @@ async def run(args: argparse.Namespace) -> int:
         for n, haystack in enumerate(iter_haystacks(by_id, data_dir), start=1):
             q = by_id[haystack["question_id"]]
             t0 = time.perf_counter()
-            scores = await run_question(q, haystack, methods, embedder, workdir)
+            scores = await run_question(q, haystack, methods, embedder, workdir, dump_dir=dump_dir)
             for m in methods:
                 results[m].append(scores[m])
             qtypes.append(q["question_type"])
@@ -517,6 +556,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--batch-size", type=int, default=32, help="embedding batch size")
     parser.add_argument("--cache-dir", default=None, help="keep message embeddings here (off by default)")
+    parser.add_argument(
+        "--dump-lists",
+        default=None,
+        help="keep each question's ranked lists (hybrid) in this directory, for benchmarks/rank_replay.py",
+    )
     parser.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="no per-question progress lines")
     args = parser.parse_args(argv)

@@ -216,6 +216,27 @@ def arrange(
     return [*lead, *(r for r in results if id(r) not in chosen)]
 
 
+def rank(
+    lists: Sequence[RankedList], intent: Intent, anchor: tuple[float, int, int] | None, limit: int
+) -> list[RecallResult]:
+    """The answer made of a search's ranked lists: fused and re-ranked, what scores too
+    little of its lists' best left out, weighed by kind (:func:`_prior`), an item's passages
+    grouped, repeats dropped, ordered as the query asks, cut to ``limit``. Everything after
+    the lists are fetched, so a benchmark can replay captured lists through exactly this
+    (``benchmarks/rank_replay.py``)."""
+    fused = rerank(fuse(lists), lists)
+    relevant = relevant_ids(lists)
+    results = [
+        RecallResult(id=f.id, source=f.payload[0].label, score=f.score * _prior(f.payload[1].text),
+                     text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)})
+        for f in fused
+        if f.id in relevant
+    ]  # fmt: skip
+    results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
+    results = distinct(group_passages(results))
+    return arrange(results, intent, anchor)[:limit]
+
+
 def relevant_ids(lists: Sequence[RankedList], floor: float = RELEVANCE_FLOOR) -> set[str]:
     """Ids scoring at least ``floor`` times their list's best score in some list."""
     keep: set[str] = set()
@@ -475,17 +496,7 @@ class RecallEngine:
             if expansion_task is not None:
                 expansion_task.cancel()
 
-        fused = rerank(fuse(lists), lists)
-        relevant = relevant_ids(lists)
-        fused = [f for f in fused if f.id in relevant]
-        results = [
-            RecallResult(id=f.id, source=f.payload[0].label, score=f.score * _prior(f.payload[1].text),
-                         text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)})
-            for f in fused
-        ]  # fmt: skip
-        results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
-        results = distinct(group_passages(results))
-        response.results = arrange(results, intent, anchor)[:limit]
+        response.results = rank(lists, intent, anchor, limit)
         if failures and not lists:
             # Every list failed: an empty result would read as "nothing remembered".
             response.error = "recall failed: " + "; ".join(dict.fromkeys(failures))
