@@ -505,3 +505,44 @@ def test_a_store_without_any_knowledge_is_read_once_for_all_projects():
     assert not running.baseline and "Use pytest -q." in running.deltas[0][1].blocks[0].text
     assert "Use pytest -q." in fresh.baseline and not fresh.deltas
     assert not other.baseline and not other.deltas
+
+
+def test_a_store_slower_than_the_request_path_still_gets_the_session_its_knowledge(monkeypatch):
+    """The request path waits STORE_TIMEOUT_SECONDS for a session's knowledge, then goes
+    without (fail open). The read goes on in the background: the session's next request
+    finds the knowledge cached instead of starting the same slow read and missing it again."""
+    from lore_core.context import manager as M
+    from lore_core.knowledge.book import KnowledgeBook
+    from lore_core.knowledge.inject import KnowledgeInjector
+
+    monkeypatch.setattr(M, "STORE_TIMEOUT_SECONDS", 0.05)
+    turns = coding_session(12, seed=3)
+    api = "anthropic-messages"
+
+    async def run():
+        manager = await manager_with_logs(api, turns)
+        manager.budget.max_layer0_tokens = 1_000_000
+        book = KnowledgeBook(manager.store)
+        await book.create(project="/project", category="preference", title="Runner", content="Use pytest -q.")
+        manager.knowledge = KnowledgeInjector(book, LoreConfig().knowledge, manager.counter.text)
+        reads = []
+        original = manager.store.current_knowledge
+
+        async def slow(project=None, **kw):
+            reads.append(project)
+            await asyncio.sleep(0.2)  # four times what the request path waits
+            return await original(project, **kw)
+
+        manager.store.current_knowledge = slow
+        plans = []
+        for n in (10, 11, 12):
+            _out, plan = await compose(manager, api, agent_request(api, turns[:n]))
+            plans.append(plan)
+            await asyncio.sleep(0.5)  # the client's think time: the read finishes meanwhile
+        return manager, plans, reads
+
+    manager, plans, reads = asyncio.run(run())
+    assert not plans[0].ltm_baseline  # the first request did not wait for the slow store
+    assert all("Use pytest -q." in p.ltm_baseline for p in plans[1:])
+    assert reads == [None, "/project"]  # one read, finished in the background
+    assert manager.counts["store_timeouts"] == 1

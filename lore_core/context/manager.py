@@ -31,7 +31,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -74,6 +74,7 @@ FIT_SHARE = 0.95
 KNOWLEDGE_WINDOW_SHARE = 0.15
 #: Longest wait for the store on the request path (seconds).
 STORE_TIMEOUT_SECONDS = 0.5
+T = TypeVar("T")
 #: A saturated store misses that budget on every request: each kind of miss is logged at
 #: most once per this many seconds, with how many went unlogged (``/health`` counts them all).
 STORE_MISS_LOG_EVERY_SECONDS = 60.0
@@ -233,7 +234,7 @@ def _record_of(exchange: Exchange) -> _Sent | None:
     return record if isinstance(record, _Sent) else None
 
 
-def _detached_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+def _detached_task(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
     """A task started from a request that outlives it: run in a fresh context, so it (and the
     session state that keeps it after it is done) does not keep the request alive: the task
     would copy the request's context, which holds Quart's request with its whole body."""
@@ -271,6 +272,9 @@ class ContextManager:
         # context manager needs it"); one run per session at a time, off the request path.
         self._distill_now = distill_now
         self._urgent: dict[str, asyncio.Task[None]] = {}
+        # A session's knowledge read still running (it outlives a request that stopped
+        # waiting for it, so the session's next request finds the knowledge cached).
+        self._knowledge_reads: dict[str, asyncio.Task[Injection]] = {}
         self._urgent_at: dict[str, float] = {}
         self._planned = 0
         self._clock = clock
@@ -429,8 +433,10 @@ class ContextManager:
         )
 
     async def stop(self) -> None:
-        """Cancel urgent distillations still running (re-done on demand after a restart)."""
-        tasks = [t for t in self._urgent.values() if not t.done()]
+        """Cancel urgent distillations and store reads still running (re-done on demand after
+        a restart)."""
+        tasks: list[asyncio.Task[Any]] = [t for t in self._urgent.values() if not t.done()]
+        tasks += [t for t in self._knowledge_reads.values() if not t.done()]
         tasks += [
             s.refreshing
             for s in self.sessions.values()
@@ -465,22 +471,48 @@ class ContextManager:
         known = self.knowledge.cached(ctx.session_id, ctx.project, message_ids=an.ids, thread=thread.key)
         if known is not None:
             return known
+        sid = ctx.session_id
+        reading = self._knowledge_reads.get(sid)
+        if reading is not None and not reading.done():
+            # Another request of the session started the read: wait for that one (bounded),
+            # then take this request's own from what it cached.
+            try:
+                await self._store_call("knowledge", asyncio.shield(reading))
+            except _StoreMiss:
+                return Injection()
+            known = self.knowledge.cached(sid, ctx.project, message_ids=an.ids, thread=thread.key)
+            return known if known is not None else Injection()
         opening = an.messages[an.head] if an.head < len(an.messages) else None
         opening_text = " ".join(b.text for b in opening.blocks if b.type == TEXT) if opening else ""
+        # A read the store answers late is not given up with the request: it finishes in
+        # the background and fills the injector's caches, so a store slower than the request
+        # path's bound still gets the session its knowledge from its next request on (given
+        # up, every request would start the same slow read again and miss it again).
+        reading = _detached_task(
+            self.knowledge.for_request(
+                sid,
+                ctx.project,
+                opening_text=opening_text,
+                message_ids=an.ids,
+                thread=thread.key,
+                main=thread.key == state.main,
+            ),
+            f"lore-knowledge-{sid[:16]}",
+        )
+        self._knowledge_reads[sid] = reading
+        reading.add_done_callback(lambda done: self._knowledge_read_done(sid, done))
         try:
-            return await self._store_call(
-                "knowledge",
-                self.knowledge.for_request(
-                    ctx.session_id,
-                    ctx.project,
-                    opening_text=opening_text,
-                    message_ids=an.ids,
-                    thread=thread.key,
-                    main=thread.key == state.main,
-                ),
-            )
+            return await self._store_call("knowledge", asyncio.shield(reading))
         except _StoreMiss:  # a failure, a timeout (logged by _store_call): fail open
             return Injection()
+
+    def _knowledge_read_done(self, session_id: str, done: asyncio.Task[Injection]) -> None:
+        if self._knowledge_reads.get(session_id) is done:
+            del self._knowledge_reads[session_id]
+        if not done.cancelled() and done.exception() is not None:
+            # Retrieved here, as nobody may await it any more; one that finished in time
+            # was logged by _store_call already.
+            log.debug("context: a knowledge read of %s failed: %s", session_id, done.exception())
 
     # -- the turn ------------------------------------------------------------------------------
 
