@@ -34,7 +34,9 @@ import json
 import math
 import os
 import platform
+import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -253,6 +255,8 @@ class Samples:
     errors: int = 0
     # CPU seconds the server process used while serving them (None when unknown).
     cpu: float | None = None
+    # The median of each alternating round, in order (paired with the other targets' rounds).
+    round_p50s: list[float] = field(default_factory=list)
 
 
 async def _one(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> float:
@@ -336,6 +340,8 @@ async def measure(
                 after = cpu_seconds(srv.pids.get(name))
                 total = results[name]
                 total.times += part.times
+                if part.times:
+                    total.round_p50s.append(statistics.median(part.times))
                 total.wall += part.wall
                 total.requests += part.requests
                 total.errors += part.errors
@@ -359,6 +365,20 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1] * 1000
+
+
+def paired_difference(after: Samples, before: Samples, resamples: int = 2000) -> str:
+    """The median of the per-round differences of the p50s (``after`` - ``before``, rounds
+    run back to back, so both saw the same machine) with a 95% bootstrap interval, in ms: on
+    a shared machine the pooled p50s of two targets drift apart with the load of the moment,
+    the paired rounds much less."""
+    diffs = [a - b for a, b in zip(after.round_p50s, before.round_p50s, strict=False)]
+    if len(diffs) < 2:
+        return "-"
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    low, high = medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+    return f"{statistics.median(diffs) * 1000:+.2f} [{low * 1000:+.2f}, {high * 1000:+.2f}]"
 
 
 def throughput(s: Samples) -> float:
@@ -389,7 +409,7 @@ def table(cells: list[Cell], stream: bool) -> str:
     )
     with_baseline = any(c.baseline is not None for c in cells)
     if with_baseline:
-        head += ("before p50", "added vs before", "before req/s", "before CPU/req")
+        head += ("before p50", "added vs before", "per round [95% CI]", "before req/s", "before CPU/req")
     rows = [head]
     for c in cells:
         if c.stream != stream:
@@ -418,7 +438,8 @@ def table(cells: list[Cell], stream: bool) -> str:
             b50 = percentile(c.baseline.times, 50) if c.baseline else math.nan
             before_cpu = cpu_per_request(c.baseline) if c.baseline else "-"
             before_rps = f"{throughput(c.baseline):.0f}" if c.baseline else "-"
-            rows[-1] += (f"{b50:.2f}", f"{g50 - b50:+.2f}", before_rps, before_cpu)
+            paired = paired_difference(c.gateway, c.baseline) if c.baseline else "-"
+            rows[-1] += (f"{b50:.2f}", f"{g50 - b50:+.2f}", paired, before_rps, before_cpu)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = [f"{'streaming: time to first byte' if stream else 'non-streaming: ' + metric} (ms)"]
     for n, row in enumerate(rows):
@@ -467,7 +488,8 @@ def report(cells: list[Cell], args: argparse.Namespace, gateway: str) -> str:
     if args.baseline_src:
         out.append(
             f"before: a second gateway from {args.baseline_src} in the same rounds; "
-            "added vs before = gateway p50 - before p50."
+            "added vs before = gateway p50 - before p50; per round = the median of the rounds' "
+            "own differences with its 95% bootstrap interval (use many rounds: --rounds 30)."
         )
     return "\n".join(out)
 
