@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import pickle
 import sys
 from pathlib import Path
 
@@ -176,6 +177,29 @@ def test_all_three_legs_on_a_tiny_haystack_with_the_real_embedder(tmp_path):
     finally:
         asyncio.run(again.close())
     assert again.texts == 0 and cached["vector"] == scores["vector"]
+
+
+def test_dumped_lists_replay_to_the_scores_of_the_run(tmp_path):
+    """``--dump-lists`` keeps what recall ranked; ``rank_replay.py`` feeds it through the
+    engine's own ``rank`` and must score exactly what the run scored."""
+    spec = importlib.util.spec_from_file_location("rank_replay", ROOT / "benchmarks" / "rank_replay.py")
+    assert spec and spec.loader
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    question, haystack = _tiny_case()
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    embedder = rq.Embedder(tmp_path / "cache")
+    try:
+        scores = asyncio.run(
+            rq.run_question(question, haystack, ["hybrid"], embedder, tmp_path / "w", dump_dir=lists)
+        )
+    finally:
+        asyncio.run(embedder.close())
+    dumps = [pickle.loads(path.read_bytes()) for path in lists.glob("*.pickle")]
+    assert len(dumps) == 1 and dumps[0]["searches"][10]["lists"]
+    assert replay.replay(dumps, replay.engine) == [scores["hybrid"]]
+    assert scores["hybrid"]["turn any@5"] == 1.0
 
 
 def test_bm25_leg_on_shipped_questions(tmp_path):
