@@ -12,9 +12,9 @@ all 106 questions in seconds::
         --cache-dir CACHE --dump-lists LISTS                 # once (~70 s with a warm cache)
     .venv/bin/python benchmarks/rank_replay.py LISTS        # every variant, a few seconds
 
-The ``engine`` row must equal the hybrid column of the run that made the dump (the script
-checks the scores it recomputes against nothing else: compare them). Variants are functions
-below; a new idea is a new function in ``VARIANTS``. What the lists cannot show (a deeper
+The ``engine`` row must equal the hybrid column of the run that made the dump (compare the
+two; ``tests/test_retrieval_quality_smoke.py`` checks it on a tiny haystack). Variants are
+functions below; a new idea is a new function in ``VARIANTS``. What the lists cannot show (a deeper
 fetch, another query, another embedding) needs ``retrieval_quality.py`` itself.
 """
 
