@@ -35,6 +35,15 @@ CONTENT = "The build uses the zebrafish toolchain, pinned in tools/versions.txt.
 FINAL = "The toolchain is zebrafish."
 
 
+def seeded_gateway(tmp_path: Path, start_gateway) -> tuple[ThreadedServer, Path, str]:
+    """A gateway without its own recall tool (the client must call lore mcp's), a project
+    directory, and one knowledge entry of that project: its id."""
+    gateway = start_gateway({"recall": {"tool": False}})
+    project = tmp_path / "proj"
+    project.mkdir()
+    return gateway, project, seed(gateway, project)
+
+
 def seed(gateway: ThreadedServer, project: Path) -> str:
     answer = httpx.post(
         f"{gateway.url}/lore/api/knowledge",
@@ -89,10 +98,7 @@ def test_claude_code_calls_knowledge_search_through_lore_mcp(
     tmp_path: Path, start_gateway, fake_upstream: FakeUpstream, lore_env: dict[str, str]
 ) -> None:
     claude = find_client("claude")
-    gateway = start_gateway({"recall": {"tool": False}})
-    project = tmp_path / "proj"
-    project.mkdir()
-    entry_id = seed(gateway, project)
+    gateway, project, entry_id = seeded_gateway(tmp_path, start_gateway)
     results: list[str] = []
     search = "mcp__lore__knowledge_search"
     fake_upstream.responder = anthropic_search_responder(
@@ -145,10 +151,7 @@ def test_codex_calls_knowledge_search_through_lore_mcp(
     tmp_path: Path, start_gateway, fake_upstream: FakeUpstream, lore_env: dict[str, str]
 ) -> None:
     codex = find_client("codex")
-    gateway = start_gateway({"recall": {"tool": False}})
-    project = tmp_path / "proj"
-    project.mkdir()
-    entry_id = seed(gateway, project)
+    gateway, project, entry_id = seeded_gateway(tmp_path, start_gateway)
     results: list[str] = []
 
     def responder(req: RecordedRequest) -> Reply | None:
@@ -204,10 +207,7 @@ def test_opencode_calls_knowledge_search_through_lore_mcp(
 ) -> None:
     opencode = find_client("opencode")
     monkeypatch.delenv("OPENCODE_CONFIG_CONTENT", raising=False)  # the launch plan's own
-    gateway = start_gateway({"recall": {"tool": False}})
-    project = tmp_path / "proj"
-    project.mkdir()
-    entry_id = seed(gateway, project)
+    gateway, project, entry_id = seeded_gateway(tmp_path, start_gateway)
     results: list[str] = []
     # OpenCode names an MCP server's tools <server>_<tool>.
     fake_upstream.responder = anthropic_search_responder(
