@@ -74,7 +74,6 @@ FIT_SHARE = 0.95
 KNOWLEDGE_WINDOW_SHARE = 0.15
 #: Longest wait for the store on the request path (seconds).
 STORE_TIMEOUT_SECONDS = 0.5
-T = TypeVar("T")
 #: A saturated store misses that budget on every request: each kind of miss is logged at
 #: most once per this many seconds, with how many went unlogged (``/health`` counts them all).
 STORE_MISS_LOG_EVERY_SECONDS = 60.0
@@ -232,6 +231,9 @@ def _record_of(exchange: Exchange) -> _Sent | None:
     composed = exchange.composed
     record = composed.record if isinstance(composed, CompositionContext) else None
     return record if isinstance(record, _Sent) else None
+
+
+T = TypeVar("T")
 
 
 def _detached_task(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
