@@ -520,6 +520,12 @@ def retention(found: Mapping[str, set[str]], text: str) -> dict[str, tuple[int, 
     }
 
 
+def lost_facts(found: Mapping[str, set[str]], text: str) -> dict[str, list[str]]:
+    """The facts of each class a log does not keep, sorted."""
+    log = Log(text)
+    return {kind: sorted(f for f in found[kind] if not log.keeps(kind, f)) for kind in FACT_CLASSES}
+
+
 def pct(kept: int, total: int) -> str:
     return f"{100 * kept / total:.0f}%" if total else "-"
 
@@ -794,6 +800,7 @@ class Measured:
     new: Run
     kept: dict[str, dict[str, tuple[int, int]]]  # "input" / "old" / "new" -> class -> (kept, total)
     questions: dict[str, int] = attrs.field(factory=dict)  # "total" / "input" / "old" / "new"
+    lost: dict[str, list[str]] = attrs.field(factory=dict)  # class -> facts the new log lost
 
 
 def measure(
@@ -814,6 +821,7 @@ def measure(
         old=old_run,
         new=new_run,
         kept={label: retention(found, text) for label, text in texts.items()},
+        lost=lost_facts(found, new_run.text),
     )
     if questions:
         from transcripts import supported
@@ -894,6 +902,17 @@ def report(rows: Sequence[Measured]) -> None:
     )
 
 
+def print_lost(rows: Sequence[Measured], per_class: int = 12) -> None:
+    print("\nfacts the new log lost (at most", per_class, "per class and session):")
+    for row in rows:
+        for kind in FACT_CLASSES:
+            lost = row.lost.get(kind, [])
+            if lost:
+                shown = "; ".join(f[:100] for f in lost[:per_class])
+                more = f" (+{len(lost) - per_class} more)" if len(lost) > per_class else ""
+                print(f"  {row.name[:13]:13} {kind:8} {shown}{more}")
+
+
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
     """Fastest of ``repeat`` runs, in seconds (the least disturbed by the rest of the machine)."""
     times = []
@@ -936,6 +955,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--baseline", default=BASELINE, help="the commit whose extractive observer is the baseline"
     )
+    parser.add_argument(
+        "--lost", action="store_true", help="also print, per real session, the facts the new log lost"
+    )
     parser.add_argument("--tasks", type=int, default=120, help="tasks in the generated session")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3, help="timing runs of the generated session")
@@ -960,6 +982,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"{len(rows)} real sessions from {args.data}, segments of {policy.max_tokens:,} tokens at most")
     print()
     report(rows)
+    if args.lost:
+        print_lost(rows)
 
 
 if __name__ == "__main__":

@@ -318,6 +318,32 @@ def test_edits_and_patches_say_where_how_much_and_which_tests():
     assert "-> Write t.py (2 lines); adds test_new => ok" in out
 
 
+def test_an_edit_that_rewrites_a_test_names_it():
+    before = "func TestSessionStruct(t *testing.T) {\n\tnow := time.Now()\n"
+    after = "func TestSessionStruct(t *testing.T) {\n\tnow := time.Unix(0, 0)\n"
+    session = [
+        m(
+            0,
+            "assistant",
+            call("e", "Edit", {"file_path": "s_test.go", "old_string": before, "new_string": after}),
+        ),
+        m(1, "user", result("e", "The file s_test.go has been updated successfully.")),
+    ]
+    assert "-> Edit s_test.go (+2 -2); changes TestSessionStruct => ok" in extractive_observe(session)
+
+
+def test_the_commits_and_tests_an_assistant_names_in_code_are_kept():
+    reply = (
+        "The state file looks like this:\n\n```json\n"
+        '{"base_commit": "1e17868abc", "test": "TestCondense"}\n```\n\nThat is all there is to it.'
+    )
+    out = extractive_observe(
+        [m(0, "user", text("what is in the state file?")), m(1, "assistant", text(reply))]
+    )
+    assert "names in code: 1e17868abc, TestCondense" in out
+    assert "base_commit" not in out  # the code itself stays out
+
+
 def test_a_todo_list_logs_only_what_changed():
     todos = [
         {"content": "write the test", "status": "in_progress"},

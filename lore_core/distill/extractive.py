@@ -61,6 +61,8 @@ MAX_PASTE_LINES = 6
 # Sentences kept of one assistant text: between tool calls, and at the end of a turn.
 MAX_SENTENCES = 2
 MAX_TURN_END_SENTENCES = 4
+# Identifiers named in the code blocks of one assistant text.
+MAX_CODE_NAMES = 12
 # Per tool output: error lines (the first ones: a failure's head), summary and commit lines,
 # identifiers and new paths.
 MAX_ERRORS_PER_OUTPUT = 4
@@ -402,12 +404,30 @@ def _defined(code: str) -> list[str]:
     return [next(g for g in m.groups() if g) for m in _DEFINITION.finditer(code)]
 
 
+def _is_test(name: str) -> bool:
+    return name.startswith(("Test", "test_"))
+
+
 def _definitions(code: str, before: str = "", limit: int = 3) -> list[str]:
     """Names an edit defines that were not there before: every test, a few others."""
     old = set(_defined(before))
     new = [n for n in dict.fromkeys(_defined(code)) if n not in old]
-    tests = [n for n in new if n.startswith(("Test", "test_"))]
+    tests = [n for n in new if _is_test(n)]
     return tests + [n for n in new if n not in tests][: max(0, limit - len(tests))]
+
+
+def _changed_tests(code: str, before: str, limit: int = 6) -> list[str]:
+    """Tests an edit rewrites (defined in the replaced code and in its replacement): which
+    test changed is what a later "why does TestX fail now" needs."""
+    old = set(_defined(before))
+    return [n for n in dict.fromkeys(_defined(code)) if n in old and _is_test(n)][:limit]
+
+
+def _definition_notes(code: str, before: str) -> str:
+    names, changed = _definitions(code, before), _changed_tests(code, before)
+    return (f"; adds {', '.join(names)}" if names else "") + (
+        f"; changes {', '.join(changed)}" if changed else ""
+    )
 
 
 def _lines_of(value: Any) -> int:
@@ -432,8 +452,7 @@ def _patch_gist(patch: str) -> str:
         parts.append(f"{op} {path}" + (f" ({size})" if size else ""))
     added_code = "\n".join(line[1:] for line in patch.splitlines() if line.startswith("+"))
     removed_code = "\n".join(line[1:] for line in patch.splitlines() if line.startswith("-"))
-    names = _definitions(added_code, removed_code)
-    return "apply_patch: " + "; ".join(parts) + (f"; adds {', '.join(names)}" if names else "")
+    return "apply_patch: " + "; ".join(parts) + _definition_notes(added_code, removed_code)
 
 
 def _edit_gist(tool: str, args: dict[str, Any]) -> str:
@@ -450,8 +469,7 @@ def _edit_gist(tool: str, args: dict[str, Any]) -> str:
         new = str(args.get("new_string") or args.get("new_source") or "")
         old = str(args.get("old_string") or "")
         size = f"+{_lines_of(new)} -{_lines_of(old)}"
-    names = _definitions(new, old)
-    return f"{tool} {path} ({size})" + (f"; adds {', '.join(names)}" if names else "")
+    return f"{tool} {path} ({size})" + _definition_notes(new, old)
 
 
 def _first_sentence(text: Any, limit: int = 160) -> str:
@@ -709,6 +727,10 @@ def extractive_observe(
                     sentences = pick_sentences(text, log, limit)
                     if sentences:
                         log.add(when, "assistant", " ".join(sentences), limit=limit * MAX_LINE_CHARS)
+                    # Prose leaves code blocks out; the commits, references and tests they
+                    # name are kept as names.
+                    code = "\n".join(_FENCE.findall(text))
+                    log.listing(when, "assistant", "names in code", log.new_ids(code), MAX_CODE_NAMES)
                     if turn_end:
                         _choices(log, when, text)
                 else:
