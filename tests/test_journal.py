@@ -56,6 +56,21 @@ def test_frames_round_trip_and_a_torn_tail_is_ignored(tmp_path: Path) -> None:
     assert read_segment(segment)[0] == []
 
 
+def test_what_orjson_refuses_is_journalled_too(tmp_path: Path) -> None:
+    """A tool input may hold an integer past 64 bits or a lone surrogate (both valid JSON):
+    the frame falls back to ``json`` and reads back equal."""
+    journal = Journal(tmp_path / "j")
+    journal.open()
+    batch = _batch("s", "odd input")
+    batch.messages[0].blocks.append({"type": "tool_call", "tool_input": {"n": 2**70, "s": "\ud800"}})
+    plain = _batch("s", "plain")
+    journal.append(batch)
+    journal.append(plain)
+    journal.close(committed=False)
+    batches, torn = read_segment(next((tmp_path / "j").glob("*.log")))
+    assert batches == [batch, plain] and torn == 0
+
+
 def _writer(store: MemoryStore, directory: Path) -> StoreWriter:
     return StoreWriter(store, StoreConfig(flush_interval_ms=HOUR_MS), Journal(directory))
 

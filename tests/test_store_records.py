@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message, RequestView
+import attrs
+
+from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message, RequestView, Usage
 from lore_core.storage.records import ChainMemo, chain_ids, logical_messages, records_from_exchange
 
 
@@ -115,3 +117,9 @@ def test_records_are_the_same_with_a_chain_memo() -> None:
         exchange = _exchange(messages[:n])
         exchange.finished_at = 1_000.0
         assert records_from_exchange(exchange, memo=memo) == records_from_exchange(exchange)
+
+
+def test_a_stored_answers_usage_names_every_usage_field() -> None:
+    # Usage.as_dict is written out for speed: a field added to Usage must appear in it.
+    usage = Usage(input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_write_tokens=4)
+    assert usage.as_dict() == attrs.asdict(usage)

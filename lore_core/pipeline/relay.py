@@ -9,7 +9,9 @@ when a round ends with only recall calls, runs them (:class:`~lore_core.recall.r
 and relays the follow-up's answer into the same client response.
 
 An exchange finishes before the client has the API's terminal event, so an answer the
-client received in full is journaled whenever the gateway dies.
+client received in full is journaled whenever the gateway dies; when a whole answer comes
+in one read, the events before its terminal one are relayed first, so finishing does not
+delay the first byte.
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ class UpstreamStreamBroken(Exception):
 
 #: (status, body, headers or ``None`` to keep the upstream's).
 Buffered = tuple[int, bytes, list[tuple[str, str]] | None]
+
+
+def _last_event_start(data: bytes) -> int:
+    """Where the last SSE event of ``data`` starts (after the blank line before it); 0 when
+    ``data`` holds at most one event."""
+    end = len(data.rstrip(b"\r\n"))
+    lf, crlf = data.rfind(b"\n\n", 0, end), data.rfind(b"\n\r\n", 0, end)
+    if lf < 0 and crlf < 0:
+        return 0
+    return lf + 2 if lf > crlf else crlf + 3
 
 
 class Relay:
@@ -96,14 +108,35 @@ class Relay:
                 exchange.response = self._result(assembler)
                 self.finished(exchange)
 
+        first = True
         try:
             async for chunk in upstream.aiter_raw():
                 # Read before it is relayed (see the module docstring).
-                if decoder is not None:
-                    if not self._feed(assembler, decoder.decompress(chunk)):
+                if decoder is None:
+                    yield chunk
+                    continue
+                data = decoder.decompress(chunk)
+                cut = _last_event_start(data) if first and data is chunk else 0
+                first = False
+                if cut:
+                    # A short answer often comes whole in the first read. Fed in two parts:
+                    # when its last event is what ends the answer, the events before it go
+                    # out before the exchange is finished (records, journal), which then
+                    # holds back only that event, not the first byte.
+                    fed = self._feed(assembler, data[:cut])
+                    ended_before = fed and assembler.done
+                    if fed and self._feed(assembler, data[cut:]):
+                        if assembler.done and not ended_before:
+                            yield chunk[:cut]
+                            finish()
+                            yield chunk[cut:]
+                            continue
+                    else:
                         decoder = None  # the record of it stops; the relay goes on
-                    elif assembler.done:
-                        finish()
+                elif not self._feed(assembler, data):
+                    decoder = None
+                if decoder is not None and assembler.done:
+                    finish()
                 yield chunk
         except asyncio.CancelledError:
             exchange.client_disconnected = True

@@ -4,7 +4,7 @@ The store writer batches writes (``store.flushIntervalMs``), so an exchange whos
 the client already has can wait in memory for a moment; a ``kill -9`` (or a crash, an OOM
 kill) in that moment would lose it. So the writer appends each finished exchange's records
 here when it is submitted, which is before the client has the end of its response (see
-``app.py``: a stream's terminal event is relayed only after its exchange finished), and
+``pipeline/relay.py``: a stream's terminal event is relayed only after its exchange finished), and
 replays the journal into the store at the next start. Segments whose records the store has
 committed are deleted.
 
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 
 from lore_core.storage.records import Project, Session, StoredMessage, WriteBatch
 
@@ -46,20 +47,35 @@ class JournalError(RuntimeError):
     """The journal directory cannot be used; the message says which and why."""
 
 
+# Written out: ``attrs.asdict`` took longer than the encoding itself.
+_PROJECT_FIELDS = tuple(f.name for f in attrs.fields(Project))
+_SESSION_FIELDS = tuple(f.name for f in attrs.fields(Session))
+_MESSAGE_FIELDS = tuple(f.name for f in attrs.fields(StoredMessage))
+
+
+def _as_dict(record: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in fields}
+
+
 def encode(batch: WriteBatch) -> bytes:
-    payload = json.dumps(
-        {
-            "projects": [attrs.asdict(p, recurse=False) for p in batch.projects],
-            "sessions": [attrs.asdict(s, recurse=False) for s in batch.sessions],
-            "messages": [attrs.asdict(m, recurse=False) for m in batch.messages],
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    ).encode("utf-8")
+    """One frame. Runs on the request path for every exchange: ``orjson`` takes ~1.5 us
+    where ``json.dumps`` took ~16 (a small exchange). What orjson refuses (an integer past
+    64 bits, a lone surrogate in a tool's input) is written by ``json``, escaped as ASCII;
+    both read back with :func:`decode`."""
+    data = {
+        "projects": [_as_dict(p, _PROJECT_FIELDS) for p in batch.projects],
+        "sessions": [_as_dict(s, _SESSION_FIELDS) for s in batch.sessions],
+        "messages": [_as_dict(m, _MESSAGE_FIELDS) for m in batch.messages],
+    }
+    try:
+        payload = orjson.dumps(data)
+    except TypeError:  # orjson.JSONEncodeError
+        payload = json.dumps(data, separators=(",", ":")).encode("ascii")
     return _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
 def decode(payload: bytes) -> WriteBatch:
+    # ``json``, not orjson: read once at start-up, and it takes every frame either wrote.
     data: dict[str, Any] = json.loads(payload)
     return WriteBatch(
         projects=[Project(**p) for p in data.get("projects", [])],

@@ -409,7 +409,11 @@ _SECRET_HINTS = (
 
 
 def _may_hold_secret(text: str) -> bool:
-    return any(hint in text for hint in _SECRET_HINTS)
+    # A plain loop: ``any()`` over a generator cost more than the scans on the request path.
+    for hint in _SECRET_HINTS:
+        if hint in text:
+            return True
+    return False
 
 
 def _mask_hinted(text: str) -> str:
@@ -767,7 +771,13 @@ def records_from_exchange(
     )
 
     def record(
-        position: int, parent: str | None, ident: str, msg: LogicalMessage, **extra: Any
+        position: int,
+        parent: str | None,
+        ident: str,
+        msg: LogicalMessage,
+        model: str | None = exchange.request.model,
+        created_at: float = started,
+        **extra: Any,
     ) -> StoredMessage:
         blocks, text = _masked_message(msg.blocks, recall_calls)
         for out in blocks:
@@ -786,11 +796,11 @@ def records_from_exchange(
             role=msg.role,
             blocks=blocks,
             text=text,
-            model=exchange.request.model,
+            model=model,
             harness=exchange.harness,
             project=exchange.project,
             api=exchange.api,
-            created_at=started,
+            created_at=created_at,
             **extra,
         )
 
@@ -815,8 +825,11 @@ def records_from_exchange(
         ident = message_id(exchange.session_id, parent, canonical_message("assistant", answer.blocks))
         complete = bool(response.complete) and not exchange.client_disconnected
         batch.messages.append(
-            attrs.evolve(
-                record(position, parent, ident, answer),
+            record(
+                position,
+                parent,
+                ident,
+                answer,
                 model=model,
                 usage=response.usage.as_dict(),
                 created_at=now,
