@@ -392,7 +392,7 @@ def cpu_per_request(s: Samples) -> str:
 def table(cells: list[Cell], stream: bool) -> str:
     metric = "TTFB" if stream else "latency"
     target = TARGET_ADDED_TTFB_MS if stream else TARGET_ADDED_P50_MS
-    head = (
+    head: tuple[str, ...] = (
         "body",
         "conc",
         "direct p50",
@@ -410,7 +410,7 @@ def table(cells: list[Cell], stream: bool) -> str:
     with_baseline = any(c.baseline is not None for c in cells)
     if with_baseline:
         head += ("before p50", "added vs before", "per round [95% CI]", "before req/s", "before CPU/req")
-    rows = [head]
+    rows: list[tuple[str, ...]] = [head]
     for c in cells:
         if c.stream != stream:
             continue
