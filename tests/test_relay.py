@@ -9,8 +9,8 @@ import json
 
 import httpx
 
-from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.relay import Relay
+from lore_core.testing.builders import exchange
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
 
@@ -53,19 +53,9 @@ STREAM = b"".join(
 
 
 def _relay(chunks: list[bytes], sent: list[bytes], finished_at: list[int]) -> tuple[Relay, httpx.Response]:
-    view = RequestView(api="anthropic-messages", raw={}, body=b"", model="claude-test", messages=[])
-    exchange = Exchange(
-        api=view.api,
-        path="/v1/messages",
-        request=view,
-        harness="generic",
-        session_id="s",
-        project="/p",
-        upstream="u",
-    )
     relay = Relay(
         codec=AnthropicMessagesCodec(),
-        exchange=exchange,
+        exchange=exchange([]),
         finished=lambda ex: finished_at.append(len(b"".join(sent))),
         broke=lambda upstream, message: None,
     )
