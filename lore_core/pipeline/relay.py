@@ -108,36 +108,22 @@ class Relay:
                 exchange.response = self._result(assembler)
                 self.finished(exchange)
 
-        first = True
+        # A short answer often comes whole in the first read: relayed as two writes (its
+        # events before the last, then the last), the exchange is finished (records,
+        # journal) before the terminal event goes out, not before the first byte.
+        first = upstream.headers.get("content-encoding", "identity").strip().lower() in ("", "identity")
         try:
             async for chunk in upstream.aiter_raw():
-                # Read before it is relayed (see the module docstring).
-                if decoder is None:
-                    yield chunk
-                    continue
-                data = decoder.decompress(chunk)
-                cut = _last_event_start(data) if first and data is chunk else 0
+                cut = _last_event_start(chunk) if first else 0
                 first = False
-                if cut:
-                    # A short answer often comes whole in the first read. Fed in two parts:
-                    # when its last event is what ends the answer, the events before it go
-                    # out before the exchange is finished (records, journal), which then
-                    # holds back only that event, not the first byte.
-                    fed = self._feed(assembler, data[:cut])
-                    ended_before = fed and assembler.done
-                    if fed and self._feed(assembler, data[cut:]):
-                        if assembler.done and not ended_before:
-                            yield chunk[:cut]
+                for piece in (chunk[:cut], chunk[cut:]) if cut else (chunk,):
+                    # Read before it is relayed (see the module docstring).
+                    if decoder is not None:
+                        if not self._feed(assembler, decoder.decompress(piece)):
+                            decoder = None  # the record of it stops; the relay goes on
+                        elif assembler.done:
                             finish()
-                            yield chunk[cut:]
-                            continue
-                    else:
-                        decoder = None  # the record of it stops; the relay goes on
-                elif not self._feed(assembler, data):
-                    decoder = None
-                if decoder is not None and assembler.done:
-                    finish()
-                yield chunk
+                    yield piece
         except asyncio.CancelledError:
             exchange.client_disconnected = True
             raise
