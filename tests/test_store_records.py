@@ -104,6 +104,53 @@ def test_the_chain_memo_keeps_a_main_conversation_while_sub_agents_alternate(mon
     assert hashed == [38, 4, 1, 1, 1, 1]
 
 
+def test_the_chain_memo_recognises_a_resent_history_by_its_json(monkeypatch) -> None:
+    """Parsed requests as a client resends them: the history compares by its wire JSON, a
+    cache breakpoint moving to the newest message (other JSON, same content) still counts
+    as the same message, an edit starts a new branch, and the ids are chain_ids' own."""
+    import json
+
+    from lore_core.storage import records as store_module
+    from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
+
+    codec = AnthropicMessagesCodec()
+    turns = [
+        {"role": "user", "content": [{"type": "text", "text": "run the tests"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c1", "name": "bash", "input": {"cmd": "pytest"}}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "running them"}]},  # coalesced
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "3 failed"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "three fail"}]},
+        {"role": "user", "content": [{"type": "text", "text": "fix them"}]},
+    ]
+
+    def request(n: int, edit: int | None = None) -> list[Message]:
+        messages = json.loads(json.dumps(turns[:n]))  # a new parse each time, as on the wire
+        if edit is not None:
+            messages[edit]["content"][0]["text"] = "edited"
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}  # the breakpoint moves
+        body = {"model": "m", "max_tokens": 8, "messages": messages}
+        return codec.parse(body, json.dumps(body).encode()).messages
+
+    hashed: list[int] = []
+    real_chain_ids = store_module.chain_ids
+
+    def counting(session_id, messages, start=0, parent=None):
+        hashed.append(len(messages) - start)
+        return real_chain_ids(session_id, messages, start, parent)
+
+    monkeypatch.setattr(store_module, "chain_ids", counting)
+    memo = ChainMemo()
+    for n, edit in [(1, None), (4, None), (5, None), (6, None), (6, 5), (6, None)]:
+        logical = logical_messages(request(n, edit))
+        assert memo.ids("s", logical) == real_chain_ids("s", logical)
+    # Each resend hashed only what it added (the two assistant items are one message), the
+    # edit of the newest message and the way back from it one message each.
+    assert hashed == [1, 2, 1, 1, 1, 1]
+
+
 def test_records_are_the_same_with_a_chain_memo() -> None:
     messages = [
         Message("user", [Block(TEXT, text="why does the websocket drop?")]),

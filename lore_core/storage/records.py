@@ -522,23 +522,39 @@ def message_id(session_id: str, parent_id: str | None, canonical: str) -> str:
 
 @attrs.define
 class LogicalMessage:
-    """A message as identity sees it: consecutive assistant items coalesced into one."""
+    """A message as identity sees it: consecutive assistant items coalesced into one.
+    Read-only: ``blocks`` may be the item's own list."""
 
     role: str
     blocks: list[Block]
+    # The wire JSON of the items it was made from (``None`` when one of them has none: a
+    # message a prompt layer made up). Equal JSON means equal blocks: a resent history is
+    # recognised by one comparison in C instead of a key built per block (ChainMemo).
+    raws: list[Any] | None = None
 
 
 def logical_messages(messages: Iterable[Message]) -> list[LogicalMessage]:
     """Conversation messages in order. Items without a role (Codex's ``configuration_update``
     and similar harness housekeeping) are not conversation and never shift identities."""
     out: list[LogicalMessage] = []
+    owned = False  # whether out[-1].blocks is a list of its own yet (copied when coalescing)
     for msg in messages:
         if not msg.role:
             continue
+        raw = None if msg.synthetic else msg.raw
         if msg.role == "assistant" and out and out[-1].role == "assistant":
-            out[-1].blocks.extend(msg.blocks)
+            last = out[-1]
+            if not owned:
+                last.blocks, owned = list(last.blocks), True
+            last.blocks.extend(msg.blocks)
+            if last.raws is not None:
+                if raw is None:
+                    last.raws = None
+                else:
+                    last.raws.append(raw)
         else:
-            out.append(LogicalMessage(msg.role, list(msg.blocks)))
+            out.append(LogicalMessage(msg.role, msg.blocks, None if raw is None else [raw]))
+            owned = False
     return out
 
 
@@ -597,27 +613,60 @@ class ChainMemo:
 
     def __init__(self, max_sessions: int = 256) -> None:
         self.max_sessions = max_sessions
-        # Session -> its chains, most recently used last: (message keys, their ids).
-        self._sessions: OrderedDict[str, list[tuple[list[tuple[Any, ...]], list[str]]]] = OrderedDict()
+        # Session -> its chains, most recently used last: (messages, their ids).
+        self._sessions: OrderedDict[str, list[tuple[list[LogicalMessage], list[str]]]] = OrderedDict()
 
     def ids(self, session_id: str, messages: Sequence[LogicalMessage]) -> list[str]:
         """The same as :func:`chain_ids` (``session_id``, ``messages``)."""
-        keys = [message_key(m) for m in messages]
         chains = self._sessions.pop(session_id, [])
         best, same = -1, 0
-        for index, (old_keys, _) in enumerate(chains):
-            shared = shared_prefix(keys, old_keys)
+        for index, (old_messages, _) in enumerate(chains):
+            shared = shared_history(messages, old_messages)
             if shared > same:
                 best, same = index, shared
         old_ids = chains.pop(best)[1] if best >= 0 else []
         parent = old_ids[same - 1] if same else None
         ids = old_ids[:same] + chain_ids(session_id, messages, same, parent)
-        chains.append((keys, ids))
+        chains.append((list(messages), ids))
         del chains[: -self.CHAINS_PER_SESSION]
         self._sessions[session_id] = chains  # most recently used last
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)
         return ids
+
+
+def shared_messages(a: Sequence[Message], b: Sequence[Message]) -> int:
+    """How many leading messages ``a`` and ``b`` have in common, by content, as
+    :func:`shared_history` compares them."""
+    limit = min(len(a), len(b))
+    same = 0
+    while same < limit:
+        x, y = a[same], b[same]
+        if x.role != y.role:
+            break
+        if x.raw is None or x.synthetic or y.synthetic or x.raw != y.raw:
+            if message_key(x) != message_key(y):
+                break
+        same += 1
+    return same
+
+
+def shared_history(a: Sequence[LogicalMessage], b: Sequence[LogicalMessage]) -> int:
+    """How many leading messages ``a`` and ``b`` have in common, by content: the wire JSON
+    where both have it (a whole resent history compares in C), the blocks where it differs
+    (a client moves its cache breakpoints from message to message: other JSON, same
+    content)."""
+    limit = min(len(a), len(b))
+    same = 0
+    while same < limit:
+        x, y = a[same], b[same]
+        if x.role != y.role:
+            break
+        if x.raws is None or x.raws != y.raws:
+            if message_key(x) != message_key(y):
+                break
+        same += 1
+    return same
 
 
 # ---------------------------------------------------------------------------------------------
@@ -738,22 +787,24 @@ def records_from_exchange(
         ids = chain_ids(exchange.session_id, logical)
     else:
         ids = memo.ids(exchange.session_id, logical)
-    recall_calls = {
-        b.tool_call_id
-        for msg in logical
-        for b in msg.blocks
-        if b.type == TOOL_CALL and b.tool_name == RECALL_TOOL_NAME and b.tool_call_id
-    }
     # Each tool result's record names the tool and the command or path of its call (the
-    # call is earlier in the same history), so its passages can say where they came from.
-    # Only the new messages' results need it: the source is read from the call (masked)
-    # when one is recorded, not for every call in the history on every turn.
-    calls = {
-        b.tool_call_id: b
-        for msg in logical
-        for b in msg.blocks
-        if b.type == TOOL_CALL and b.tool_call_id and b.tool_name
-    }
+    # call is earlier in the same history), so its passages can say where they came from;
+    # results of recall's own calls are left out of the search text. Only the new messages'
+    # results need the calls: the history is scanned for them once, when one is recorded.
+    history_calls: dict[str, Block] | None = None
+    recall_calls: set[str] = set()
+
+    def calls_in_history() -> dict[str, Block]:
+        nonlocal history_calls
+        if history_calls is None:
+            history_calls = {}
+            for msg in logical:
+                for b in msg.blocks:
+                    if b.type == TOOL_CALL and b.tool_call_id and b.tool_name:
+                        history_calls[b.tool_call_id] = b
+                        if b.tool_name == RECALL_TOOL_NAME:
+                            recall_calls.add(b.tool_call_id)
+        return history_calls
 
     batch = WriteBatch()
     project_name = exchange.project.rstrip("/").rsplit("/", 1)[-1] if exchange.project else ""
@@ -779,6 +830,7 @@ def records_from_exchange(
         created_at: float = started,
         **extra: Any,
     ) -> StoredMessage:
+        calls = calls_in_history() if any(b.type == TOOL_RESULT for b in msg.blocks) else {}
         blocks, text = _masked_message(msg.blocks, recall_calls)
         for out in blocks:
             call_id = out.get("tool_call_id")
@@ -805,7 +857,9 @@ def records_from_exchange(
         )
 
     def forgotten(position: int) -> bool:
-        return any(s <= position and (e is None or position < e) for s, e in exchange.forget_positions)
+        return bool(exchange.forget_positions) and any(
+            s <= position and (e is None or position < e) for s, e in exchange.forget_positions
+        )
 
     parent: str | None = None
     for position, (ident, msg) in enumerate(zip(ids, logical, strict=True)):
