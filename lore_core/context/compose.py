@@ -35,8 +35,7 @@ from lore_core.storage.records import (
     StoredDistillation,
     canonical_message,
     message_id,
-    message_key,
-    shared_prefix,
+    shared_messages,
 )
 
 #: Layer 2 keeps the tool outputs of this many newest turns.
@@ -167,9 +166,10 @@ class Memo:
     """The previous request of a session, measured: a request that resends it unchanged (the
     common case: the client appends a turn) reuses its ids and token counts."""
 
-    keys: list[tuple[Any, ...]] = attrs.field(factory=list)
+    messages: list[Message] = attrs.field(factory=list)
     ids: list[str | None] = attrs.field(factory=list)
     tokens: list[int] = attrs.field(factory=list)
+    starts: list[bool] = attrs.field(factory=list)  # is_turn_start of each message
     #: The tool definitions and their token count: a session resends the same list on every
     #: turn, and comparing it by value is far cheaper than serialising each tool to count it.
     tools: list[Any] = attrs.field(factory=list)
@@ -196,35 +196,39 @@ def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Mem
     if memo is None:
         ids = view_message_ids(session_id, messages)
         tokens = [counter.message(m) for m in messages]
+        starts = [is_turn_start(m) for m in messages]
     else:
-        keys = [message_key(m) for m in messages]
-        same = shared_prefix(keys, memo.keys)
+        same = shared_messages(messages, memo.messages)
         # A changed message may extend an assistant group that began earlier (consecutive
         # assistant items are one stored message): re-derive from that group's start.
-        if same < len(keys):
+        if same < len(messages):
             while same > 0 and messages[same - 1].role in ("assistant", ""):
                 same -= 1
         parent = next((memo.ids[i] for i in range(same - 1, -1, -1) if memo.ids[i] is not None), None)
         ids = memo.ids[:same] + _chain(session_id, messages, same, parent)
         tokens = memo.tokens[:same] + [counter.message(m) for m in messages[same:]]
-        memo.keys, memo.ids, memo.tokens = keys, ids, tokens
+        starts = memo.starts[:same] + [is_turn_start(m) for m in messages[same:]]
+        memo.messages, memo.ids, memo.tokens, memo.starts = messages, ids, tokens, starts
     return Analysis(
         messages=messages,
         ids=ids,
         tokens=tokens,
         fixed=fixed,
         head=head,
-        turn_starts=[i for i in range(head, len(messages)) if is_turn_start(messages[i])],
-        cuts=cut_points(messages, head),
+        turn_starts=[i for i in range(head, len(messages)) if starts[i]],
+        cuts=cut_points(messages, head, starts),
     )
 
 
-def cut_points(messages: Sequence[Message], head: int) -> list[int]:
+def cut_points(messages: Sequence[Message], head: int, starts: Sequence[bool] | None = None) -> list[int]:
     """Indices where a raw window may start: every turn start, and every model call inside a
     turn (an assistant message whose nearest predecessor with a role is not one), provided no
     tool result at or after it answers a call before it (a call is never separated from its
-    result, whatever order a client sends parallel results in)."""
+    result, whatever order a client sends parallel results in). ``starts``: each message's
+    :func:`is_turn_start`, when known."""
     n = len(messages)
+    if starts is None:
+        starts = [is_turn_start(m) for m in messages]
     calls: dict[str, int] = {}
     # +1 from just after a call to its result: candidates there would split the pair.
     delta = [0] * (n + 1)
@@ -233,7 +237,7 @@ def cut_points(messages: Sequence[Message], head: int) -> list[int]:
     for i in range(head, n):
         msg = messages[i]
         if msg.role:
-            if is_turn_start(msg) or (msg.role == "assistant" and previous_role != "assistant"):
+            if starts[i] or (msg.role == "assistant" and previous_role != "assistant"):
                 candidate[i] = True
             previous_role = msg.role
         for block in msg.blocks:
