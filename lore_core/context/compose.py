@@ -35,7 +35,7 @@ from lore_core.storage.records import (
     StoredDistillation,
     canonical_message,
     message_id,
-    shared_messages,
+    shared_history,
 )
 
 #: Layer 2 keeps the tool outputs of this many newest turns.
@@ -198,7 +198,7 @@ def analyse(view: RequestView, session_id: str, counter: TokenCounter, memo: Mem
         tokens = [counter.message(m) for m in messages]
         starts = [is_turn_start(m) for m in messages]
     else:
-        same = shared_messages(messages, memo.messages)
+        same = shared_history(messages, memo.messages)
         # A changed message may extend an assistant group that began earlier (consecutive
         # assistant items are one stored message): re-derive from that group's start.
         if same < len(messages):

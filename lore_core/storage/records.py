@@ -635,23 +635,14 @@ class ChainMemo:
         return ids
 
 
-def shared_messages(a: Sequence[Message], b: Sequence[Message]) -> int:
-    """How many leading messages ``a`` and ``b`` have in common, by content, as
-    :func:`shared_history` compares them."""
-    limit = min(len(a), len(b))
-    same = 0
-    while same < limit:
-        x, y = a[same], b[same]
-        if x.role != y.role:
-            break
-        if x.raw is None or x.synthetic or y.synthetic or x.raw != y.raw:
-            if message_key(x) != message_key(y):
-                break
-        same += 1
-    return same
+def _wire(message: Message | LogicalMessage) -> Any:
+    """The wire JSON a message was parsed from, or ``None`` (made up by a prompt layer)."""
+    if isinstance(message, LogicalMessage):
+        return message.raws
+    return None if message.synthetic else message.raw
 
 
-def shared_history(a: Sequence[LogicalMessage], b: Sequence[LogicalMessage]) -> int:
+def shared_history(a: Sequence[Message | LogicalMessage], b: Sequence[Message | LogicalMessage]) -> int:
     """How many leading messages ``a`` and ``b`` have in common, by content: the wire JSON
     where both have it (a whole resent history compares in C), the blocks where it differs
     (a client moves its cache breakpoints from message to message: other JSON, same
@@ -662,7 +653,8 @@ def shared_history(a: Sequence[LogicalMessage], b: Sequence[LogicalMessage]) -> 
         x, y = a[same], b[same]
         if x.role != y.role:
             break
-        if x.raws is None or x.raws != y.raws:
+        wire = _wire(x)
+        if wire is None or wire != _wire(y):
             if message_key(x) != message_key(y):
                 break
         same += 1
