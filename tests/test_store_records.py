@@ -76,30 +76,33 @@ def test_the_chain_memo_gives_the_ids_of_chain_ids() -> None:
     assert memo.ids("t", logical_messages(history(4))) == chain_ids("t", logical_messages(history(4)))
 
 
-def test_the_chain_memo_keeps_a_main_conversation_while_sub_agents_alternate(monkeypatch) -> None:
+def count_hashed(monkeypatch) -> list[int]:
+    """How many messages each chain_ids call hashes, from now on."""
     from lore_core.storage import records as store_module
 
+    hashed: list[int] = []
+
+    def counting(session_id, messages, start=0, parent=None):
+        hashed.append(len(messages) - start)
+        return chain_ids(session_id, messages, start, parent)
+
+    monkeypatch.setattr(store_module, "chain_ids", counting)
+    return hashed
+
+
+def test_the_chain_memo_keeps_a_main_conversation_while_sub_agents_alternate(monkeypatch) -> None:
     def history(prefix: str, n: int) -> list[Message]:
         return [
             Message("user" if i % 2 == 0 else "assistant", [Block(TEXT, text=f"{prefix} {i}")])
             for i in range(n)
         ]
 
-    hashed: list[int] = []
-    real_chain_ids = store_module.chain_ids
-
-    def counting(session_id, messages, start=0, parent=None):
-        hashed.append(len(messages) - start)
-        return real_chain_ids(session_id, messages, start, parent)
-
-    monkeypatch.setattr(store_module, "chain_ids", counting)
+    hashed = count_hashed(monkeypatch)
     memo = ChainMemo()
     main, agent = history("main", 40), history("sub-agent", 6)
     for n in (38, 39, 40):
         for messages in (main[:n], agent[: n - 34]):
-            assert memo.ids("s", logical_messages(messages)) == real_chain_ids(
-                "s", logical_messages(messages)
-            )
+            assert memo.ids("s", logical_messages(messages)) == chain_ids("s", logical_messages(messages))
     # After the first of each, only what each request added was hashed.
     assert hashed == [38, 4, 1, 1, 1, 1]
 
@@ -110,7 +113,6 @@ def test_the_chain_memo_recognises_a_resent_history_by_its_json(monkeypatch) -> 
     as the same message, an edit starts a new branch, and the ids are chain_ids' own."""
     import json
 
-    from lore_core.storage import records as store_module
     from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
     codec = AnthropicMessagesCodec()
@@ -134,18 +136,11 @@ def test_the_chain_memo_recognises_a_resent_history_by_its_json(monkeypatch) -> 
         body = {"model": "m", "max_tokens": 8, "messages": messages}
         return codec.parse(body, json.dumps(body).encode()).messages
 
-    hashed: list[int] = []
-    real_chain_ids = store_module.chain_ids
-
-    def counting(session_id, messages, start=0, parent=None):
-        hashed.append(len(messages) - start)
-        return real_chain_ids(session_id, messages, start, parent)
-
-    monkeypatch.setattr(store_module, "chain_ids", counting)
+    hashed = count_hashed(monkeypatch)
     memo = ChainMemo()
     for n, edit in [(1, None), (4, None), (5, None), (6, None), (6, 5), (6, None)]:
         logical = logical_messages(request(n, edit))
-        assert memo.ids("s", logical) == real_chain_ids("s", logical)
+        assert memo.ids("s", logical) == chain_ids("s", logical)
     # Each resend hashed only what it added (the two assistant items are one message), the
     # edit of the newest message and the way back from it one message each.
     assert hashed == [1, 2, 1, 1, 1, 1]
