@@ -591,15 +591,6 @@ def message_key(message: Message | LogicalMessage) -> tuple[Any, ...]:
     return (message.role, tuple(block_key(b) for b in message.blocks))
 
 
-def shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """How many leading items ``a`` and ``b`` have in common."""
-    limit = min(len(a), len(b))
-    same = 0
-    while same < limit and a[same] == b[same]:
-        same += 1
-    return same
-
-
 class ChainMemo:
     """The message ids of each session's last exchanges, with the content they were derived
     from. Every turn resends the whole history, so :meth:`ids` hashes only the messages after
