@@ -17,7 +17,7 @@ from typing import Any
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import DistillConfig, WorkerConfig
 from lore_core.distill.inputs import DistillInput
-from lore_core.distill.scheduler import DistillScheduler, policy_of
+from lore_core.distill.scheduler import MAX_PARALLEL_SESSIONS, DistillScheduler, policy_of
 from lore_core.distill.segment import split_segments
 from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Block, Exchange, Message
 from lore_core.storage.records import main_branch
@@ -241,5 +241,71 @@ def test_manual_runs_read_whatever_the_estimate(fake_upstream: FakeUpstream) -> 
         for _ in range(3):
             await h.turn()
         assert h.store.session_reads == reads + 1
+
+    run(fake_upstream, body)
+
+
+class GatedStore(CountingStore):
+    """Session reads wait until the test opens the gate: runs pile up as under overload."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.gate = asyncio.Event()
+        self.at_once = self.most_at_once = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = super().__getattr__(name)
+        if name != "session_messages":
+            return attr
+
+        async def gated(*args: Any, **kwargs: Any) -> Any:
+            self.at_once += 1
+            self.most_at_once = max(self.most_at_once, self.at_once)
+            try:
+                await self.gate.wait()
+                return await attr(*args, **kwargs)
+            finally:
+                self.at_once -= 1
+
+        return gated
+
+
+def test_runs_due_beyond_the_slots_wait_as_sessions_not_as_tasks(fake_upstream: FakeUpstream) -> None:
+    """More sessions due than the scheduler runs at once (a saturated gateway): it keeps
+    MAX_PARALLEL_SESSIONS runs going and the rest as a queue of session ids, never a task
+    per session, and every one of them is distilled once the runs can finish."""
+
+    async def body(h: Harness) -> None:
+        store = GatedStore(h.store.inner)
+        h.scheduler.store = store
+        sessions = [f"s-queue-{i}" for i in range(30)]
+        for sid in sessions:
+            h.now += 1.0
+            history = [text("user", f"{sid}: look at src/app.py and fix the failing check")]
+            ex = exchange(history, answer(f"{sid}: fixed, tests pass"), session=sid, at=h.now)
+            await store.inner.write(batch_of(ex))
+            h.scheduler.exchange_finished(ex)  # a first exchange: estimate unknown, a run due
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.2)  # the background loop wakes and schedules
+        distill_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("lore-distill-")]
+        assert len(distill_tasks) == MAX_PARALLEL_SESSIONS
+        health = h.scheduler.health()
+        assert len(health["running"]) == MAX_PARALLEL_SESSIONS
+        assert health["turn_runs_waiting"] == len(sessions) - MAX_PARALLEL_SESSIONS
+
+        store.gate.set()
+        async with asyncio.timeout(30):
+            while h.scheduler.health()["turn_runs_waiting"] or h.scheduler.health()["running"]:
+                await asyncio.sleep(0.05)
+        # Each turn run read its session once; a two-message session is a tail, left for idle.
+        assert store.calls["session_messages"] == len(sessions)
+        h.now += h.config.idle_timeout_seconds + 1
+        async with asyncio.timeout(30):
+            while True:
+                done = [sid for sid in sessions if await store.inner.distilled_message_ids(sid)]
+                if len(done) == len(sessions):
+                    break
+                await asyncio.sleep(0.05)
+        assert store.most_at_once == MAX_PARALLEL_SESSIONS
 
     run(fake_upstream, body)

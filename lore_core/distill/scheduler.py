@@ -77,6 +77,8 @@ TOOL_WAIT_FACTOR = 10
 #: Sessions looked at when the gateway starts, to finish what a previous run left undistilled.
 RESUME_SESSIONS = 200
 #: Sessions the background loop distils at once (each reads its session from the store).
+#: Sessions due beyond these wait as entries of the tracking tables, not as tasks: under
+#: overload (more runs due than finish) nothing grows but that queue.
 MAX_PARALLEL_SESSIONS = 2
 #: Sessions whose undistilled estimate is kept (the turn rule); the least recent are dropped.
 MAX_BACKLOGS = 1024
@@ -271,7 +273,6 @@ class DistillScheduler:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[DistillReport | None]] = {}
         self._wake: asyncio.Event | None = None
-        self._slots: asyncio.Semaphore | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self.counts: Counter[str] = Counter()
         self.last_error: str | None = None
@@ -280,7 +281,6 @@ class DistillScheduler:
 
     async def start(self, resume: bool = True) -> None:
         self._wake = asyncio.Event()
-        self._slots = asyncio.Semaphore(MAX_PARALLEL_SESSIONS)
         self._loop_task = asyncio.create_task(self._run(resume), name="lore-distill")
 
     async def stop(self) -> None:
@@ -313,13 +313,14 @@ class DistillScheduler:
         except Exception:
             log.exception("could not estimate what a turn added to session %s", sid)
             backlog.tokens = None
-        if backlog.tokens is None or backlog.tokens >= self.policy.max_tokens:
-            self._turned.add(sid)
         # The client is back (its credentials with it): no reason to keep waiting. Failing
         # workers stay bounded by the worker's circuit breaker.
         self._retry_at.pop(sid, None)
-        if self._wake is not None:
-            self._wake.set()
+        if backlog.tokens is None or backlog.tokens >= self.policy.max_tokens:
+            self._turned.add(sid)
+            # Only a turn run is worth waking the loop for; idle runs wait for its tick.
+            if self._wake is not None:
+                self._wake.set()
 
     # -- the background loop -------------------------------------------------------------------
 
@@ -365,18 +366,28 @@ class DistillScheduler:
                 self._retry_at[s.id] = self._clock() + wait
 
     def _schedule(self) -> None:
+        """Start the runs that are due, at most :data:`MAX_PARALLEL_SESSIONS` at a time; the
+        longest-tracked sessions first. Returns at once while every slot is taken, so a
+        saturated gateway does not scan its tracked sessions on every exchange."""
+        free = MAX_PARALLEL_SESSIONS - len(self._tasks)
+        if free <= 0:
+            return
         now = self._clock()
         idle = self.config.idle_timeout_seconds
-        for sid, seen in list(self._seen.items()):
+        due: list[tuple[str, str]] = []
+        for sid, seen in self._seen.items():
             if sid in self._tasks or self._retry_at.get(sid, 0.0) > now:
                 continue
             wait = idle * (TOOL_WAIT_FACTOR if self._awaiting_tool.get(sid) else 1)
             if now - seen >= wait:
-                self._turned.discard(sid)
-                self._launch(sid, "idle")
+                due.append((sid, "idle"))
             elif sid in self._turned:
-                self._turned.discard(sid)
-                self._launch(sid, "turn")
+                due.append((sid, "turn"))
+            if len(due) == free:
+                break
+        for sid, reason in due:
+            self._turned.discard(sid)
+            self._launch(sid, reason)
 
     def _launch(self, sid: str, reason: str) -> None:
         task = asyncio.create_task(self._guarded(sid, reason), name=f"lore-distill-{sid[:16]}")
@@ -384,15 +395,16 @@ class DistillScheduler:
 
         def forget(_task: asyncio.Task[DistillReport | None]) -> None:
             self._tasks.pop(sid, None)
+            # A slot is free: the next session due need not wait for the tick.
+            if self._wake is not None:
+                self._wake.set()
 
         task.add_done_callback(forget)
 
     async def _guarded(self, sid: str, reason: str) -> DistillReport | None:
         seen = self._seen.get(sid)
-        assert self._slots is not None
         try:
-            async with self._slots:
-                report = await self.distill_session(sid, reason=reason)
+            report = await self.distill_session(sid, reason=reason)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -579,6 +591,8 @@ class DistillScheduler:
             "idle_timeout_seconds": self.config.idle_timeout_seconds,
             "tracked_sessions": len(self._seen),
             "running": sorted(self._tasks),
+            # Sessions whose turns asked for a run not started yet (every slot busy).
+            "turn_runs_waiting": len(self._turned),
             "counts": dict(self.counts),
             "last_error": self.last_error,
         }
