@@ -29,3 +29,12 @@ def connect(path: Path | str) -> Any:
             index_cache_size_bytes=INDEX_CACHE_BYTES, metadata_cache_size_bytes=METADATA_CACHE_BYTES
         )
     return lancedb.connect(str(path), session=_session)
+
+
+def cache_usage() -> dict[str, float] | None:
+    """What the shared session's caches hold now (MiB, entries); None before the first
+    connection. Both are bounded (the constants above): a soak reads this to tell a cache
+    filling up from memory that grows without bound."""
+    if _session is None:
+        return None
+    return {"mib": round(_session.size_bytes / 2**20, 1), "entries": int(_session.approx_num_items)}

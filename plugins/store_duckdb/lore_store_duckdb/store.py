@@ -318,6 +318,7 @@ class DuckDBStore(Store):
             "detail": f"DuckDB {duckdb.__version__} at {self.path}",
             "path": str(self.path),
             "memory_mib": self._memory_mib(),
+            "index_cache": lance.cache_usage(),
             "index": index,
         }
 

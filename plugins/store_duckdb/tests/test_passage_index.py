@@ -117,3 +117,21 @@ def test_closing_does_not_wait_for_a_merge_in_progress(tmp_path: Path, monkeypat
         release.set()
     # Nothing was lost: the next start finds the message (and redoes what was not merged).
     assert [h.id for h in _search(tmp_path / "lore.duckdb", "merge")[0]]
+
+
+def test_health_reports_the_index_caches_within_their_bounds(tmp_path: Path) -> None:
+    from lore_store_duckdb import lance
+
+    async def go() -> dict:
+        store = DuckDBStore(tmp_path / "lore.duckdb")
+        await store.open()
+        try:
+            await store.write(batch_of(exchange([text("user", "where is the heron"), text("assistant", "ok")])))
+            assert await store.search("heron")  # the index is open, so is the shared session
+            return store.health()
+        finally:
+            await store.close()
+
+    cache = asyncio.run(go())["index_cache"]
+    assert set(cache) == {"mib", "entries"} and cache["entries"] >= 0
+    assert 0 <= cache["mib"] <= (lance.INDEX_CACHE_BYTES + lance.METADATA_CACHE_BYTES) / 2**20
