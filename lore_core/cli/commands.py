@@ -24,10 +24,10 @@ def _configure_logging(verbose: bool = False) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from lore_core.gateway import Gateway
-    from lore_core.http.serve import CannotListen, limit_malloc_arenas, serve_forever
+    from lore_core.http.serve import CannotListen, serve_forever, tune_malloc
 
     _configure_logging(args.verbose)
-    limit_malloc_arenas()  # before the gateway starts its threads
+    tune_malloc()  # before the gateway starts its threads
     gateway = Gateway.load()
     host = args.host or gateway.config.server.host
     port = args.port if args.port is not None else gateway.config.server.port
