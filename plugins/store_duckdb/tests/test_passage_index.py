@@ -126,7 +126,8 @@ def test_health_reports_the_index_caches_within_their_bounds(tmp_path: Path) -> 
         store = DuckDBStore(tmp_path / "lore.duckdb")
         await store.open()
         try:
-            await store.write(batch_of(exchange([text("user", "where is the heron"), text("assistant", "ok")])))
+            said = [text("user", "where is the heron"), text("assistant", "ok")]
+            await store.write(batch_of(exchange(said)))
             assert await store.search("heron")  # the index is open, so is the shared session
             return store.health()
         finally:
