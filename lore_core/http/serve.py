@@ -128,12 +128,13 @@ _M_MMAP_THRESHOLD = -3
 
 
 def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(None)
     try:
+        libc = ctypes.CDLL(None)
         libc.mallopt, libc.malloc_trim  # noqa: B018 (both exist only in glibc)
-    except AttributeError:
+    except (OSError, AttributeError):
         return None  # musl: no arenas to cap, nothing to trim
     return libc
 
