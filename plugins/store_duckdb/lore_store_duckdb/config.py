@@ -19,5 +19,10 @@ class DuckDBConfig:
     # messages' ids were in), so a cap must leave room for the store's growth. Pages past
     # the cap are evicted to the file or spilled to a temporary file beside it.
     memory_limit_mb: int = setting(0, low=0, high=1 << 22)
+    # Table pages DuckDB keeps in memory beyond what it cannot evict (its primary-key
+    # indexes, rows not yet checkpointed), in MiB: after a write (at most once a second) the
+    # store evicts the pages past it, so the pool stops growing with the data. 0 = never
+    # trim (pages stay until memory_limit forces them out).
+    page_cache_mb: int = setting(64, low=0, high=1 << 22)
     # DuckDB's worker threads; 0 = DuckDB's default (one per core).
     threads: int = setting(0, low=0, high=256)

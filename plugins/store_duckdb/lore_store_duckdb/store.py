@@ -263,6 +263,9 @@ class DuckDBStore(Store):
         self._index: _Index | None = None
         self._vectors = VectorIndex(self.vector_path, self._meta_get, self._meta_put, self._meta_keys)
         self._opened_at: float | None = None
+        # When DuckDB's page cache was last trimmed (see _trim_page_cache).
+        self._page_cache_trimmed_at = 0.0
+        self._default_memory_limit = ""
         # Set by close(): a vector write still finishing must not reopen the database (a
         # fatal error's internal close, by contrast, reopens on next use).
         self._closed = False
@@ -285,6 +288,9 @@ class DuckDBStore(Store):
                 f"{self.path}: schema migration failed: {' '.join(str(exc).split())}"
             ) from None
         self._con = con
+        # The limit a trim gives back: DuckDB's own (80 % of RAM) or memoryLimitMb.
+        fetched = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        self._default_memory_limit = str(fetched[0]) if fetched else "80%"
         # The index thread (and the ~2 s LanceDB import) starts on the first write or search,
         # or now when the index lags behind DuckDB (a crash): `lore sessions` never pays it.
         self._index = _Index(self.index_path, con)
@@ -337,6 +343,36 @@ class DuckDBStore(Store):
             return {}
         return {str(tag).lower(): round(int(used) / 2**20, 1) for tag, used in rows}
 
+    def _trim_page_cache(self) -> None:
+        """Evict DuckDB's table pages down to ``pageCacheMb`` beyond what it cannot evict.
+
+        DuckDB keeps every table page it read or wrote until its memory_limit (80 % of RAM
+        by default) forces it out, so the gateway's memory grew with the store. A lower
+        fixed limit is no answer: the primary-key indexes and the rows not yet checkpointed
+        live in the same pool, cannot be evicted and grow with the data, and past the limit
+        writes and reads fail. So the limit is lowered to that pinned part plus the page
+        cache, which evicts at once, and given back straight after: a trim, like
+        ``malloc_trim``, at most once a second after a write (~0.3 ms).
+        """
+        if not self.settings.page_cache_mb:
+            return
+        moment = time.monotonic()
+        if moment - self._page_cache_trimmed_at < 1.0:
+            return
+        self._page_cache_trimmed_at = moment
+        try:
+            cur = self._cursor()
+            try:
+                rows = cur.execute("SELECT tag, memory_usage_bytes FROM duckdb_memory()").fetchall()
+                pinned = sum(int(used) for tag, used in rows if tag != "BASE_TABLE")
+                cur.execute(f"SET memory_limit = '{pinned // 2**20 + self.settings.page_cache_mb}MiB'")
+                cur.execute(f"SET memory_limit = '{self._default_memory_limit}'")
+            finally:
+                cur.close()
+        except duckdb.Error as exc:
+            # An economy, never a reason to fail the write that just committed.
+            log.debug("could not trim DuckDB's page cache: %s", exc)
+
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
             # A fatal error (disk full) invalidated the database: open it again.
@@ -380,6 +416,13 @@ class DuckDBStore(Store):
         return await asyncio.to_thread(self._write, batch.merged())
 
     def _write(self, batch: WriteBatch) -> int:
+        added = self._write_rows(batch)
+        self._trim_page_cache()
+        if added and self._index is not None:
+            self._index.wake()
+        return added
+
+    def _write_rows(self, batch: WriteBatch) -> int:
         with self._transaction() as cur:
             # Arrow tables, not executemany: DuckDB runs executemany row by row (seconds
             # for a few hundred rows); an INSERT ... SELECT over Arrow is one statement.
@@ -438,8 +481,6 @@ class DuckDBStore(Store):
                 result = cur.execute(f"INSERT OR IGNORE INTO messages ({cols}) SELECT {cols} FROM rows")
                 fetched = result.fetchone()
                 added = int(fetched[0]) if fetched else 0
-        if added and self._index is not None:
-            self._index.wake()
         return added
 
     # -- distillations ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ from lore_store_duckdb.plugin import make_store
 from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.config import ConfigError, load_config
+from lore_core.storage.records import StoredMessage, WriteBatch
 
 
 def config_file(tmp_path: Path, section: dict[str, object]) -> dict[str, str]:
@@ -48,15 +49,79 @@ def test_memory_limit_and_threads_reach_duckdb(tmp_path: Path) -> None:
     assert memory_limit in {"300.0 MiB", "314.5 MB"}
 
 
-def test_the_default_leaves_duckdbs_own_limit(tmp_path: Path) -> None:
+def test_page_cache_trim_off_leaves_duckdbs_own_limit(tmp_path: Path) -> None:
     import duckdb
 
-    (memory_limit,) = opened_settings(DuckDBStore(tmp_path / "db"), "memory_limit")
+    store = DuckDBStore(tmp_path / "db", DuckDBConfig(page_cache_mb=0))
+    (memory_limit,) = opened_settings(store, "memory_limit")
     plain = duckdb.connect(str(tmp_path / "plain.duckdb"))
     try:
         assert memory_limit == plain.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     finally:
         plain.close()
+
+
+def messages(batch: int, count: int, size: int) -> list[StoredMessage]:
+    import secrets
+
+    return [
+        StoredMessage(
+            id=f"m-{batch}-{i}",
+            session_id=f"s-{i % 7}",
+            parent_id=None,
+            position=i,
+            role="user",
+            text=secrets.token_urlsafe(size),
+            blocks=[{"type": "text", "text": secrets.token_urlsafe(size)}],
+        )
+        for i in range(count)
+    ]
+
+
+def table_pages_held(store: DuckDBStore) -> tuple[float, float]:
+    """Write ~70 MiB of messages, read every page back, write once more: DuckDB's table
+    pages then held and what its primary-key index takes, in MiB."""
+
+    async def run() -> tuple[float, float]:
+        await store.open()
+        try:
+            for batch in range(10):
+                await store.write(WriteBatch(messages=messages(batch, 1000, 3000)))
+            con = store._con
+            assert con is not None
+            con.execute("SELECT sum(length(text) + length(blocks)) FROM messages").fetchone()
+            await asyncio.sleep(1.1)  # a trim follows a write at most once a second
+            await store.write(WriteBatch(messages=messages(10, 1, 10)))
+            memory = store._memory_mib()
+            return memory.get("base_table", 0.0), memory.get("art_index", 0.0)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def test_the_page_cache_bound_keeps_table_pages_from_growing_with_the_store(tmp_path: Path) -> None:
+    unbounded, _ = table_pages_held(DuckDBStore(tmp_path / "a", DuckDBConfig(page_cache_mb=0)))
+    bounded, index = table_pages_held(DuckDBStore(tmp_path / "b", DuckDBConfig(page_cache_mb=16)))
+    # Without the trim DuckDB keeps every page it read; with it, ~16 MiB beyond the
+    # primary-key index, which stays in memory either way.
+    assert unbounded > 40
+    assert bounded <= 16 + 2
+    assert index > 0
+
+
+def test_a_trim_gives_back_a_fixed_memory_limit(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "db", DuckDBConfig(memory_limit_mb=300, page_cache_mb=8))
+
+    async def run() -> str:
+        await store.open()
+        try:
+            await store.write(WriteBatch(messages=messages(0, 10, 100)))
+            return duckdb_setting(store, "memory_limit")
+        finally:
+            await store.close()
+
+    assert asyncio.run(run()) in {"300.0 MiB", "314.5 MB"}
 
 
 def test_out_of_range_settings_name_their_key(tmp_path: Path) -> None:
