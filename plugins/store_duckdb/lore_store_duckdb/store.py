@@ -280,17 +280,25 @@ class DuckDBStore(Store):
         if self._con is not None:
             return
         con = _connect(self.path, self.settings)
+        # Statements run on a cursor that is closed after them, never on `con` itself: a
+        # result left unread on a connection keeps its transaction open, and while any
+        # transaction stays open DuckDB never checkpoints (the WAL and the memory holding
+        # every write since grew for the life of the process).
         try:
-            migrate(con)
+            setup = con.cursor()
+            try:
+                migrate(setup)
+                # The limit a trim gives back: DuckDB's own (80 % of RAM) or memoryLimitMb.
+                fetched = setup.execute("SELECT current_setting('memory_limit')").fetchone()
+                self._default_memory_limit = str(fetched[0]) if fetched else "80%"
+            finally:
+                setup.close()
         except duckdb.Error as exc:
             con.close()
             raise StoreUnavailable(
                 f"{self.path}: schema migration failed: {' '.join(str(exc).split())}"
             ) from None
         self._con = con
-        # The limit a trim gives back: DuckDB's own (80 % of RAM) or memoryLimitMb.
-        fetched = con.execute("SELECT current_setting('memory_limit')").fetchone()
-        self._default_memory_limit = str(fetched[0]) if fetched else "80%"
         # The index thread (and the ~2 s LanceDB import) starts on the first write or search,
         # or now when the index lags behind DuckDB (a crash): `lore sessions` never pays it.
         self._index = _Index(self.index_path, con)

@@ -12,7 +12,7 @@ from lore_store_duckdb.plugin import make_store
 from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.config import ConfigError, load_config
-from lore_core.storage.records import StoredMessage, WriteBatch
+from lore_core.storage.records import Session, StoredMessage, WriteBatch
 
 
 def config_file(tmp_path: Path, section: dict[str, object]) -> dict[str, str]:
@@ -127,3 +127,35 @@ def test_a_trim_gives_back_a_fixed_memory_limit(tmp_path: Path) -> None:
 def test_out_of_range_settings_name_their_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"store-duckdb\.memoryLimitMb: must be"):
         load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"memoryLimitMb": -1}))
+
+
+def test_a_reopened_store_still_checkpoints(tmp_path: Path) -> None:
+    """Nothing the store runs leaves a transaction open: while one is, DuckDB does not
+    checkpoint, and the write-ahead log and the memory holding every write since grow for
+    the life of the process (on every open of an existing database, until this was fixed)."""
+    db = tmp_path / "db"
+    wal = Path(str(db) + ".wal")
+
+    async def reopen_and_write() -> tuple[int, float]:
+        store = DuckDBStore(db, DuckDBConfig(page_cache_mb=0))
+        await store.open()
+        await store.close()
+        store = DuckDBStore(db, DuckDBConfig(page_cache_mb=0))
+        await store.open()
+        try:
+            # ~40 MiB as the writer sends it: batches updating their session, the full-text
+            # indexer copying them between (it records its progress in the database).
+            for batch in range(40):
+                session = Session(id="s-0", updated_at=float(batch))
+                await store.write(WriteBatch(sessions=[session], messages=messages(batch, 200, 2000)))
+                await asyncio.sleep(0.1)
+            held = store._memory_mib()
+            return wal.stat().st_size if wal.exists() else 0, held.get("transaction", 0.0)
+        finally:
+            await store.close()
+
+    wal_bytes, transactions_mib = asyncio.run(reopen_and_write())
+    # DuckDB checkpoints past 16 MiB of log; what a transaction left open keeps grows with
+    # every write.
+    assert wal_bytes < 20 * 2**20
+    assert transactions_mib < 8
