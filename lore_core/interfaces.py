@@ -510,9 +510,26 @@ class Store(Protocol):
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
         """Persist one per-session value (JSON-serialisable), e.g. ``forceMinLayer``."""
 
+    async def set_states(self, values: Sequence[tuple[str, str, Any]]) -> None:
+        """Persist several ``(session_id, key, value)`` at once. By default one
+        :meth:`set_state` each; a store with transactions should write them in one (the
+        spend of every session that spent since the last save is written together)."""
+        for session_id, key, value in values:
+            await self.set_state(session_id, key, value)
+
     # -- reads -----------------------------------------------------------------------------
 
     async def get_state(self, session_id: str, key: str, default: Any = None) -> Any: ...
+
+    async def get_states(self, key: str, session_ids: Sequence[str]) -> dict[str, Any]:
+        """One key's value for several sessions: those that have it, by session id. By
+        default one :meth:`session_state` each; a store with queries should read them in one."""
+        found: dict[str, Any] = {}
+        for session_id in session_ids:
+            state = await self.session_state(session_id)
+            if key in state:
+                found[session_id] = state[key]
+        return found
 
     async def session_state(self, session_id: str) -> dict[str, Any]:
         """Every state value of a session."""

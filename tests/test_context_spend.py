@@ -111,6 +111,51 @@ def test_a_failed_save_keeps_the_spend_for_the_next_one() -> None:
     assert round(day, 4) == 2.0 and round(session, 4) == 2.0
 
 
+class CountingStore(MemoryStore):
+    """Counts the state calls a save makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def set_state(self, session_id: str, key: str, value: Any) -> None:
+        self.calls.append("set_state")
+        await super().set_state(session_id, key, value)
+
+    async def set_states(self, values: Any) -> None:
+        self.calls.append("set_states")
+        for session_id, key, value in values:
+            await super().set_state(session_id, key, value)
+
+    async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
+        self.calls.append("get_state")
+        return await super().get_state(session_id, key, default)
+
+    async def get_states(self, key: str, session_ids: Any) -> dict[str, Any]:
+        self.calls.append("get_states")
+        return await super().get_states(key, session_ids)
+
+
+def test_the_spend_of_many_sessions_is_saved_in_one_read_and_one_write() -> None:
+    async def run() -> tuple[list[str], list[Any]]:
+        store = CountingStore()
+        await store.open()
+        await store.set_state("s-7", SESSION_SPEND_KEY, 5.0)  # an earlier run's
+        costs = tracker()
+        book = SpendBook(costs, store)
+        assert await book.load_today()
+        for i in range(50):
+            costs.record(f"s-{i}", "claude-sonnet-4-5", DOLLAR)
+        store.calls.clear()
+        await book.save()
+        return list(store.calls), [await store.get_state(f"s-{i}", SESSION_SPEND_KEY) for i in (0, 7, 49)]
+
+    calls, saved = asyncio.run(run())
+    # The day: one read and one write; the 50 sessions: one of each.
+    assert sorted(calls) == ["get_state", "get_states", "set_state", "set_states"]
+    assert [round(x, 4) for x in saved] == [1.0, 6.0, 1.0]
+
+
 def test_a_new_day_starts_from_its_own_total() -> None:
     async def run() -> CostTracker:
         store = await opened_store()

@@ -77,21 +77,34 @@ class SpendBook:
                 except Exception as exc:
                     log.warning("could not save the spend of %s: %s", day, exc)
                     self.costs.unsaved_day(day, usd)
-            # After one failure the rest wait for the next call: a failing store (a full
-            # disk) is not tried, and logged, once per session.
-            error: Exception | None = None
-            for session_id, usd in sessions.items():
-                if error is None:
-                    try:
-                        await self._load_session(session_id)
-                        await self._add(session_id, SESSION_SPEND_KEY, usd)
-                        continue
-                    except Exception as exc:
-                        error = exc
-                self.costs.unsaved_session(session_id, usd)
-            if error is not None and str(error) != self._last_error:
-                log.warning("could not save the spend of sessions (tried again later): %s", error)
-            self._last_error = str(error) if error is not None else None
+            if not sessions:
+                return
+            try:
+                await self._add_sessions(sessions)
+            except Exception as exc:
+                # All of them wait for the next call: a failing store (a full disk) is
+                # logged once, not once per save.
+                for session_id, usd in sessions.items():
+                    self.costs.unsaved_session(session_id, usd)
+                if str(exc) != self._last_error:
+                    log.warning("could not save the spend of sessions (tried again later): %s", exc)
+                self._last_error = str(exc)
+            else:
+                self._last_error = None
+
+    async def _add_sessions(self, sessions: dict[str, float]) -> None:
+        """Add each session's new spend to what is stored: one read and one write for all of
+        them (one each per session took seconds under load, and the store's write lock)."""
+        stored = await self.store.get_states(SESSION_SPEND_KEY, list(sessions))
+        for session_id in sessions:
+            if not self.costs.holds_saved(session_id):
+                self.costs.add_saved(session_id=session_id, usd=_usd(stored.get(session_id, 0)))
+        await self.store.set_states(
+            [
+                (session_id, SESSION_SPEND_KEY, _usd(stored.get(session_id, 0)) + usd)
+                for session_id, usd in sessions.items()
+            ]
+        )
 
     async def _add(self, state_id: str, key: str, usd: float) -> None:
         """Read, add, write back: this gateway is the store's only writer."""

@@ -298,6 +298,27 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_session_states_in_one_call(self, make_store: Callable[[], Store]) -> None:
+        async def body(store: Store) -> None:
+            assert await store.get_states("spendUsd", []) == {}
+            await store.set_states([])
+            await store.set_state("s-1", "spendUsd", 0.5)
+            await store.set_states(
+                [
+                    ("s-1", "spendUsd", 1.25),
+                    ("s-2", "spendUsd", 2.0),
+                    ("s-2", "spendUsd", 2.5),
+                    ("s-3", "other", 1),
+                ]
+            )
+            # The last value of a session's key wins; sessions without the key are left out.
+            found = await store.get_states("spendUsd", ["s-1", "s-2", "s-3", "s-4"])
+            assert found == {"s-1": 1.25, "s-2": 2.5}
+            assert await store.get_state("s-3", "other") == 1
+            assert await store.session_state("s-2") == {"spendUsd": 2.5}
+
+        self.run(make_store, body)
+
     def test_persistence_across_reopen(self, make_store: Callable[[], Store]) -> None:
         if not self.persistent:
             pytest.skip("this store does not persist")

@@ -580,6 +580,29 @@ class DuckDBStore(Store):
             finally:
                 cur.close()
 
+    async def set_states(self, values: Sequence[tuple[str, str, Any]]) -> None:
+        if values:
+            await asyncio.to_thread(self._set_states, [(s, k, json.dumps(v)) for s, k, v in values])
+
+    def _set_states(self, values: list[tuple[str, str, str]]) -> None:
+        # The last value of a (session, key) wins, as it would one call at a time.
+        latest = {(session_id, key): value for session_id, key, value in values}
+        state_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
+            {
+                "session_id": [session_id for session_id, _ in latest],
+                "key": [key for _, key in latest],
+                "value": list(latest.values()),
+            }
+        )
+        with self._transaction() as cur:
+            cur.execute(
+                """INSERT INTO session_state (session_id, key, value, updated_at)
+                SELECT session_id, key, value, ? FROM state_rows
+                ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value,
+                  updated_at = excluded.updated_at""",
+                (time.time(),),
+            )
+
     # -- reads -----------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -594,6 +617,16 @@ class DuckDBStore(Store):
             self._query, "SELECT value FROM session_state WHERE session_id = ? AND key = ?", (session_id, key)
         )
         return json.loads(rows[0][0]) if rows else default
+
+    async def get_states(self, key: str, session_ids: Sequence[str]) -> dict[str, Any]:
+        if not session_ids:
+            return {}
+        rows = await asyncio.to_thread(
+            self._query,
+            "SELECT session_id, value FROM session_state WHERE key = ? AND session_id IN (SELECT unnest(?))",
+            (key, list(session_ids)),
+        )
+        return {str(session_id): json.loads(value) for session_id, value in rows}
 
     async def session_state(self, session_id: str) -> dict[str, Any]:
         rows = await asyncio.to_thread(
