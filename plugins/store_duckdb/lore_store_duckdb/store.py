@@ -373,8 +373,10 @@ class DuckDBStore(Store):
             try:
                 rows = cur.execute("SELECT tag, memory_usage_bytes FROM duckdb_memory()").fetchall()
                 pinned = sum(int(used) for tag, used in rows if tag != "BASE_TABLE")
-                cur.execute(f"SET memory_limit = '{pinned // 2**20 + self.settings.page_cache_mb}MiB'")
-                cur.execute(f"SET memory_limit = '{self._default_memory_limit}'")
+                try:
+                    cur.execute(f"SET memory_limit = '{pinned // 2**20 + self.settings.page_cache_mb}MiB'")
+                finally:
+                    cur.execute(f"SET memory_limit = '{self._default_memory_limit}'")
             finally:
                 cur.close()
         except duckdb.Error as exc:
