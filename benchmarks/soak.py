@@ -19,10 +19,13 @@ every turn a client received in full must be stored exactly once (its user messa
 answer), under its own session, and no stored session may hold another conversation's text.
 The exit status is 1 if any check fails (missing, duplicated, misfiled, merged or split
 sessions, forks, a stream that carried another question's answer) or the gateway answered
-with a 5xx. The data is generated. Run it by hand::
+with a 5xx. The data is generated. With ``--reopened-store`` a first gateway creates the
+store and stops before the one under load opens it, as after a restart (DuckDB never
+checkpointed on a reopened store until 2026-12-04, and a new store hid it). Run it by hand::
 
     python benchmarks/soak.py                                  # 200 sessions, 4 minutes
     python benchmarks/soak.py --sessions 50 --duration 30      # a quick look
+    python benchmarks/soak.py --reopened-store                 # on a store a first gateway made
     python benchmarks/soak.py --help
 """
 
@@ -109,6 +112,18 @@ def servers(args: argparse.Namespace) -> Iterator[Servers]:
                 "LORE_HOST": "127.0.0.1",
             }
             run.gateway_log = run.work / "gateway.log"
+            if args.reopened_store:
+                # A first gateway creates the store and stops; the one under load opens it
+                # again, as after any restart (a fault that only a reopened store showed).
+                first = spawn_logged(
+                    [sys.executable, "-m", "lore_core.cli", "serve"],
+                    env,
+                    run.work / "first-gateway.log",
+                    run.work,
+                )
+                wait_until_serving(first, f"http://127.0.0.1:{port}/health", run.work / "first-gateway.log")
+                if stop_process(first, timeout=60) != 0 or not run.db.exists():
+                    raise RuntimeError(f"the first gateway did not leave a store at {run.db}")
             gateway = spawn_logged(
                 [sys.executable, "-m", "lore_core.cli", "serve"], env, run.gateway_log, run.work
             )
@@ -370,7 +385,8 @@ def report(run: Run, args: argparse.Namespace) -> str:
         f"gateway (after {args.direct_seconds:g} s straight to the fake), {args.min_turns}-{args.max_turns} "
         f"turns per session, think time 0-{args.think:g} s, fake streams of {args.text_chunks} text deltas "
         f"{args.chunk_delay * 1000:g} ms apart, warm-up {args.warmup_share:.0%}, RSS every "
-        f"{args.sample_every:g} s, seed {args.seed}, gateway config {args.gateway_config}",
+        f"{args.sample_every:g} s, seed {args.seed}, gateway config {args.gateway_config}, "
+        f"store {'reopened (created and stopped by a first gateway)' if args.reopened_store else 'new'}",
         f"machine: python {platform.python_version()} on {platform.system()} {platform.machine()}, "
         f"{os.cpu_count()} CPUs shared by the clients, the fake and the gateway; "
         f"load average at start {run.load_average}",
@@ -448,6 +464,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grace", type=float, default=60.0, help="hard deadline: seconds after --duration")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gateway-config", default="{}", help="JSON config of the started gateway")
+    parser.add_argument(
+        "--reopened-store",
+        action="store_true",
+        help="load a store another gateway created and stopped (as after a restart), not a new one",
+    )
     parser.add_argument("--keep-logs", help="copy the gateway's and the fake's logs into this directory")
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.duration <= 0 or not 1 <= args.min_turns <= args.max_turns:
