@@ -368,13 +368,15 @@ class DuckDBStore(Store):
         if moment - self._page_cache_trimmed_at < 1.0:
             return
         self._page_cache_trimmed_at = moment
+        memory = self._memory_mib()
+        if not memory:
+            return  # DuckDB did not say what it holds: nothing to trim against
+        pinned_mib = sum(mib for tag, mib in memory.items() if tag != "base_table")
         try:
             cur = self._cursor()
             try:
-                rows = cur.execute("SELECT tag, memory_usage_bytes FROM duckdb_memory()").fetchall()
-                pinned = sum(int(used) for tag, used in rows if tag != "BASE_TABLE")
                 try:
-                    cur.execute(f"SET memory_limit = '{pinned // 2**20 + self.settings.page_cache_mb}MiB'")
+                    cur.execute(f"SET memory_limit = '{int(pinned_mib) + self.settings.page_cache_mb}MiB'")
                 finally:
                     cur.execute(f"SET memory_limit = '{self._default_memory_limit}'")
             finally:
@@ -567,20 +569,7 @@ class DuckDBStore(Store):
         return {i for (source,) in rows for i in json.loads(source or "[]")}
 
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
-        await asyncio.to_thread(self._set_state, session_id, key, json.dumps(value))
-
-    def _set_state(self, session_id: str, key: str, value: str) -> None:
-        with self._write_lock:
-            cur = self._cursor()
-            try:
-                cur.execute(
-                    """INSERT INTO session_state (session_id, key, value, updated_at) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value,
-                      updated_at = excluded.updated_at""",
-                    (session_id, key, value, time.time()),
-                )
-            finally:
-                cur.close()
+        await self.set_states([(session_id, key, value)])
 
     async def set_states(self, values: Sequence[tuple[str, str, Any]]) -> None:
         if values:
