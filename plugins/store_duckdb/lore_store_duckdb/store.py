@@ -75,11 +75,15 @@ from lore_core.storage.records import (
     WriteBatch,
 )
 from lore_store_duckdb import lance
+from lore_store_duckdb.absent import fail_fast_when_absent
 from lore_store_duckdb.config import DuckDBConfig
 from lore_store_duckdb.schema import SCHEMA_VERSION, migrate
 from lore_store_duckdb.vectors import VectorIndex
 
 log = logging.getLogger("lore.store.duckdb")
+
+# Every parameterised query would otherwise look for pandas on disk (see absent.py).
+fail_fast_when_absent()
 
 #: Items (messages and distillations) cut into passages and copied into the index per
 #: append at most; a search waits for at most one such batch.
