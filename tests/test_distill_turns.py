@@ -14,10 +14,18 @@ import itertools
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import DistillConfig, WorkerConfig
+from lore_core.distill import scheduler as scheduler_module
 from lore_core.distill.inputs import DistillInput
-from lore_core.distill.scheduler import MAX_PARALLEL_SESSIONS, DistillScheduler, policy_of
+from lore_core.distill.scheduler import (
+    FIRST_EXCHANGE_MAX_ITEMS,
+    MAX_PARALLEL_SESSIONS,
+    DistillScheduler,
+    policy_of,
+)
 from lore_core.distill.segment import split_segments
 from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Block, Exchange, Message
 from lore_core.storage.records import main_branch
@@ -78,6 +86,12 @@ class Harness:
 
     def new_scheduler(self) -> DistillScheduler:
         return DistillScheduler(self.store, self.config, self.worker, clock=lambda: self.now)  # type: ignore[arg-type]
+
+    async def restart(self) -> None:
+        """A gateway restart: a new scheduler, knowing nothing of the session."""
+        await self.scheduler.stop()
+        self.scheduler = self.new_scheduler()
+        await self.scheduler.start(resume=False)
 
     async def step(self) -> None:
         """What the background loop does when woken: schedule, then the runs it launched."""
@@ -142,9 +156,10 @@ def run(fake: FakeUpstream, body: Any) -> None:
 
 def test_small_turns_read_nothing_until_a_segment_may_be_full(fake_upstream: FakeUpstream) -> None:
     async def body(h: Harness) -> None:
-        # The session's first exchange: nothing to compare with, so it runs as before.
+        # A new session's first exchange: its short history is measured whole, and below a
+        # segment nothing is read.
         await h.turn()
-        assert h.store.session_reads == 1
+        assert h.store.session_reads == 0
         reads_at: list[int] = []
         for _ in range(79):  # the last answer is text, so idle is the plain timeout
             before = h.store.session_reads
@@ -213,19 +228,26 @@ def test_when_unsure_a_turn_runs_as_before(fake_upstream: FakeUpstream) -> None:
         await h.send([*h.history[:2], text("user", "no, do it differently")], answer("ok"))
         assert h.store.session_reads == reads + 2
 
-        # A restart: the new scheduler knows nothing of the session, so its first turn reads.
-        await h.scheduler.stop()
-        h.scheduler = h.new_scheduler()
-        await h.scheduler.start(resume=False)
+        # A restart: the new scheduler knows nothing of the session. Its first request's
+        # history, short and below a segment, bounds what is undistilled: nothing read.
+        await h.restart()
         await h.turn()
-        assert h.store.session_reads == reads + 3
-        await h.turn()
-        assert h.store.session_reads == reads + 3
-
+        assert len(h.history) <= FIRST_EXCHANGE_MAX_ITEMS
+        assert h.store.session_reads == reads + 2
         # A pause long enough to end a segment: read.
         h.now += policy_of(h.config).gap_seconds
         await h.turn()
-        assert h.store.session_reads == reads + 4
+        assert h.store.session_reads == reads + 3
+
+        # Another restart, after a history too long to measure on the request path: read.
+        while len(h.history) <= FIRST_EXCHANGE_MAX_ITEMS:
+            await h.turn()
+        reads = h.store.session_reads
+        await h.restart()
+        await h.turn()
+        assert h.store.session_reads == reads + 1
+        await h.turn()
+        assert h.store.session_reads == reads + 1
 
     run(fake_upstream, body)
 
@@ -281,10 +303,12 @@ def test_runs_due_beyond_the_slots_wait_as_sessions_not_as_tasks(fake_upstream: 
         sessions = [f"s-queue-{i}" for i in range(30)]
         for sid in sessions:
             h.now += 1.0
-            history = [text("user", f"{sid}: look at src/app.py and fix the failing check")]
+            # A first exchange bringing a segment's worth (a long paste): a run is due.
+            paste = "every part of this design matters. " * 60
+            history = [text("user", f"{sid}: look at src/app.py and fix the failing check. {paste}")]
             ex = exchange(history, answer(f"{sid}: fixed, tests pass"), session=sid, at=h.now)
             await store.inner.write(batch_of(ex))
-            h.scheduler.exchange_finished(ex)  # a first exchange: estimate unknown, a run due
+            h.scheduler.exchange_finished(ex)
             await asyncio.sleep(0)
         await asyncio.sleep(0.2)  # the background loop wakes and schedules
         distill_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("lore-distill-")]
@@ -297,7 +321,7 @@ def test_runs_due_beyond_the_slots_wait_as_sessions_not_as_tasks(fake_upstream: 
         async with asyncio.timeout(30):
             while h.scheduler.health()["turn_runs_waiting"] or h.scheduler.health()["running"]:
                 await asyncio.sleep(0.05)
-        # Each turn run read its session once; a two-message session is a tail, left for idle.
+        # Each turn run read its session once.
         assert store.calls["session_messages"] == len(sessions)
         h.now += h.config.idle_timeout_seconds + 1
         async with asyncio.timeout(30):
@@ -307,5 +331,42 @@ def test_runs_due_beyond_the_slots_wait_as_sessions_not_as_tasks(fake_upstream: 
                     break
                 await asyncio.sleep(0.05)
         assert store.most_at_once == MAX_PARALLEL_SESSIONS
+
+    run(fake_upstream, body)
+
+
+def test_tracking_is_bounded_when_sessions_come_faster_than_runs(
+    fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sessions arriving faster than runs finish (every slot held) are tracked up to
+    MAX_TRACKED_SESSIONS; past it the longest-tracked is dropped, counted and logged once,
+    and the sessions still tracked are distilled when the runs can go on."""
+    monkeypatch.setattr(scheduler_module, "MAX_TRACKED_SESSIONS", 8)
+
+    async def body(h: Harness) -> None:
+        store = GatedStore(h.store.inner)
+        h.scheduler.store = store
+        paste = "every part of this design matters. " * 60
+        sessions = [f"s-flood-{i}" for i in range(20)]
+        for sid in sessions:
+            h.now += 1.0
+            ex = exchange([text("user", f"{sid}: {paste}")], answer(f"{sid}: noted"), session=sid, at=h.now)
+            await store.inner.write(batch_of(ex))
+            h.scheduler.exchange_finished(ex)
+            await asyncio.sleep(0)
+        health = h.scheduler.health()
+        assert health["tracked_sessions"] == 8
+        assert health["untracked_sessions"] == len(sessions) - 8
+        assert len(h.scheduler._turned) <= 8 and len(h.scheduler._awaiting_tool) == 8
+        # The two running when the table was full were kept; the newest are tracked.
+        assert set(sessions[-6:]) <= set(h.scheduler._seen)
+        assert sum("distillation is behind" in r.getMessage() for r in caplog.records) == 1
+
+        store.gate.set()
+        async with asyncio.timeout(30):
+            while h.scheduler.health()["turn_runs_waiting"] or h.scheduler.health()["running"]:
+                await asyncio.sleep(0.05)
+        for sid in sessions[-6:]:
+            assert await store.inner.distilled_message_ids(sid)
 
     run(fake_upstream, body)

@@ -31,13 +31,16 @@ may be full. Each tracked session keeps an estimate of its undistilled tokens (a
 request's messages past the history the previous exchange left, and the answer), measured
 as the segmenter measures them (:func:`~lore_core.distill.segment.message_sizes`). A turn
 launches a run when that estimate reaches ``distill.segmentMaxTokens``, and whenever the
-estimate is unknown: the session's first exchange since the scheduler started (a restart)
-or since its estimate was dropped (only the ``MAX_BACKLOGS`` most recent are kept), a
-request that does not extend the history the previous one left (a resend, a branch, an
-edit), a pause of a segment gap since the previous exchange, a failed run. Unsure means run,
-as every turn did before. The same request sent again (a client's retry: as long as the
-previous one, ending with the same message) adds only its answer. Idle and on-demand runs
-do not look at the estimate; every run resets it from what the store held.
+estimate is unknown: a request that does not extend the history the previous one left (a
+resend, a branch, an edit), a pause of a segment gap since the previous exchange, a failed
+run. Unsure means run, as every turn did before. A session's first exchange since the
+scheduler started (a new session, a restart) or since its estimate was dropped (only the
+``MAX_BACKLOGS`` most recent are kept) is measured whole when its request is short (at most
+``FIRST_EXCHANGE_MAX_ITEMS`` items, not server-side state): the history it resends holds
+everything undistilled, so a new session's first turn reads nothing; a longer one is
+unknown. The same request sent again (a client's retry: as long as the previous one, ending
+with the same message) adds only its answer. Idle and on-demand runs do not look at the
+estimate; every run resets it from what the store held.
 """
 
 from __future__ import annotations
@@ -82,8 +85,16 @@ RESUME_SESSIONS = 200
 MAX_PARALLEL_SESSIONS = 2
 #: Sessions whose undistilled estimate is kept (the turn rule); the least recent are dropped.
 MAX_BACKLOGS = 1024
+#: A first exchange is measured whole (on the event loop) only up to this many wire items.
+FIRST_EXCHANGE_MAX_ITEMS = 16
+#: Sessions tracked at most (waiting for their idle or turn run). Past it, under sessions
+#: arriving faster than runs finish, the longest-tracked is dropped: its messages stay
+#: stored and searchable, and its tail is distilled when it is next seen or on demand.
+MAX_TRACKED_SESSIONS = 10_000
 #: Waits after a failed worker call before the session is tried again (then the last one).
 RETRY_SECONDS = (30.0, 60.0, 120.0, 300.0)
+#: At most one warning this often about sessions dropped from tracking.
+UNTRACKED_LOG_EVERY_SECONDS = 300.0
 
 Progress = Callable[[int, int], None]
 
@@ -196,8 +207,12 @@ class Backlog:
 
     def add(self, exchange: Exchange, policy: SegmentPolicy) -> None:
         """Count what ``exchange`` added to the session."""
+        first = self.started_at is None
         added = self._added(exchange, policy)
-        self.tokens = None if added is None or self.tokens is None else self.tokens + added
+        if added is None or (self.tokens is None and not first):
+            self.tokens = None
+        else:
+            self.tokens = added if first else (self.tokens or 0) + added
 
     def _added(self, exchange: Exchange, policy: SegmentPolicy) -> int | None:
         """Estimated tokens of the exchange's new messages and answer; ``None`` when unsure."""
@@ -207,10 +222,16 @@ class Backlog:
         known, answered, before, last_key = self.items, self.answered, self.started_at, self.last_key
         self.items, self.answered, self.started_at = len(items), bool(answer), exchange.started_at
         self.last_key = message_key(items[-1]) if items else None
-        if before is None or exchange.started_at - before >= policy.gap_seconds:
-            return None  # nothing to compare with, or a pause that may end a segment
         skip = 0
-        if len(items) == known and last_key is not None and self.last_key == last_key:
+        if before is None:
+            # Nothing to compare with: the request's history bounds what is undistilled,
+            # when it carries the history and is short enough to measure here.
+            if exchange.server_state or len(items) > FIRST_EXCHANGE_MAX_ITEMS:
+                return None
+            new = logical_messages(items)
+        elif exchange.started_at - before >= policy.gap_seconds:
+            return None  # a pause that may end a segment
+        elif len(items) == known and last_key is not None and self.last_key == last_key:
             new = []  # the same request again (a client's retry): only its answer is new
         elif exchange.server_state:
             new = logical_messages(items)  # server-side state: the request carries only new items
@@ -269,6 +290,9 @@ class DistillScheduler:
         self._turned: set[str] = set()
         self._backlog: dict[str, Backlog] = {}
         self._failures: Counter[str] = Counter()
+        # Sessions dropped from tracking because MAX_TRACKED_SESSIONS were (overload).
+        self.untracked = 0
+        self._untracked_logged_at = float("-inf")
         self._retry_at: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[DistillReport | None]] = {}
@@ -300,6 +324,8 @@ class DistillScheduler:
 
     def exchange_finished(self, exchange: Exchange) -> None:
         sid = exchange.session_id
+        if sid not in self._seen and len(self._seen) >= MAX_TRACKED_SESSIONS:
+            self._untrack_oldest()
         self._seen[sid] = exchange.finished_at or self._clock()
         self._awaiting_tool[sid] = awaits_tool_result(exchange)
         # Kept after the session goes idle (the next turn continues the count), the most
@@ -321,6 +347,31 @@ class DistillScheduler:
             # Only a turn run is worth waking the loop for; idle runs wait for its tick.
             if self._wake is not None:
                 self._wake.set()
+
+    def _untrack_oldest(self) -> None:
+        """Drop the longest-tracked session not running: runs cannot keep up with new
+        sessions, and tracking them all would grow without bound."""
+        sid = next((s for s in self._seen if s not in self._tasks), None)
+        if sid is None:
+            return
+        self._seen.pop(sid, None)
+        self._awaiting_tool.pop(sid, None)
+        self._turned.discard(sid)
+        self._retry_at.pop(sid, None)
+        self._failures.pop(sid, None)
+        lock = self._locks.get(sid)
+        if lock is not None and not lock.locked():
+            del self._locks[sid]
+        self.untracked += 1
+        now = self._clock()
+        if now - self._untracked_logged_at >= UNTRACKED_LOG_EVERY_SECONDS:
+            self._untracked_logged_at = now
+            log.warning(
+                "distillation is behind: %d sessions tracked, %d dropped so far (their tails are "
+                "distilled when they are next seen, or by `lore distill`)",
+                len(self._seen),
+                self.untracked,
+            )
 
     # -- the background loop -------------------------------------------------------------------
 
@@ -593,6 +644,8 @@ class DistillScheduler:
             "running": sorted(self._tasks),
             # Sessions whose turns asked for a run not started yet (every slot busy).
             "turn_runs_waiting": len(self._turned),
+            # Sessions dropped from tracking since start: runs did not keep up (overload).
+            "untracked_sessions": self.untracked,
             "counts": dict(self.counts),
             "last_error": self.last_error,
         }
