@@ -26,6 +26,7 @@ checkpointed on a reopened store until 2026-12-04, and a new store hid it). Run 
     python benchmarks/soak.py                                  # 200 sessions, 4 minutes
     python benchmarks/soak.py --sessions 50 --duration 30      # a quick look
     python benchmarks/soak.py --reopened-store                 # on a store a first gateway made
+    python benchmarks/soak.py --min-turns 1 --max-turns 3      # ~10x the new sessions: tables fill
     python benchmarks/soak.py --help
 """
 
@@ -328,8 +329,31 @@ def memory_lines(run: Run, args: argparse.Namespace) -> list[str]:
         tenths.append(f"{sample[0]:.0f} s {sample[1] / MIB:.0f} MiB{slope}")
     lines.append("  RSS by tenth of the run (slope in that tenth): " + ", ".join(tenths))
     lines.extend(store_memory_lines(run.store_samples, warm))
+    lines.extend(without_index_lines(after, run.store_samples))
     lines.extend(index_cache_lines(run.cache_samples, warm))
     return lines
+
+
+def without_index_lines(
+    rss: Sequence[tuple[float, int]], store: Sequence[tuple[float, dict[str, float]]]
+) -> list[str]:
+    """The RSS slope after warm-up less DuckDB's primary-key indexes (``art_index``): they
+    hold every stored message's key (~75 B each) and grow with the data by design, so this
+    is the slope of everything else, the part that must be flat."""
+    if not rss or len(store) < 2:
+        return []
+    paired = []
+    for t, memory in store:
+        if t < rss[0][0]:
+            continue
+        nearest = min(rss, key=lambda s: abs(s[0] - t))
+        paired.append((t, nearest[1] - int(memory.get("art_index", 0.0) * MIB)))
+    if len(paired) < 2:
+        return []
+    return [
+        f"  RSS less DuckDB's primary-key indexes, slope after warm-up: {slope_mib_per_min(paired):+.2f} "
+        f"MiB/min ({len(paired)} samples, every {STORE_MEMORY_EVERY:g} s)"
+    ]
 
 
 def store_memory_lines(samples: Sequence[tuple[float, dict[str, float]]], warm: float) -> list[str]:
@@ -359,6 +383,22 @@ def index_cache_lines(samples: Sequence[tuple[float, dict[str, float]]], warm: f
         f"  index caches (LanceDB, bounded) {t0:.0f} s -> {t1:.0f} s: {first.get('mib', 0):.0f} -> "
         f"{last.get('mib', 0):.0f} MiB, {first.get('entries', 0):.0f} -> {last.get('entries', 0):.0f} entries"
     ]
+
+
+def background_line(health: dict[str, Any]) -> str:
+    """Whether the background work kept up, before the stop: sessions the distiller tracks
+    (a queue that grows when runs fall behind; bounded) and the context manager's store reads
+    (a new session's first turn reads its state; past 0.5 s it goes on without)."""
+    distill = health.get("distill") or {}
+    context = health.get("context") or {}
+    events = context.get("events") or {}
+    return (
+        f"background before the stop: distillation tracks {distill.get('tracked_sessions', '?')} sessions "
+        f"({distill.get('turn_runs_waiting', '?')} turn runs waiting, "
+        f"{distill.get('untracked_sessions', 0)} dropped from tracking); context composition p50 "
+        f"{context.get('compose_ms_p50', '?')} ms, p99 {context.get('compose_ms_p99', '?')} ms, "
+        f"store reads past their timeout {events.get('store_timeouts', 0)}"
+    )
 
 
 def report(run: Run, args: argparse.Namespace) -> str:
@@ -419,6 +459,7 @@ def report(run: Run, args: argparse.Namespace) -> str:
         f"in {store.get('batches', '?')} batches, {store.get('queued', '?')} queued, "
         f"{store.get('dropped_messages', '?')} dropped; upstream errors {stats.get('upstream_errors', 0)}, "
         f"client disconnects {stats.get('client_disconnects', 0)}",
+        background_line(run.health),
         "gateway log: "
         + (", ".join(f"{k} {n}" for k, n in run.log_levels.items()) or "no warnings or errors"),
         *(f"    {line}" for line in run.log_errors),
