@@ -209,10 +209,12 @@ class Backlog:
         """Count what ``exchange`` added to the session."""
         first = self.started_at is None
         added = self._added(exchange, policy)
-        if added is None or (self.tokens is None and not first):
+        if added is None:
             self.tokens = None
-        else:
-            self.tokens = added if first else (self.tokens or 0) + added
+        elif first:
+            self.tokens = added
+        elif self.tokens is not None:
+            self.tokens += added
 
     def _added(self, exchange: Exchange, policy: SegmentPolicy) -> int | None:
         """Estimated tokens of the exchange's new messages and answer; ``None`` when unsure."""
@@ -354,14 +356,10 @@ class DistillScheduler:
         sid = next((s for s in self._seen if s not in self._tasks), None)
         if sid is None:
             return
-        self._seen.pop(sid, None)
-        self._awaiting_tool.pop(sid, None)
+        self._untrack(sid)
         self._turned.discard(sid)
         self._retry_at.pop(sid, None)
         self._failures.pop(sid, None)
-        lock = self._locks.get(sid)
-        if lock is not None and not lock.locked():
-            del self._locks[sid]
         self.untracked += 1
         now = self._clock()
         if now - self._untracked_logged_at >= UNTRACKED_LOG_EVERY_SECONDS:
@@ -464,12 +462,16 @@ class DistillScheduler:
         if reason == "idle" and self._seen.get(sid) == seen:
             # Nothing more to do until the session's next request (one that arrived during
             # the run changed the time seen, and keeps the session tracked).
-            self._seen.pop(sid, None)
-            self._awaiting_tool.pop(sid, None)
-            lock = self._locks.get(sid)
-            if lock is not None and not lock.locked():
-                del self._locks[sid]
+            self._untrack(sid)
         return report
+
+    def _untrack(self, sid: str) -> None:
+        """Forget a session until its next request."""
+        self._seen.pop(sid, None)
+        self._awaiting_tool.pop(sid, None)
+        lock = self._locks.get(sid)
+        if lock is not None and not lock.locked():
+            del self._locks[sid]
 
     def _failed(self, sid: str, exc: BaseException) -> None:
         self._failures[sid] += 1

@@ -37,15 +37,11 @@ class AbsentModules(importlib.abc.MetaPathFinder):
         return None
 
 
-def fail_fast_when_absent(names: Sequence[str] = DUCKDB_OPTIONAL) -> AbsentModules | None:
-    """Install an :class:`AbsentModules` for those of ``names`` not installed now (once per
-    process; a module installed later is seen after a restart). Returns it, or None when
-    every one is installed or one is already in place."""
+def fail_fast_when_absent(names: Sequence[str] = DUCKDB_OPTIONAL) -> None:
+    """Put an :class:`AbsentModules` first on ``sys.meta_path`` for those of ``names`` not
+    installed now (once per process; a module installed later is seen after a restart)."""
     if any(isinstance(finder, AbsentModules) for finder in sys.meta_path):
-        return None
+        return
     absent = [name for name in names if name not in sys.modules and importlib.util.find_spec(name) is None]
-    if not absent:
-        return None
-    finder = AbsentModules(absent)
-    sys.meta_path.insert(0, finder)
-    return finder
+    if absent:
+        sys.meta_path.insert(0, AbsentModules(absent))
