@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import tracemalloc
 
 import pytest
 
@@ -383,6 +384,28 @@ def test_the_day_is_projected_at_the_recent_rate():
     p = t.pressure(now)
     assert (p.spent, p.pressure) == (pytest.approx(8.0), pytest.approx(0.4))
     assert p.overshoot == pytest.approx(32.0 / 20.0 - 1)
+
+
+def test_recent_spend_takes_bounded_memory_at_any_request_rate():
+    # A busy gateway records hundreds of responses a second and nothing need ask for the
+    # rate (no budget): what the trailing window keeps must not grow with the responses.
+    t = tracker()
+    start = at(9)
+    for second in range(3600):
+        t.record("s", "example", Usage(input_tokens=1_000), at=start + second)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(20_000):
+            t.record("s", "example", Usage(input_tokens=1_000), at=start + 3600 + i / 100)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 50_000  # one entry a response held ~2 MB here
+    # The trailing hour holds the last 20,000 responses and ~3,400 of the first 3,600, at
+    # $0.015 each (the window's oldest minute counts whole).
+    rate = t.rate_per_second(start + 3800)
+    assert 23_300 * 0.015 / 3600 <= rate <= 23_460 * 0.015 / 3600
 
 
 def test_the_projection_stops_at_midnight():

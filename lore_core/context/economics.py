@@ -290,6 +290,10 @@ def decide_compression(
 
 #: Spend in this trailing window sets the rate that projects the day's spend.
 RATE_WINDOW_SECONDS = 3600.0
+#: Recent spend is summed per bucket of this many seconds: memory stays at a window's worth of
+#: buckets at any request rate (one entry per response was ~110 bytes each, 80 MB an hour at
+#: 200 responses/s), and the window's oldest bucket counts whole (within 1/60 of the window).
+RATE_BUCKET_SECONDS = 60.0
 #: Sessions whose total the tracker keeps in memory (most recently used); the rest are in
 #: the store and read back when their session returns.
 MAX_TRACKED_SESSIONS = 10_000
@@ -404,7 +408,8 @@ class CostTracker:
         self._sessions: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._saved_loaded: set[str] = set()
         self._days: dict[dt.date, float] = collections.defaultdict(float)
-        self._recent: collections.deque[tuple[float, float]] = collections.deque()
+        # Spend per RATE_BUCKET_SECONDS bucket: [bucket start, USD], oldest first.
+        self._recent: collections.deque[list[float]] = collections.deque()
         # Spent since the last save to the store (see lore_core.context.spend).
         self._unsaved_sessions: dict[str, float] = collections.defaultdict(float)
         self._unsaved_days: dict[dt.date, float] = collections.defaultdict(float)
@@ -431,8 +436,20 @@ class CostTracker:
         self._days[self._day(at)] += cost
         self._unsaved_sessions[session_id] += cost
         self._unsaved_days[self._day(at)] += cost
-        self._recent.append((at, cost))
+        self._add_recent(at, cost)
         return cost
+
+    def _add_recent(self, at: float, cost: float) -> None:
+        bucket = at - at % RATE_BUCKET_SECONDS
+        if self._recent and bucket <= self._recent[-1][0]:
+            self._recent[-1][1] += cost  # this bucket (or a response recorded late)
+        else:
+            self._recent.append([bucket, cost])
+            self._drop_old_buckets(at)
+
+    def _drop_old_buckets(self, now: float) -> None:
+        while self._recent and self._recent[0][0] + RATE_BUCKET_SECONDS <= now - RATE_WINDOW_SECONDS:
+            self._recent.popleft()
 
     # -- persistence (the store side is lore_core.context.spend.SpendBook) --------------------
 
@@ -479,10 +496,8 @@ class CostTracker:
     def rate_per_second(self, now: float | None = None) -> float:
         """USD per second over the trailing window."""
         now = self._clock() if now is None else now
-        # Responses are recorded in time order, so the oldest entries are on the left.
-        while self._recent and self._recent[0][0] < now - RATE_WINDOW_SECONDS:
-            self._recent.popleft()
-        return sum(cost for at, cost in self._recent if at <= now) / RATE_WINDOW_SECONDS
+        self._drop_old_buckets(now)
+        return sum(cost for start, cost in self._recent if start <= now) / RATE_WINDOW_SECONDS
 
     def projected_day_cost(self, now: float | None = None) -> float:
         now = self._clock() if now is None else now
