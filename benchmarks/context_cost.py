@@ -812,11 +812,11 @@ def test_observation(prompt: str) -> str:
             events.append((3, len(events), f"- {clock} {_one_line(' '.join(body), 160)}"))
     kept: list[tuple[int, int, str]] = []
     spent = 0
-    for event in sorted(events):
-        if event[0] >= 0 and spent + len(event[2]) > budget:
+    for entry in sorted(events):
+        if entry[0] >= 0 and spent + len(entry[2]) > budget:
             continue
-        spent += len(event[2]) + 1
-        kept.append(event)
+        spent += len(entry[2]) + 1
+        kept.append(entry)
     out = [text for _, _, text in sorted(kept, key=lambda e: e[1])]
     if not any(text.startswith("- ") for text in out):
         out.append("- nothing worth recording in this segment")
@@ -1332,10 +1332,10 @@ def replay_main(args: argparse.Namespace) -> None:
             f"  {name}: ${cost:.2f}, {cost / raw_total:.2f}x raw, {cost / compaction_total:.0%} of "
             f"compaction; every check met in {len(ok)} sessions ({' '.join(ok) or '-'})"
         )
-    knowing = next((name for name in totals if "knowledge" in name), None)
-    if knowing is not None:
+    knowing_name = next((name for name in totals if "knowledge" in name), None)
+    if knowing_name is not None:
         base = totals["Lore (extractive observer)"]
-        print(f"  with knowledge: {totals[knowing] / base:.3f}x the cost of the same runs without it")
+        print(f"  with knowledge: {totals[knowing_name] / base:.3f}x the cost of the same runs without it")
 
 
 if __name__ == "__main__":

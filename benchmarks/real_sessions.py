@@ -46,7 +46,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -362,7 +361,8 @@ def add_entities(server: ThreadedServer, entities: list[dict[str, Any]]) -> int:
     auth = {"authorization": f"Bearer {server.gateway.tokens.current()}"}
     added = 0
     for entity in entities:
-        body = {"global": True, **{k: entity[k] for k in ("name", "kind", "aliases") if k in entity}}
+        fields: dict[str, Any] = {k: entity[k] for k in ("name", "kind", "aliases") if k in entity}
+        body: dict[str, Any] = {"global": True, **fields}
         response = httpx.post(server.url + "/lore/api/entities/add", json=body, headers=auth, timeout=60)
         if response.status_code not in (200, 201):
             raise SystemExit(f"entity {entity!r} refused: {response.text[:300]}")
@@ -456,4 +456,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -53,6 +53,7 @@ import numpy as np
 from lore_store_duckdb import vectors as duckdb_vectors
 from lore_store_duckdb.store import DuckDBStore
 
+from lore_core.interfaces import Embedder
 from lore_core.recall.indexer import embedded_passages, item_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
@@ -103,7 +104,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-class QueryEmbedder:
+class QueryEmbedder(Embedder):
     """Embeds queries with the real model (its cost is part of recall) but names the
     benchmark's vector index, which holds random vectors of the same size. Without the
     model installed, queries get random unit vectors too (said in the output)."""
