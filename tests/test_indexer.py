@@ -17,6 +17,7 @@ from lore_core import hookimpl
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import EmbedderUnavailable
 from lore_core.plugins import Factory
+from lore_core.recall import indexer as indexer_module
 from lore_core.recall.indexer import VectorIndexer, embedded_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
@@ -222,6 +223,43 @@ def test_background_loop_retries_and_reports() -> None:
         finally:
             await indexer.stop()
         assert indexer.health()["state"] == "stopped"
+
+    run(main())
+
+
+class SlowEmbedder(TopicEmbedder):
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        await asyncio.sleep(0.02)
+        return await super().embed(texts)
+
+
+def test_health_counts_items_that_arrive_while_the_indexer_is_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under steady writes the indexer never goes idle: the backlog on /health must still
+    # include what arrived after the work began, not count down to 0 while items wait.
+    monkeypatch.setattr(indexer_module, "PENDING_RECOUNT_SECONDS", 0.0)
+
+    async def main() -> None:
+        store = await filled_store(3)  # 6 items
+        indexer = VectorIndexer(store, SlowEmbedder(), batch_size=1, interval=0.05)
+        await indexer.start()
+        try:
+            for _ in range(400):
+                if indexer.items_indexed >= 1:
+                    break
+                await asyncio.sleep(0.005)
+            for i in range(5):  # 10 more items while it works
+                await store.write(
+                    batch_of(exchange([text("user", f"kitten {i}")], answer("ok"), session=f"n-{i}"))
+                )
+            seen = indexer.items_indexed
+            for _ in range(400):
+                if indexer.items_indexed >= seen + 2:
+                    break
+                await asyncio.sleep(0.005)
+            waiting = len(await store.pending_embeddings(MODEL, limit=100))
+            assert indexer.health()["pending"] >= waiting - 1 > 6 - indexer.items_indexed
+        finally:
+            await indexer.stop()
 
     run(main())
 

@@ -44,6 +44,10 @@ IDLE_OPTIMIZE_SECONDS = 30.0
 _BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 #: An embedder that cannot load is asked again this rarely (it caches its failure anyway).
 _UNAVAILABLE_RETRY_SECONDS = 300.0
+#: While busy, the backlog is counted again this often: under steady writes new items arrive
+#: faster than a batch is embedded, and a count taken once when the work began went to 0 on
+#: /health while tens of thousands waited (benchmarks/soak.py).
+PENDING_RECOUNT_SECONDS = 30.0
 
 
 def item_passages(item: EmbeddingItem, calls: CallMemo | None = None) -> list[Passage]:
@@ -98,6 +102,7 @@ class VectorIndexer:
         self.state = "stopped"
         self.error: str | None = None
         self.pending: int | None = None
+        self._pending_counted_at = 0.0
         self.items_indexed = 0
         self.vectors_written = 0
         self.batches = 0
@@ -171,8 +176,9 @@ class VectorIndexer:
                 log.warning("vector indexer works again")
             self.error, self._failures = None, 0
             if done:
-                if not busy:
-                    # Out of idle: count what is pending now (health shows it going down).
+                if not busy or time.monotonic() - self._pending_counted_at >= PENDING_RECOUNT_SECONDS:
+                    # Out of idle, and now and then while busy: count what is pending (health
+                    # shows it going down between counts).
                     busy = True
                     await self._refresh_pending(announce=False)
                 await asyncio.sleep(0)  # let the loop breathe between batches
@@ -206,6 +212,7 @@ class VectorIndexer:
         except Exception:  # a count for /health only (NotImplementedError is said by the loop)
             return
         self.pending = stats.get("pending")
+        self._pending_counted_at = time.monotonic()
         if announce and self.pending:
             log.info("vector indexer: %d items to embed for %s", self.pending, self.model)
 
