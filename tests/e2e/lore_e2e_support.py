@@ -70,8 +70,11 @@ def client_env(home: Path, extra: Mapping[str, str] = ()) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "NO_COLOR": "1",
+        # OpenCode (a Bun binary) unpacks a 5.5 MB native library into the temporary
+        # directory on every start and never deletes it: keep those inside the test's files.
+        "TMPDIR": str(home / "tmp"),
     }
-    home.mkdir(parents=True, exist_ok=True)
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
     env.update(extra)
     return env
 
