@@ -575,6 +575,7 @@ class Gateway:
             },
             "throttle": self.throttle.counters(),
             "events": self.events.health(),
+            "knowledge": {"curation": dict(self.knowledge_upkeep.counts)},
         }
 
 

@@ -5,20 +5,23 @@ created, each distillation curated once, nothing without a worker, decay once a 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import KnowledgeConfig
 from lore_core.knowledge.book import KnowledgeBook
-from lore_core.knowledge.curation import DAY, KnowledgeUpkeep
+from lore_core.knowledge.curation import DAY, FAILURE_LOG_EVERY_SECONDS, KnowledgeUpkeep
 from lore_core.knowledge.curator import Curation, KnowledgeCurator, Operation, parse_operations
 from lore_core.storage.knowledge import KnowledgeVersion
 from lore_core.storage.records import StoredDistillation
-from lore_core.worker.client import NoWorker
+from lore_core.worker.client import NoWorker, WorkerError
 
 P = "/work/shop"
 
@@ -123,6 +126,36 @@ def test_without_a_worker_nothing_is_invented_and_the_log_waits() -> None:
     report, later, entries = asyncio.run(run())
     assert "no usable worker" in report.skipped
     assert later.applied["created"] == 1 and [e.title for e in entries] == ["Later"]
+
+
+def test_a_failing_worker_is_one_warning_per_interval_not_one_per_session(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    curator = Scripted(WorkerError('the answer is not a JSON object with an "operations" list', 200))
+    now = [1000.0]
+
+    async def run() -> Counter[str]:
+        store = MemoryStore()
+        await store.open()
+        upkeep = KnowledgeUpkeep(KnowledgeBook(store), KnowledgeConfig(), curator, clock=lambda: now[0])
+        for i in range(50):
+            sid = f"s{i}"
+            await store.write_distillation(
+                StoredDistillation(id=f"log{i}", session_id=sid, generation=0, text="- a step", project=P)
+            )
+            await upkeep.curate_session(sid, P)
+            now[0] += 1.0
+        now[0] += FAILURE_LOG_EVERY_SECONDS
+        await upkeep.curate_session("s0", P)
+        return upkeep.counts
+
+    with caplog.at_level(logging.WARNING, logger="lore.knowledge"):
+        counts = asyncio.run(run())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert counts["errors"] == 51  # every failure is counted
+    assert len(warnings) == 2, warnings
+    assert "knowledge curation of s0 failed" in warnings[0] and "more since" not in warnings[0]
+    assert warnings[1].endswith("(49 more since the last warning)")
 
 
 def test_turn_rule_and_idle_trigger() -> None:

@@ -72,6 +72,9 @@ DAY = 86_400.0
 CONTRADICTION_DELAY_SECONDS = 30.0
 #: ... and, when no worker could judge, tried again this much later.
 CONTRADICTION_RETRY_SECONDS = 600.0
+# A worker that fails curation tends to fail it for every session: one warning, then at most
+# one this often, with a count (every failure is counted on /health: knowledge.curation.errors).
+FAILURE_LOG_EVERY_SECONDS = 300.0
 
 
 @attrs.define
@@ -133,6 +136,8 @@ class KnowledgeUpkeep:
         self._vectors = EntryVectors(embedder) if embedder is not None else None
         self._task: asyncio.Task[None] | None = None
         self.counts: Counter[str] = Counter()
+        self._failure_logged_at: float | None = None
+        self._failures_unlogged = 0
         book.listeners.append(self._changed)
 
     # -- the request path's side ---------------------------------------------------------------
@@ -169,6 +174,18 @@ class KnowledgeUpkeep:
             return
         await self.curate_session(session_id, project)
 
+    def _log_failure(self, session_id: str, exc: WorkerError) -> None:
+        now = self._clock()
+        last = self._failure_logged_at
+        if last is not None and now - last < FAILURE_LOG_EVERY_SECONDS:
+            self._failures_unlogged += 1
+            log.debug("knowledge curation of %s failed (tried again later): %s", session_id, exc)
+            return
+        since = f" ({self._failures_unlogged} more since the last warning)" if self._failures_unlogged else ""
+        log.warning("knowledge curation of %s failed (tried again later): %s%s", session_id, exc, since)
+        self._failure_logged_at = now
+        self._failures_unlogged = 0
+
     async def curate_session(self, session_id: str, project: str) -> CurationReport:
         report = CurationReport(session_id)
         if self.curator is None:
@@ -196,7 +213,7 @@ class KnowledgeUpkeep:
                 return report
             except WorkerError as exc:
                 self.counts["errors"] += 1
-                log.warning("knowledge curation of %s failed (tried again later): %s", session_id, exc)
+                self._log_failure(session_id, exc)
                 report.skipped = f"the worker call failed: {exc}"
                 return report
             report.warnings = curation.warnings
