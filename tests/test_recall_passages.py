@@ -268,6 +268,36 @@ def test_passages_of_one_item_are_one_result_and_repeats_drop() -> None:
     assert grouped[0].meta["span"] == (30, 79) and grouped[0].meta["passages"] == [3, 4, 7]
 
 
+def _tagged(item: str, passage: int, score: float, tags: list[str]) -> RecallResult:
+    header = f"[assistant -> Task] part {passage + 1}/30" + "".join(f" #{t}" for t in tags)
+    r = _result(f"t:{item}:{passage}", item, passage, f"{header}\nstep {passage}", score)
+    r.meta["tags"] = tags
+    return r
+
+
+def test_an_items_passages_recording_the_asked_event_are_the_ones_shown() -> None:
+    """A run of subagent calls stored as one item: the vectors like three passages of
+    reports best, but the question asks which job was handed to a subagent, and the first:
+    the item shows its tagged passages, the earliest of them, and still ranks by its best."""
+    results = [
+        _tagged("a", 5, 0.9, []),
+        _tagged("a", 6, 0.8, []),
+        _tagged("b", 0, 0.75, []),
+        _tagged("a", 20, 0.7, ["subagent"]),
+        _tagged("a", 9, 0.6, ["subagent"]),
+        _tagged("a", 7, 0.5, []),
+        _tagged("a", 1, 0.4, ["subagent"]),
+        _tagged("a", 14, 0.3, ["subagent"]),
+    ]
+    plain = group_passages(results)
+    assert plain[0].meta["passages"] == [5, 6, 20]  # by score: the event's first call is not shown
+    first = group_passages(results, ["subagent"], "first")
+    assert [r.id for r in first] == ["t:a:5", "t:b:0"] and first[0].score == 0.9
+    assert first[0].meta["passages"] == [1, 9, 14] and first[0].meta["tags"] == ["subagent"]
+    assert group_passages(results, ["subagent"], "last")[0].meta["passages"] == [9, 14, 20]
+    assert group_passages(results, ["subagent"])[0].meta["passages"] == [1, 9, 20]  # by score
+
+
 def test_a_long_failing_log_is_shown_from_its_failures() -> None:
     """Several passages of one test log in one result are each cut where the asked event
     shows, not where the question's words are densest (every line of a Go test run says

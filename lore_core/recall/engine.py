@@ -23,7 +23,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -42,7 +42,7 @@ from lore_core.recall.fusion import (
     rerank,
 )
 from lore_core.recall.ids import Kind, RecallIdError, Scope, ScopeError, format_id, parse_id, parse_scope
-from lore_core.recall.intent import BEFORE, LAST, MOST, Intent, title_match
+from lore_core.recall.intent import BEFORE, FIRST, LAST, MOST, Intent, title_match
 from lore_core.recall.intent import parse as parse_intent
 from lore_core.recall.sources import (
     ITEM,
@@ -233,7 +233,7 @@ def rank(
         if f.id in relevant
     ]  # fmt: skip
     results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
-    results = distinct(group_passages(results))
+    results = distinct(group_passages(results, intent.events, intent.order))
     return arrange(results, intent, anchor)[:limit]
 
 
@@ -248,14 +248,20 @@ def relevant_ids(lists: Sequence[RankedList], floor: float = RELEVANCE_FLOOR) ->
     return keep
 
 
-def group_passages(results: Sequence[RecallResult]) -> list[RecallResult]:
+def group_passages(
+    results: Sequence[RecallResult], events: Iterable[str] = (), order: str | None = None
+) -> list[RecallResult]:
     """One result per item, in the order of its best passage: the item's other matching
     passages (at most :data:`MERGE_PASSAGES` in all) join it, in their order in the item,
     so ten results are ten things remembered, not three passages of one long output, and
-    two facts of one item (its middle and its end) still come back together. Results
-    without a passage pass as they are."""
+    two facts of one item (its middle and its end) still come back together. Passages
+    recording one of the asked ``events`` are chosen first (a run of four subagent calls
+    must show the call the question is about, not three passages the vectors liked more),
+    the earliest of them when the query asks for the ``first`` one, the latest for the
+    ``last``. Results without a passage pass as they are."""
+    wanted = set(events)
     out: list[RecallResult] = []
-    groups: dict[tuple[str, str], tuple[RecallResult, list[tuple[int, RecallResult]]]] = {}
+    groups: dict[tuple[str, str], list[RecallResult]] = {}
     for r in results:
         index = r.meta.get(PASSAGE)
         item = r.meta.get(ITEM)
@@ -264,16 +270,31 @@ def group_passages(results: Sequence[RecallResult]) -> list[RecallResult]:
             continue
         key = (r.source, str(item))
         if key not in groups:
-            held = attrs.evolve(r, meta=dict(r.meta))
-            groups[key] = (held, [(index, r)])
-            out.append(held)
-            continue
-        held, members = groups[key]
-        if len(members) >= MERGE_PASSAGES or any(index == i for i, _ in members):
-            continue  # enough of this item (the model opens it to read on), or a repeat
-        members.append((index, r))
-        _regroup(held, members)
-    return out
+            groups[key] = []
+            out.append(r)  # the item's place; replaced by the grouped result below
+        groups[key].append(r)
+    held_by_best: dict[int, RecallResult] = {}
+    for candidates in groups.values():
+        best = candidates[0]
+        ordered = sorted(candidates, key=lambda r: _member_rank(r, wanted, order))  # stable: then by score
+        members: list[tuple[int, RecallResult]] = []
+        for r in ordered:
+            index = r.meta[PASSAGE]
+            if len(members) < MERGE_PASSAGES and all(index != i for i, _ in members):
+                members.append((index, r))
+        held = attrs.evolve(best, meta=dict(best.meta))
+        if len(members) > 1 or members[0][1] is not best:
+            _regroup(held, members)
+            held.score = best.score  # the item ranks by its best passage
+        held_by_best[id(best)] = held
+    return [held_by_best.get(id(r), r) for r in out]
+
+
+def _member_rank(r: RecallResult, wanted: set[str], order: str | None) -> tuple[int, int]:
+    if not wanted & set(r.meta.get(TAGS, ())):
+        return (1, 0)
+    index = int(r.meta[PASSAGE])
+    return (0, index if order == FIRST else -index if order == LAST else 0)
 
 
 def _regroup(held: RecallResult, members: list[tuple[int, RecallResult]]) -> None:
