@@ -564,8 +564,8 @@ class Store(Protocol):
 
     async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Bring the full-text index fully up to date now and return the items it indexed;
-        ``progress(done, total)`` as it goes. After the passage rules changed
-        (:data:`lore_core.storage.passages.PASSAGE_RULES`) this is the rebuild (``lore reindex``)."""
+        ``progress(done, total)`` as it goes. After the passage or tag rules changed
+        (:data:`lore_core.storage.passages.FULLTEXT_RULES`) this is the rebuild (``lore reindex``)."""
 
     # -- distillations (tier 2) ------------------------------------------------------------
 

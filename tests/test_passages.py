@@ -18,6 +18,7 @@ from lore_core.storage.passages import (
     TASK_PLAN,
     TEST_FAILURE,
     TEST_WRITTEN,
+    TICKET,
     CallMemo,
     call_source,
     cut,
@@ -144,6 +145,17 @@ def test_file_edits_plans_agents_and_searches_are_tagged_on_their_call() -> None
     assert CODE_SEARCH in cut("assistant", [call("Bash", "s", {"command": "rg -n parse src"})])[0].tags
     # Tags are single words in the header, so a full-text search for one finds them.
     assert set(tags_of(write.text)) == set(write.tags)
+
+
+def test_a_ticket_is_tagged_on_its_call_and_on_the_output_naming_it() -> None:
+    tool = "mcp__linear-server__create_issue"
+    (made,) = cut("assistant", [call(tool, "t", {"title": "Auto-summarise", "team": "ENT"})])
+    (named,) = cut("user", [result("t", '{"id": "ENT-163", "url": "https://linear.app/x"}', tool_name=tool)])
+    assert TICKET in made.tags and TICKET in named.tags and "ENT-163" in named.text
+    (failed,) = cut("user", [result("t", "team not found", tool_name=tool, is_error=True)])
+    assert TICKET not in failed.tags and FAILED_COMMAND in failed.tags
+    (listed,) = cut("user", [result("l", '{"id": "ENT-96"}', tool_name="mcp__linear-server__list_issues")])
+    assert listed.tags == ()
 
 
 def test_recall_results_and_housekeeping_are_not_passages() -> None:

@@ -10,7 +10,8 @@ about one thing, and the result the model reads can hold many of them.
 The rules live here, in the kernel, so every backend agrees on them (as on message ids):
 full-text and vector indexes both hold passages, keyed ``(item id, passage index)``, so
 rank fusion fuses the same units. Changing the rules changes :data:`PASSAGE_RULES`; stores
-rebuild their full-text index and the vector index starts over (``lore reindex``).
+rebuild their full-text index and the vector index starts over (``lore reindex``). Changing
+only the event tags changes :data:`TAG_RULES`: the full-text index is rebuilt, vectors stay.
 
 Each passage's text starts with a header line saying where it came from::
 
@@ -39,9 +40,16 @@ from lore_core.distill.facts import states_decision
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
 from lore_core.storage.housekeeping import strip_housekeeping
 
-#: Names the passage rules. Stores keep it beside their indexes; a different value means
-#: the indexes were cut by other rules and are rebuilt.
+#: Names the passage rules: where passages are cut, their numbering and their text. Stores
+#: keep it beside their indexes; a different value means the indexes were cut by other
+#: rules and are rebuilt (vectors too: the store is embedded again).
 PASSAGE_RULES = "p1"
+#: Names the event-tag rules (the ``#tags`` of passage headers). A full-text index searches
+#: tags as words, so it keeps :data:`FULLTEXT_RULES` and is rebuilt when either changes;
+#: a vector index keeps only :data:`PASSAGE_RULES` (a tag in a header hardly moves an
+#: embedding), so a new tag never makes a store embed everything again.
+TAG_RULES = "t2"
+FULLTEXT_RULES = f"{PASSAGE_RULES}.{TAG_RULES}"
 
 #: A passage grows line by line to about this many characters ...
 TARGET_CHARS = 700
@@ -189,7 +197,7 @@ def _action_tags(tool: str, tool_input: Any, source: str | None) -> list[str]:
         tags.append(WEB_LOOKUP)
     if name in _SEARCH_TOOLS:
         tags.append(CODE_SEARCH)
-    if ("linear" in name or "jira" in name) and ("create" in name or "save" in name):
+    if _creates_ticket(name):
         tags.append(TICKET)
     command = source or ""
     if command:
@@ -202,13 +210,22 @@ def _action_tags(tool: str, tool_input: Any, source: str | None) -> list[str]:
     return tags
 
 
-def _outcome_tags(source: str | None, is_error: bool, code: int | None, body: str) -> list[str]:
+def _creates_ticket(tool: str) -> bool:
+    """An issue tracker's create call (Linear's and Jira's MCP servers, and the like)."""
+    return ("linear" in tool or "jira" in tool) and ("create" in tool or "save" in tool)
+
+
+def _outcome_tags(
+    tool: str | None, source: str | None, is_error: bool, code: int | None, body: str
+) -> list[str]:
     """How a command ended (tags of its output's first passage)."""
     tags: list[str] = []
     if code or is_error:
         tags.append(FAILED_COMMAND)
         if code:
             tags.append(f"{EXIT_CODE}{abs(code)}")
+    elif tool and _creates_ticket(tool.lower()):
+        tags.append(TICKET)  # the output names the ticket (ENT-163): the call does not
     command = (source or "").lower()
     if _PR_CREATE.search(command) or (source is None and "/pull/" in body and "github.com" in body):
         tags.append(PULL_REQUEST)
@@ -443,7 +460,7 @@ def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, C
                 source = _one_line(ran.group(1))  # a poll of a running command says which
             is_error = bool(b.get("is_error"))
             code = exit_code(body)
-            tags = tuple(dict.fromkeys(_outcome_tags(source, is_error, code, body)))
+            tags = tuple(dict.fromkeys(_outcome_tags(result_tool, source, is_error, code, body)))
             parts.append(_Part(TOOL_RESULT, body, result_tool, source, is_error, tags, code))
     return parts
 

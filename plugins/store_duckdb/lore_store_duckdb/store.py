@@ -58,7 +58,7 @@ from lore_core.storage.knowledge import (
     canonical_order,
     normalize_title,
 )
-from lore_core.storage.passages import PASSAGE_RULES, CallMemo, cut_text, message_passages, passage_key
+from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, cut_text, message_passages, passage_key
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
@@ -1421,17 +1421,17 @@ class _Index:
             db = lance.connect(self.path)
             tables = set(db.list_tables().tables)
             stale = [t for t in _OLD_INDEX_TABLES if t in tables]
-            if _INDEX_TABLE in tables and (rules is None or rules[0] != PASSAGE_RULES):
+            if _INDEX_TABLE in tables and (rules is None or rules[0] != FULLTEXT_RULES):
                 stale.append(_INDEX_TABLE)
             if stale:
                 # Cut by other rules (or an older layout): rebuilt from DuckDB.
-                log.info("full-text index at %s: rebuilding it (passage rules %s)", self.path, PASSAGE_RULES)
+                log.info("full-text index at %s: rebuilding it (passage rules %s)", self.path, FULLTEXT_RULES)
                 for name in stale:
                     db.drop_table(name)
                 tables -= set(stale)
                 watermark = 0
                 self._set_meta("fts_watermark", "0")
-            self._set_meta("fts_rules", PASSAGE_RULES)
+            self._set_meta("fts_rules", FULLTEXT_RULES)
             if _INDEX_TABLE in tables:
                 table = db.open_table(_INDEX_TABLE)
                 # A crash between an append and saving the watermark leaves rows past it.

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.storage.passages import PASSAGE_RULES
+from lore_core.storage.passages import FULLTEXT_RULES
 from lore_core.testing.builders import batch_of, exchange, text, tool_call, tool_result
 
 
@@ -55,7 +55,7 @@ def test_an_index_cut_by_other_rules_is_rebuilt_with_progress(tmp_path: Path) ->
     assert seen[0] == (0, 3) and seen[-1] == (3, 3)
     assert len(hits) == 1 and hits[0].text.startswith("[tool Bash: make lint]") and hits[0].passage
     con = duckdb.connect(str(db))
-    assert con.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone() == (PASSAGE_RULES,)
+    assert con.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone() == (FULLTEXT_RULES,)
     con.close()
     # Current rules: nothing to do the next time.
     assert _search(db, "heron")[1] == 0
