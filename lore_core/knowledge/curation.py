@@ -136,7 +136,7 @@ class KnowledgeUpkeep:
         self._vectors = EntryVectors(embedder) if embedder is not None else None
         self._task: asyncio.Task[None] | None = None
         self.counts: Counter[str] = Counter()
-        self._failure_logged_at: float | None = None
+        self._failure_logged_at = float("-inf")
         self._failures_unlogged = 0
         book.listeners.append(self._changed)
 
@@ -176,8 +176,7 @@ class KnowledgeUpkeep:
 
     def _log_failure(self, session_id: str, exc: WorkerError) -> None:
         now = self._clock()
-        last = self._failure_logged_at
-        if last is not None and now - last < FAILURE_LOG_EVERY_SECONDS:
+        if now - self._failure_logged_at < FAILURE_LOG_EVERY_SECONDS:
             self._failures_unlogged += 1
             log.debug("knowledge curation of %s failed (tried again later): %s", session_id, exc)
             return
