@@ -22,7 +22,7 @@ from lore_core.recall.indexer import VectorIndexer, embedded_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
-from lore_core.storage.passages import cut
+from lore_core.storage.passages import MAX_FACETS_PER_ITEM, cut
 from lore_core.storage.records import ItemVectors, StoredDistillation, distillation_id
 from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.net import api_headers
@@ -137,8 +137,9 @@ def test_long_texts_are_embedded_as_capped_passages() -> None:
         indexer = VectorIndexer(store, embedder, max_chunks=4)
         await indexer.run_until_idle()
         stats = (await store.vector_stats(MODEL))[MODEL]
-        # Four passages of the long message; the blank answer has none but is done.
-        assert stats["vectors"] == 4 and stats["pending"] == 0
+        # Four passages of the long message, and the facets of the user's lines up to the
+        # item's cap; the blank answer has none but is done.
+        assert stats["vectors"] == 4 + MAX_FACETS_PER_ITEM and stats["pending"] == 0
         # The tail passage (where "database" is) was kept: a database query finds it.
         hits = await store.vector_search(MODEL, embedder.vector("database"), limit=1)
         assert hits and "database 19" in hits[0].text and hits[0].text.startswith("[user]")
@@ -148,7 +149,7 @@ def test_long_texts_are_embedded_as_capped_passages() -> None:
         await store.reset_vectors(MODEL)
         await everything.run_until_idle()
         count = len(cut("user", [{"type": "text", "text": long_text}]))
-        assert (await store.vector_stats(MODEL))[MODEL]["vectors"] == count
+        assert (await store.vector_stats(MODEL))[MODEL]["vectors"] == count + MAX_FACETS_PER_ITEM
 
     run(main())
 
@@ -396,3 +397,32 @@ def test_gateway_with_an_embedder_that_cannot_load_serves_full_text(
         ).json()
         assert answer_["results"][0]["text"] == "[user]\nkitten naps"
         assert any("full-text search only" in n for n in answer_["notes"])
+
+
+def test_a_side_remark_of_the_user_is_found_by_its_own_sentence() -> None:
+    """People state facts in passing. The vector of the whole message is about its main topic;
+    the sentence's own vector (a facet) finds it first for a question about the aside. The
+    assistant's words get no facets."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        remark = (
+            "We ship the release today, the rollout to kubernetes starts at noon and the deploy "
+            "window is two hours. By the way, the postgres migration finished last night."
+        )
+        await store.write(batch_of(exchange([text("user", remark)], answer("ok"), session="s-aside")))
+        mixed = "The kitten walked over the keyboard during the postgres migration."
+        await store.write(batch_of(exchange([text("user", "and cats?")], answer(mixed), session="s-other")))
+        embedder = TopicEmbedder()
+        await VectorIndexer(store, embedder).run_until_idle()
+        hits = await store.vector_search(MODEL, embedder.vector("database"), limit=2)
+        assert [h.session_id for h in hits] == ["s-aside", "s-other"]
+        assert hits[0].text == f"[user]\n{remark}" and hits[0].passage == 0  # the passage, once
+        assert hits[0].score > 0.99  # its sentence's vector, not the whole message's
+        whole = sum(a * b for a, b in zip(embedder.vector(remark), embedder.vector("database"), strict=True))
+        assert whole < hits[1].score  # by the whole message alone it would come second
+        # One vector per passage for the assistant's answers, passage plus sentences for the user's.
+        assert (await store.vector_stats(MODEL))[MODEL]["vectors"] == 4 + 2
+
+    run(main())

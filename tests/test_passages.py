@@ -14,6 +14,7 @@ from lore_core.storage.passages import (
     GIT_COMMIT,
     LINT_FINDING,
     MAX_CHARS,
+    MAX_FACETS,
     SUBAGENT,
     TASK_PLAN,
     TEST_FAILURE,
@@ -23,6 +24,7 @@ from lore_core.storage.passages import (
     call_source,
     cut,
     cut_text,
+    facets,
     item_text,
     message_passages,
     passage_key,
@@ -196,3 +198,26 @@ def test_evidence_offset_points_at_the_line_that_shows_the_event() -> None:
     at = evidence_offset(p.text, [TEST_FAILURE])
     assert at is not None and p.text[at:].lstrip().startswith("--- FAIL: TestX")
     assert evidence_offset(p.text, [LINT_FINDING]) is None  # not shown here
+
+
+def test_facets_are_the_sentences_of_what_the_user_wrote() -> None:
+    remark = (
+        "I'm looking for workout playlists for my runs. Something upbeat would be great! "
+        "By the way, I take Zumba classes on Tuesdays and Thursdays at 7 PM.\nThanks."
+    )
+    (passage,) = cut("user", [{"type": "text", "text": remark}])
+    assert facets("user", passage) == [
+        "I'm looking for workout playlists for my runs.",
+        "Something upbeat would be great! By the way, I take Zumba classes on Tuesdays and "
+        "Thursdays at 7 PM. Thanks.",
+    ]  # a short sentence joins the next one, a short tail the last
+    # One sentence is the passage itself; the assistant's words and tool output get none.
+    (single,) = cut("user", [{"type": "text", "text": "Please rename the config loader to settings."}])
+    assert facets("user", single) == []
+    (said,) = cut("assistant", [{"type": "text", "text": remark}])
+    assert facets("assistant", said) == []
+    result = {"type": "tool_result", "tool_call_id": "c1", "tool_name": "Bash", "text": remark}
+    assert all(facets("user", p) == [] for p in cut("user", [result]))
+    # A long paste is capped per passage.
+    paste = "\n".join(f"line {i} of a log that the user pasted into the prompt" for i in range(40))
+    assert all(len(facets("user", p)) <= MAX_FACETS for p in cut("user", [{"type": "text", "text": paste}]))

@@ -12,7 +12,7 @@ import pytest
 
 from lore_core import cli, plugins
 from lore_core.recall.indexer import VectorIndexer
-from lore_core.storage.passages import PASSAGE_RULES
+from lore_core.storage.passages import VECTOR_RULES
 from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.net import free_port
 from tests.test_indexer import TopicsPlugin
@@ -76,7 +76,7 @@ def test_reindex_embeds_everything_then_recall_finds_by_meaning(
     assert cli.main(["reindex"]) == 0
     captured = capsys.readouterr()
     assert "6 items embedded" in captured.out and "0 items pending" in captured.out
-    assert "embedding for topics-v1@p1 [" in captured.err and "6/6" in captured.err
+    assert "embedding for topics-v1@p1.f1 [" in captured.err and "6/6" in captured.err
     assert "search index [" in captured.err
     # "feline" shares no word with anything stored: only the vectors can find the kitten.
     assert cli.main(["recall", "feline", "--scope", "all", "--json"]) == 0
@@ -85,7 +85,7 @@ def test_reindex_embeds_everything_then_recall_finds_by_meaning(
     assert results[0]["text"] == "[user]\nmy tabby kitten sleeps all day"
     assert "full-text" not in captured.err
     assert cli.main(["status"]) == 0
-    assert "vectors: topics-v1@p1: 6 vectors, 0 items pending" in capsys.readouterr().out
+    assert "vectors: topics-v1@p1.f1: 6 vectors, 0 items pending" in capsys.readouterr().out
     # Nothing left: a second run embeds nothing.
     assert cli.main(["reindex", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -130,7 +130,7 @@ def test_reindex_with_the_on_device_model(db_path: Path, capsys: pytest.CaptureF
     write_corpus(db_path)
     assert cli.main(["reindex", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["model"] == f"{local.LocalEmbedder.model_id}@{PASSAGE_RULES}"
+    assert summary["model"] == f"{local.LocalEmbedder.model_id}@{VECTOR_RULES}"
     assert (summary["embedded"], summary["dimensions"], summary["pending"]) == (6, 384, 0)
     assert cli.main(["recall", "cat sleeping", "--scope", "all", "--json"]) == 0
     captured = capsys.readouterr()

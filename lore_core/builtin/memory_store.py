@@ -352,8 +352,12 @@ class MemoryStore(Store):
             item_id = DISTILLATION_PREFIX + ident if kind == VECTOR_DISTILLATION else ident
             scored.append((sum(map(operator.mul, row, query)), item_id, chunk))
         scored.sort(key=lambda x: (-x[0], x[1], x[2]))
+        # A passage with facets has several vectors: it counts once, at its best (the first).
+        best: dict[tuple[str, int], tuple[float, str, int]] = {}
+        for entry in scored:
+            best.setdefault((entry[1], entry[2]), entry)
         hits: list[SearchHit] = []
-        for score, item_id, index_in_item in scored[:limit]:
+        for score, item_id, index_in_item in list(best.values())[:limit]:
             found = self._passages.get(passage_key(item_id, index_in_item))
             if found is not None:
                 hits.append(self._hit(item_id, found[1], score))

@@ -5,6 +5,7 @@ lands them, distillations as the distiller writes them, and after a model change
 the backfill) is embedded in batches of ``embedding.batchSize`` items: each item is cut into
 its passages (:mod:`lore_core.storage.passages`, the units the full-text index holds too), at most
 ``embedding.maxChunksPerItem`` of them are embedded (a passage is sized to fit the model),
+each with its facets (the sentences of a passage the user wrote, under the passage's index),
 and the vectors written to the store under the passages' indexes, which marks the items
 embedded. The index is keyed by the model and the passage rules
 (:func:`~lore_core.recall.sources.vector_index_name`): new rules start a new index, backfilled
@@ -32,7 +33,14 @@ from typing import Any
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable, Store
 from lore_core.recall.sources import PASSAGE_SEPARATOR, vector_index_name
-from lore_core.storage.passages import CallMemo, Passage, cut_text, message_passages
+from lore_core.storage.passages import (
+    MAX_FACETS_PER_ITEM,
+    CallMemo,
+    Passage,
+    cut_text,
+    facets,
+    message_passages,
+)
 from lore_core.storage.records import VECTOR_MESSAGE, EmbeddingItem, ItemVectors
 
 log = logging.getLogger("lore.indexer")
@@ -70,6 +78,21 @@ def embedded_passages(passages: Sequence[Passage], max_chunks: int = DEFAULT_MAX
     if max_chunks <= 1:
         return list(passages[:1])
     return [*passages[: max_chunks - 1], passages[-1]]
+
+
+def embedded_texts(item: EmbeddingItem, passages: Sequence[Passage]) -> list[tuple[int, str]]:
+    """``(passage index, text)`` of what gets a vector: each passage, and after it its
+    facets (:func:`~lore_core.storage.passages.facets`, the sentences of what the user
+    wrote), stored under the passage's index so a search finds the passage by either."""
+    role = item.role if item.kind == VECTOR_MESSAGE else ""
+    out: list[tuple[int, str]] = []
+    room = MAX_FACETS_PER_ITEM
+    for passage in passages:
+        out.append((passage.index, passage.text))
+        sentences = facets(role, passage)[:room] if room else []
+        out.extend((passage.index, text) for text in sentences)
+        room -= len(sentences)
+    return out
 
 
 class VectorIndexer:
@@ -252,8 +275,8 @@ class VectorIndexer:
             return 0
         self.state = "indexing"
         started = time.monotonic()
-        pieces = await asyncio.to_thread(self._passages_of, items)
-        texts = [p.text for passages in pieces for p in passages]
+        pieces = await asyncio.to_thread(self._texts_of, items)
+        texts = [text for units in pieces for _, text in units]
         try:
             async with asyncio.timeout(self.batch_timeout):
                 vectors = await self.embedder.embed(texts) if texts else []
@@ -265,10 +288,10 @@ class VectorIndexer:
             raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
         done: list[ItemVectors] = []
         at = 0
-        for item, passages in zip(items, pieces, strict=True):
-            chunk: list[Sequence[float]] = list(vectors[at : at + len(passages)])
-            done.append(ItemVectors(item, chunk, [p.index for p in passages]))
-            at += len(passages)
+        for item, units in zip(items, pieces, strict=True):
+            chunk: list[Sequence[float]] = list(vectors[at : at + len(units)])
+            done.append(ItemVectors(item, chunk, [index for index, _ in units]))
+            at += len(units)
         dimensions = len(vectors[0]) if vectors else int(self.embedder.dimensions)
         written = await self.store.write_vectors(self.model, dimensions, done)
         self.items_indexed += len(items)
@@ -281,8 +304,13 @@ class VectorIndexer:
             self.pending = max(0, self.pending - len(items))
         return len(items)
 
-    def _passages_of(self, items: Sequence[EmbeddingItem]) -> list[list[Passage]]:
-        return [embedded_passages(item_passages(item, self._calls), self.max_chunks) for item in items]
+    def _texts_of(self, items: Sequence[EmbeddingItem]) -> list[list[tuple[int, str]]]:
+        """Per item, ``(passage index, text)`` of everything embedded: each embedded
+        passage, then its facets under the same index."""
+        return [
+            embedded_texts(item, embedded_passages(item_passages(item, self._calls), self.max_chunks))
+            for item in items
+        ]
 
     async def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Embed everything pending (``lore reindex``); ``progress(done, total)`` after each

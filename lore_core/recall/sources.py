@@ -22,7 +22,7 @@ import attrs
 from lore_core.interfaces import Embedder, Store
 from lore_core.recall.ids import Kind, Scope
 from lore_core.storage.passages import (
-    PASSAGE_RULES,
+    VECTOR_RULES,
     Passage,
     cut_text,
     message_passages,
@@ -262,9 +262,10 @@ PASSAGE_SEPARATOR = "@"
 
 
 def vector_index_name(embedder: Embedder) -> str:
-    """The name a vector index is keyed by: the model and the passage rules, so vectors of
-    another model, or of passages cut by other rules, are never compared with these."""
-    return f"{embedder_model(embedder)}{PASSAGE_SEPARATOR}{PASSAGE_RULES}"
+    """The name a vector index is keyed by: the model and the vector rules (passages and
+    their facets), so vectors of another model, or of passages cut by other rules, are
+    never compared with these."""
+    return f"{embedder_model(embedder)}{PASSAGE_SEPARATOR}{VECTOR_RULES}"
 
 
 class StoreVectorSource:

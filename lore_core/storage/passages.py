@@ -11,7 +11,9 @@ The rules live here, in the kernel, so every backend agrees on them (as on messa
 full-text and vector indexes both hold passages, keyed ``(item id, passage index)``, so
 rank fusion fuses the same units. Changing the rules changes :data:`PASSAGE_RULES`; stores
 rebuild their full-text index and the vector index starts over (``lore reindex``). Changing
-only the event tags changes :data:`TAG_RULES`: the full-text index is rebuilt, vectors stay.
+only the event tags changes :data:`TAG_RULES`: the full-text index is rebuilt, vectors stay;
+changing only which sentences get vectors of their own (:func:`facets`) changes
+:data:`FACET_RULES`: the vector index starts over, full text stays.
 
 Each passage's text starts with a header line saying where it came from::
 
@@ -46,10 +48,15 @@ from lore_core.storage.housekeeping import strip_housekeeping
 PASSAGE_RULES = "p1"
 #: Names the event-tag rules (the ``#tags`` of passage headers). A full-text index searches
 #: tags as words, so it keeps :data:`FULLTEXT_RULES` and is rebuilt when either changes;
-#: a vector index keeps only :data:`PASSAGE_RULES` (a tag in a header hardly moves an
-#: embedding), so a new tag never makes a store embed everything again.
+#: a vector index keeps :data:`VECTOR_RULES`, without the tags (a tag in a header hardly
+#: moves an embedding), so a new tag never makes a store embed everything again.
 TAG_RULES = "t2"
 FULLTEXT_RULES = f"{PASSAGE_RULES}.{TAG_RULES}"
+#: Names the facet rules (which sentences of a passage get vectors of their own,
+#: :func:`facets`). A vector index keeps :data:`VECTOR_RULES` and is embedded again when
+#: either changes.
+FACET_RULES = "f1"
+VECTOR_RULES = f"{PASSAGE_RULES}.{FACET_RULES}"
 
 #: A passage grows line by line to about this many characters ...
 TARGET_CHARS = 700
@@ -83,6 +90,62 @@ _PATCH_FILE = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.M)
 # A shell tool's exit status as harnesses print it ("Exit code 1", Codex's "Process exited
 # with code 1").
 _EXIT = re.compile(r"^(?:Exit code|Process exited with code)\s+(-?\d+)\s*$", re.M)
+
+
+# ---------------------------------------------------------------------------------------------
+# Facets: the sentences of what a person wrote, embedded one by one
+# ---------------------------------------------------------------------------------------------
+#
+# People state facts in passing: "I'm looking for workout playlists ... By the way, I take
+# Zumba on Tuesdays and Thursdays". One vector of the whole passage is about its main topic
+# (playlists); a question about the aside ("how many fitness classes do I attend?") ranks it
+# far down. So a passage the user wrote also gets one vector per sentence, each stored under
+# the passage's key: the passage is found as well as its best sentence matches (the vector
+# index keeps a passage's best hit). Measured on LongMemEval (benchmarks/README.md): evidence
+# turns the vectors ranked 15th-194th by the whole passage come first by a sentence. Only
+# user text: it is short next to tool output (what a coding session mostly stores), so the
+# cost is small, and the assistant's long answers would multiply it.
+
+#: A sentence shorter than this is joined to the next one ("Thanks!" says nothing alone).
+FACET_MIN_CHARS = 40
+#: Sentences embedded per passage at most (the first ones: a pasted log's lines are not
+#: sentences worth a vector each) ...
+MAX_FACETS = 12
+#: ... and per item (a long paste in a user message is many passages).
+MAX_FACETS_PER_ITEM = 24
+# A sentence ends at . ! or ? before a capital, a quote or a parenthesis, or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(A-Z])|\n+")
+
+
+def sentences(text: str, min_chars: int = FACET_MIN_CHARS) -> list[str]:
+    """The sentences of ``text``, each at least ``min_chars`` long (short ones joined to the
+    next; a short tail to the last)."""
+    out: list[str] = []
+    current = ""
+    for piece in _SENTENCE_END.split(text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        current = f"{current} {piece}" if current else piece
+        if len(current) >= min_chars:
+            out.append(current)
+            current = ""
+    if current:
+        if out:
+            out[-1] = f"{out[-1]} {current}"
+        else:
+            out.append(current)
+    return out
+
+
+def facets(role: str, passage: Passage) -> list[str]:
+    """The texts embedded beside ``passage``'s own, under its key: the sentences of a
+    passage of the user's text when it has more than one, at most :data:`MAX_FACETS`.
+    Tool output, tool calls, the assistant's words and distillations have none."""
+    if role != "user" or passage.block != TEXT:
+        return []
+    found = sentences(passage.body)
+    return found[:MAX_FACETS] if len(found) > 1 else []
 
 
 # ---------------------------------------------------------------------------------------------

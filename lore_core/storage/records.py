@@ -248,9 +248,9 @@ class EmbeddingItem:
 
 @attrs.define
 class ItemVectors:
-    """The vectors of one item: one per embedded passage, ``passages[i]`` the index of the
-    passage ``vectors[i]`` embeds (empty: ``0, 1, 2, ...``); none for an item without text
-    (it is still marked embedded)."""
+    """The vectors of one item: one or more per embedded passage (the passage's own and its
+    facets'), ``passages[i]`` the index of the passage ``vectors[i]`` belongs to (empty:
+    ``0, 1, 2, ...``); none for an item without text (it is still marked embedded)."""
 
     item: EmbeddingItem
     vectors: list[Sequence[float]] = attrs.field(factory=list)

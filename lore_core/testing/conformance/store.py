@@ -1317,6 +1317,32 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_a_passage_with_facets_is_one_hit_at_its_best(self, make_store: Callable[[], Store]) -> None:
+        """A passage written with several vectors (its own and its facets', the indexer's
+        sentences of user text) is found by any of them and counts once, at its best."""
+        from lore_core.storage.records import ItemVectors
+
+        async def body(store: Store) -> None:
+            await self._require_vectors(store)
+            await store.write(self._corpus())
+            pending = await store.pending_embeddings(self.MODEL)
+            # The first message: its passage's own vector on one axis, two facets on others.
+            first = ItemVectors(
+                pending[0],
+                [self._unit(1, 0, 0, 0), self._unit(0, 0, 1, 0), self._unit(0, 0, 0.6, 0.8)],
+                [0, 0, 0],
+            )
+            rest = [ItemVectors(i, [self._unit(0.1, 1.0, 0, 0)]) for i in pending[1:]]
+            assert await store.write_vectors(self.MODEL, 4, [first, *rest]) == 3 + len(rest)
+            hits = await store.vector_search(self.MODEL, self._unit(0, 0, 1, 0), limit=10)
+            assert [h.id for h in hits].count(pending[0].id) == 1
+            assert hits[0].id == pending[0].id and hits[0].passage == 0
+            assert hits[0].score == pytest.approx(1.0, abs=1e-4)  # the best facet's
+            # A limit counts passages, not vectors.
+            assert len(await store.vector_search(self.MODEL, self._unit(0, 0, 1, 0), limit=3)) == 3
+
+        self.run(make_store, body)
+
     def test_vector_search_ranks_and_filters(self, make_store: Callable[[], Store]) -> None:
         async def body(store: Store) -> None:
             await self._require_vectors(store)

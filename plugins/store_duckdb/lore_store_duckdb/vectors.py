@@ -75,6 +75,11 @@ _SCALAR_INDEXES = (("project", "bitmap"), ("kind", "bitmap"), ("session_id", "bt
 #: Old LanceDB versions kept after an optimize (a running query may still read one).
 CLEANUP_OLDER_THAN = timedelta(minutes=2)
 
+#: Rows a search fetches per passage it returns: a passage the user wrote has a vector
+#: per sentence besides its own (:func:`lore_core.storage.passages.facets`), and several
+#: of them may rank among the best rows.
+FACET_FETCH_FACTOR = 3
+
 _META_PREFIX = "vectors:"
 
 
@@ -337,7 +342,8 @@ class VectorIndex:
         limit: int,
     ) -> list[tuple[str, str, float, int]]:
         """``(kind, item id, cosine similarity, passage index)`` per passage, best first, at
-        most ``limit``."""
+        most ``limit``. A passage with facets has several vectors: it counts once, at its
+        best one."""
         m = self.model(model)
         if m is None or limit <= 0:
             return []
@@ -356,9 +362,14 @@ class VectorIndex:
             filters.append(f"project = {_sql_str(project)}")
         where = " AND ".join(filters)
 
+        # Rows fetched: a passage's facets may fill several of the best rows.
+        rows_wanted = limit * FACET_FETCH_FACTOR
+
         def run(exact: bool) -> list[tuple[str, str, float, int]]:
             builder = (
-                m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(limit)
+                m.table.search(list(vector), vector_column_name="vector")
+                .distance_type("cosine")
+                .limit(rows_wanted)
             )
             if exact:
                 builder = builder.bypass_vector_index()
@@ -367,7 +378,11 @@ class VectorIndex:
             if where:
                 builder = builder.where(where, prefilter=True)
             rows = builder.select(["kind", "item_id", "chunk", "_distance"]).to_arrow().to_pylist()
-            found = [(r["kind"], r["item_id"], 1.0 - float(r["_distance"]), int(r["chunk"])) for r in rows]
+            best: dict[tuple[str, str, int], float] = {}
+            for r in rows:
+                key = (r["kind"], r["item_id"], int(r["chunk"]))
+                best[key] = max(best.get(key, -2.0), 1.0 - float(r["_distance"]))
+            found = [(kind, item, score, chunk) for (kind, item, chunk), score in best.items()]
             return sorted(found, key=lambda x: (-x[2], x[1], x[3]))
 
         # The ANN index only looks in the partitions nearest the query: a selective filter
