@@ -54,7 +54,7 @@ from lore_store_duckdb import vectors as duckdb_vectors
 from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.interfaces import Embedder
-from lore_core.recall.indexer import embedded_passages, item_passages
+from lore_core.recall.indexer import embedded_passages, embedded_texts, item_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.storage.passages import message_passages
@@ -171,8 +171,12 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
     duckdb_vectors.ANN_MIN_ROWS = 1 << 62
     try:
         while items := await store.pending_embeddings(INDEX, limit=20_000):
-            # The passages the gateway's indexer would embed, each its vector.
-            chosen = [[p.index for p in embedded_passages(item_passages(item))] for item in items]
+            # What the gateway's indexer would embed (passages and their facets), each its
+            # vector under its passage's index.
+            chosen = [
+                [index for index, _ in embedded_texts(item, embedded_passages(item_passages(item)))]
+                for item in items
+            ]
             v = vrng.standard_normal((sum(map(len, chosen)), DIMS)).astype(np.float32)
             v /= np.linalg.norm(v, axis=1, keepdims=True)
             done, at = [], 0

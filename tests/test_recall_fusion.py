@@ -105,7 +105,7 @@ def test_single_term_queries_lean_on_bm25():
 
 
 def test_rerank_by_normalised_scores_with_full_text_leading() -> None:
-    from lore_core.recall.fusion import VECTOR, rerank
+    from lore_core.recall.fusion import RERANK_FULL_TEXT_SHARE, VECTOR, rerank
 
     text = RankedList("bm25", [Ranked("exact", 30.0), Ranked("both", 6.0), Ranked("tail", 2.0)])
     vectors = RankedList(
@@ -117,10 +117,12 @@ def test_rerank_by_normalised_scores_with_full_text_leading() -> None:
     reranked = rerank(fuse(lists), lists)
     assert [f.id for f in reranked] == ["exact", "both", "meaning", "tail", "far"]
     scores = {f.id: f.score for f in reranked}
-    # exact: 0.7 x 1; both: 0.7 x (4/28) + 0.3 x 1; meaning: 0.3 x (0.30/0.32).
-    assert scores["exact"] == pytest.approx(0.7)
-    assert scores["both"] == pytest.approx(0.7 * 4 / 28 + 0.3)
-    assert scores["meaning"] == pytest.approx(0.3 * 0.30 / 0.32)
+    # exact: share x 1; both: share x (4/28) + (1 - share) x 1; meaning: (1 - share) x (0.30/0.32).
+    share = RERANK_FULL_TEXT_SHARE
+    assert share > 0.5  # full text leads
+    assert scores["exact"] == pytest.approx(share)
+    assert scores["both"] == pytest.approx(share * 4 / 28 + (1 - share))
+    assert scores["meaning"] == pytest.approx((1 - share) * 0.30 / 0.32)
     assert scores["tail"] == scores["far"] == 0.0
     # Equal scores keep the rank-fusion order; a full-text-only search keeps its order.
     alone = rerank(fuse([text]), [text])

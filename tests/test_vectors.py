@@ -12,6 +12,7 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import Embedder, EmbedderUnavailable
+from lore_core.recall.fusion import RERANK_FULL_TEXT_SHARE
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import recall, store_recall_engine
@@ -179,8 +180,9 @@ def test_hybrid_fuses_both_lists() -> None:
         assert {r.text for r in plain.results} == {"[user]\nthe postgres migration hit a deadlock"}
         texts = [r.text for r in both.results]
         assert texts[0] == "[user]\nthe postgres migration hit a deadlock"  # first in both lists
-        # Found by both lists, it scores by both (0.7 of full text, 0.3 of vectors).
-        assert both.results[0].score == pytest.approx(1.0) and plain.results[0].score == pytest.approx(0.7)
+        # Found by both lists, it scores by both (full text's share and the vectors' rest).
+        assert both.results[0].score == pytest.approx(1.0)
+        assert plain.results[0].score == pytest.approx(RERANK_FULL_TEXT_SHARE)
 
     run(main())
 

@@ -7,7 +7,7 @@ its passages (:mod:`lore_core.storage.passages`, the units the full-text index h
 ``embedding.maxChunksPerItem`` of them are embedded (a passage is sized to fit the model),
 each with its facets (the sentences of a passage the user wrote, under the passage's index),
 and the vectors written to the store under the passages' indexes, which marks the items
-embedded. The index is keyed by the model and the passage rules
+embedded. The index is keyed by the model and the passage and facet rules
 (:func:`~lore_core.recall.sources.vector_index_name`): new rules start a new index, backfilled
 like a model change, and the indexes of older rules for the same model are dropped.
 
