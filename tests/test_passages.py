@@ -221,3 +221,22 @@ def test_facets_are_the_sentences_of_what_the_user_wrote() -> None:
     # A long paste is capped per passage.
     paste = "\n".join(f"line {i} of a log that the user pasted into the prompt" for i in range(40))
     assert all(len(facets("user", p)) <= MAX_FACETS for p in cut("user", [{"type": "text", "text": paste}]))
+
+
+def test_markup_and_code_lines_are_no_facets() -> None:
+    echo = (
+        "<command-name>/exit</command-name> <command-message>exit</command-message>\n"
+        "<local-command-stdout>Catch you later!</local-command-stdout>"
+    )
+    (passage,) = cut("user", [{"type": "text", "text": echo}])
+    assert facets("user", passage) == []
+    pasted = (
+        "Why does this fail on the second run of the nightly job?\n"
+        "2026-01-23T10:41:07.123Z 0x7f3a 4096 8192 16384 -> 502 /v1/a/b/c/d/e/f\n"
+        "It looks like the cache is never cleared between runs."
+    )
+    (passage,) = cut("user", [{"type": "text", "text": pasted}])
+    assert facets("user", passage) == [
+        "Why does this fail on the second run of the nightly job?",
+        "It looks like the cache is never cleared between runs.",
+    ]

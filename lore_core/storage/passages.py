@@ -138,14 +138,24 @@ def sentences(text: str, min_chars: int = FACET_MIN_CHARS) -> list[str]:
     return out
 
 
+def _prose(sentence: str) -> bool:
+    """Words rather than markup or code: not a tag (a client's ``<command-name>`` echo), at
+    least half of it letters (a pasted log line, a path or a diff line is mostly not)."""
+    letters = sum(c.isalpha() for c in sentence)
+    return not sentence.startswith("<") and letters * 2 >= len(sentence)
+
+
 def facets(role: str, passage: Passage) -> list[str]:
     """The texts embedded beside ``passage``'s own, under its key: the sentences of a
-    passage of the user's text when it has more than one, at most :data:`MAX_FACETS`.
-    Tool output, tool calls, the assistant's words and distillations have none."""
+    passage of the user's text when it has more than one, those that are prose, at most
+    :data:`MAX_FACETS`. Tool output, tool calls, the assistant's words and distillations
+    have none."""
     if role != "user" or passage.block != TEXT:
         return []
     found = sentences(passage.body)
-    return found[:MAX_FACETS] if len(found) > 1 else []
+    if len(found) < 2:
+        return []
+    return [s for s in found if _prose(s)][:MAX_FACETS]
 
 
 # ---------------------------------------------------------------------------------------------
