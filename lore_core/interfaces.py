@@ -625,7 +625,8 @@ class Store(Protocol):
     ) -> list[SearchHit]:
         """Nearest passages to a unit-length vector by cosine similarity (``score``), best
         first, one hit per embedded passage (a passage written with several vectors, its
-        facets, counts once, at its best), filtered by kind, session and project. Hits
+        facets, counts once, at its best; a store may then return fewer than ``limit``),
+        filtered by kind, session and project. Hits
         look like :meth:`search` hits (``passage`` the index the vector was written under,
         ``text`` that passage's text): distillations as ``d:<id>`` with role
         ``distillation``. An unknown model gives ``[]``."""
