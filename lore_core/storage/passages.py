@@ -139,8 +139,9 @@ def sentences(text: str, min_chars: int = FACET_MIN_CHARS) -> list[str]:
 
 
 def _prose(sentence: str) -> bool:
-    """Words rather than markup or code: not a tag (a client's ``<command-name>`` echo), at
-    least half of it letters (a pasted log line, a path or a diff line is mostly not)."""
+    """Words rather than markup or data: not a tag (a client's ``<command-name>`` echo), at
+    least half of it letters (a pasted log line of numbers and ids, or a path, is not; a
+    pasted line of code often is, and gets its vector)."""
     letters = sum(c.isalpha() for c in sentence)
     return not sentence.startswith("<") and letters * 2 >= len(sentence)
 
