@@ -30,13 +30,16 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 
 from lore_core.distill.facts import (
+    CODE_FENCE,
+    MARKDOWN_LEAD,
+    SENTENCE_SPLIT,
     find_identifiers,
     find_paths,
     find_urls,
@@ -44,6 +47,7 @@ from lore_core.distill.facts import (
     is_chatter,
     is_strong_error_line,
     is_test_summary,
+    prose_sentences,
     states_conclusion,
     states_decision,
 )
@@ -124,9 +128,6 @@ _GREP_LINE = re.compile(r"^(\S+?\.\w+)[:-]\d+[:-].*$")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 # Thinking that wonders rather than decides.
 _SPECULATION = re.compile(r"(?i)^\W*(?:maybe|perhaps|actually|wait|hmm|i wonder|or\b|what if|could)|\?\s*$")
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`*\"'(\[])")
-_FENCE = re.compile(r"^\s*```.*?^\s*```[^\n]*$", re.S | re.M)
-_MARKDOWN_LEAD = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
 # Definitions an edit adds (a hint of what changed), tests first.
 _DEFINITION = re.compile(
     r"^[+\s]*(?:func (?:\([^)]*\) )?(\w+)\(|(?:async )?def (\w+)\(|class (\w+)\b|"
@@ -187,7 +188,7 @@ class _Log:
             if body and not body.startswith("## "):
                 who, _, said = body.partition(": ")
                 self.seen.add(_line_key(who, said))
-                self.seen.update(_key(s) for s in _SENTENCE_SPLIT.split(body.split(": ", 1)[-1]))
+                self.seen.update(_key(s) for s in SENTENCE_SPLIT.split(body.split(": ", 1)[-1]))
                 if " -> " in f" {body}" and " => " in body:
                     call, outcome = body.split(" => ", 1)
                     self.outcomes[call.split("-> ", 1)[-1]] = outcome
@@ -282,22 +283,14 @@ class _Log:
 # -- text ------------------------------------------------------------------------------------------
 
 
-def _sentences(text: str) -> Iterable[str]:
-    """Sentences of prose, code blocks left out, markdown list and heading markers dropped."""
-    for line in _FENCE.sub("", text).splitlines():
-        line = _MARKDOWN_LEAD.sub("", line).strip()
-        if line and not line.startswith("|"):
-            yield from (s.strip() for s in _SENTENCE_SPLIT.split(line) if s.strip())
-
-
-def pick_sentences(text: str, log: _Log, limit: int, rule: str = "prose") -> list[str]:
+def pickprose_sentences(text: str, log: _Log, limit: int, rule: str = "prose") -> list[str]:
     """The first ``limit`` sentences of prose worth keeping, by ``rule``: ``prose`` (the
     assistant's text): conclusions (decisions, plans, findings, results) and sentences
     naming something new; ``conclusions`` (another model's report): conclusions only;
     ``decisions`` (thinking): decisions and root causes only. Narration and
     acknowledgements never, unless they name something new."""
     kept: list[str] = []
-    for sentence in _sentences(text):
+    for sentence in prose_sentences(text):
         if len(kept) >= limit:
             break
         news = log.has_news(sentence) or is_strong_error_line(sentence)
@@ -323,7 +316,7 @@ _CHOICE = re.compile(r"^\s*\**(?:\d+[.)]|[A-Da-d][.)]|Option \w+:?)\**\s*(.+)")
 def _choices(log: _Log, when: datetime | None, text: str) -> None:
     """A turn that ends asking the user to choose: the question and the options offered,
     which the user's next message ("2, but...") refers to."""
-    body = _FENCE.sub("", text).strip()
+    body = CODE_FENCE.sub("", text).strip()
     lines = [line for line in body.splitlines() if line.strip()]
     if not lines or not lines[-1].rstrip("*_ ").endswith("?"):
         return
@@ -379,7 +372,7 @@ def _paste_facts(log: _Log, when: datetime | None, lines: list[str]) -> None:
         if kept >= MAX_PASTE_LINES:
             break
         if is_strong_error_line(line) or log.has_news(line):
-            if log.add(when, "user", _MARKDOWN_LEAD.sub("", line)) is not None:
+            if log.add(when, "user", MARKDOWN_LEAD.sub("", line)) is not None:
                 kept += 1
     body = "\n".join(lines)
     log.listing(when, "user", "ids", log.new_ids(body), MAX_IDS_PER_OUTPUT)
@@ -474,7 +467,7 @@ def _edit_gist(tool: str, args: dict[str, Any]) -> str:
 
 def _first_sentence(text: Any, limit: int = 160) -> str:
     text = clean(str(text or ""))
-    for sentence in _sentences(text):
+    for sentence in prose_sentences(text):
         return _clip(sentence, limit)
     return ""
 
@@ -657,7 +650,7 @@ def _output_facts(
             if _DIFFSTAT.match(line):
                 log.add(when, who, line)
     if kind == "report":
-        for sentence in pick_sentences(_json_text(body), log, 2, rule="conclusions"):
+        for sentence in pickprose_sentences(_json_text(body), log, 2, rule="conclusions"):
             log.add(when, who, sentence)
     log.listing(when, who, "ids", log.new_ids(body), MAX_IDS_PER_OUTPUT)
     if kind == "search":
@@ -724,19 +717,19 @@ def extractive_observe(
                     continue
                 if msg.role == "assistant":
                     limit = MAX_TURN_END_SENTENCES if turn_end else MAX_SENTENCES
-                    sentences = pick_sentences(text, log, limit)
+                    sentences = pickprose_sentences(text, log, limit)
                     if sentences:
                         log.add(when, "assistant", " ".join(sentences), limit=limit * MAX_LINE_CHARS)
                     # Prose leaves code blocks out; the commits, references and tests they
                     # name are kept as names.
-                    code = "\n".join(_FENCE.findall(text))
+                    code = "\n".join(CODE_FENCE.findall(text))
                     log.listing(when, "assistant", "names in code", log.new_ids(code), MAX_CODE_NAMES)
                     if turn_end:
                         _choices(log, when, text)
                 else:
                     _user_text(log, when, text)
             elif block.type == THINKING and msg.role == "assistant":
-                sentences = pick_sentences(clean(block.text), log, 1, rule="decisions")
+                sentences = pickprose_sentences(clean(block.text), log, 1, rule="decisions")
                 if sentences and not _SPECULATION.search(sentences[0]):
                     log.add(when, "assistant (thinking)", sentences[0])
             elif block.type == TOOL_CALL:

@@ -11,6 +11,7 @@ biased towards keeping too much rather than too little.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # File extensions that make a single dotted word a path (``setup.py``), not a sentence end.
 _EXTENSIONS = (
@@ -268,3 +269,20 @@ def find_identifiers(text: str) -> list[str]:
             if "/" in match.group(1) or "-" in match.group(1):
                 seen.setdefault(match.group(1), None)
     return list(seen)
+
+
+# -- prose -----------------------------------------------------------------------------------
+
+SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`*\"'(\[])")
+CODE_FENCE = re.compile(r"^\s*```.*?^\s*```[^\n]*$", re.S | re.M)
+MARKDOWN_LEAD = re.compile(r"^\s*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+|>\s*)+")
+
+
+def prose_sentences(text: str) -> Iterable[str]:
+    """Sentences of prose, code blocks left out, markdown list and heading markers dropped,
+    table rows skipped; a line break ends a sentence. The extractive observer keeps some of
+    them; the passages embed them one by one (facets)."""
+    for line in CODE_FENCE.sub("", text).splitlines():
+        line = MARKDOWN_LEAD.sub("", line).strip()
+        if line and not line.startswith("|"):
+            yield from (s.strip() for s in SENTENCE_SPLIT.split(line) if s.strip())

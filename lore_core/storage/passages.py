@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.distill.facts import states_decision
+from lore_core.distill.facts import prose_sentences, states_decision
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
 from lore_core.storage.housekeeping import strip_housekeeping
 
@@ -113,19 +113,15 @@ FACET_MIN_CHARS = 40
 MAX_FACETS = 12
 #: ... and per item (a long paste in a user message is many passages).
 MAX_FACETS_PER_ITEM = 24
-# A sentence ends at . ! or ? before a capital, a quote or a parenthesis, or at a line break.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(A-Z])|\n+")
 
 
 def sentences(text: str, min_chars: int = FACET_MIN_CHARS) -> list[str]:
-    """The sentences of ``text``, each at least ``min_chars`` long (short ones joined to the
-    next; a short tail to the last)."""
+    """The prose sentences of ``text`` (:func:`~lore_core.distill.facts.prose_sentences`:
+    code blocks and table rows left out), each at least ``min_chars`` long (short ones
+    joined to the next; a short tail to the last)."""
     out: list[str] = []
     current = ""
-    for piece in _SENTENCE_END.split(text):
-        piece = piece.strip()
-        if not piece:
-            continue
+    for piece in prose_sentences(text):
         current = f"{current} {piece}" if current else piece
         if len(current) >= min_chars:
             out.append(current)

@@ -363,14 +363,11 @@ class VectorIndex:
         # more rows cost ~2 ms (10 more) to ~7 ms (3x) per search at 1M vectors (the refine
         # step reads them all) and changed no LongMemEval answer: recall fetches three times
         # what it shows anyway.
-        rows_wanted = limit
 
         def run(exact: bool) -> tuple[list[tuple[str, str, float, int]], int]:
             """The passages found, best first, and how many rows the search returned."""
             builder = (
-                m.table.search(list(vector), vector_column_name="vector")
-                .distance_type("cosine")
-                .limit(rows_wanted)
+                m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(limit)
             )
             if exact:
                 builder = builder.bypass_vector_index()
@@ -394,7 +391,7 @@ class VectorIndex:
         # retried exactly.
         exact = bool(m.ann_rows) and session_id is not None
         found, rows = run(exact)
-        if m.ann_rows and not exact and where and rows < rows_wanted:
+        if m.ann_rows and not exact and where and rows < limit:
             found, rows = run(True)
         return found[:limit]
 
