@@ -250,6 +250,57 @@ def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
         raise StoreUnavailable(f"cannot open {path}: {text}") from None
 
 
+def _memory_by_tag(cur: duckdb.DuckDBPyConnection) -> dict[str, float]:
+    rows = cur.execute(
+        "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
+    ).fetchall()
+    return {str(tag).lower(): round(int(used) / 2**20, 1) for tag, used in rows}
+
+
+class _TrimGate:
+    """Statements run side by side; a page-cache trim runs only when none is running.
+
+    A trim lowers DuckDB's memory_limit, which is global to the database: a statement
+    running meanwhile on another cursor (the indexer's catch-up, a search, a write) could
+    fail with "Out of Memory" against the lowered limit. So every statement holds the gate
+    shared, a trim takes it alone or is skipped (it is an economy: the next write tries
+    again), and a statement arriving during a trim waits its ~0.3 ms.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+        self._trimming = False
+
+    @contextlib.contextmanager
+    def statement(self) -> Iterator[None]:
+        with self._changed:
+            while self._trimming:
+                self._changed.wait()
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[bool]:
+        """Yields True with every statement kept out, or False (nothing held) when one runs."""
+        with self._changed:
+            if self._running or self._trimming:
+                acquired = False
+            else:
+                self._trimming = acquired = True
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                with self._changed:
+                    self._trimming = False
+                    self._changed.notify_all()
+
+
 class DuckDBStore(Store):
     name = "duckdb"
 
@@ -264,6 +315,7 @@ class DuckDBStore(Store):
         self.journal_dir: Path | None = Path(str(self.path) + ".journal")
         self._con: duckdb.DuckDBPyConnection | None = None
         self._write_lock = threading.Lock()
+        self._gate = _TrimGate()
         self._index: _Index | None = None
         self._vectors = VectorIndex(self.vector_path, self._meta_get, self._meta_put, self._meta_keys)
         self._opened_at: float | None = None
@@ -305,7 +357,7 @@ class DuckDBStore(Store):
         self._con = con
         # The index thread (and the ~2 s LanceDB import) starts on the first write or search,
         # or now when the index lags behind DuckDB (a crash): `lore sessions` never pays it.
-        self._index = _Index(self.index_path, con)
+        self._index = _Index(self.index_path, con, self._gate)
         if self._index.lagging():
             self._index.wake()
         self._opened_at = time.time()
@@ -344,18 +396,12 @@ class DuckDBStore(Store):
         """DuckDB's own memory by use (``duckdb_memory()``): what grows with the data (the
         primary-key indexes, ``ART_INDEX``) apart from what the buffer pool holds."""
         try:
-            cur = self._cursor()
-            try:
-                rows = cur.execute(
-                    "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
-                ).fetchall()
-            finally:
-                cur.close()
+            with self._statement() as cur:
+                return _memory_by_tag(cur)
         except duckdb.Error:
             return {}
-        return {str(tag).lower(): round(int(used) / 2**20, 1) for tag, used in rows}
 
-    def _trim_page_cache(self) -> None:
+    def _trim_page_cache(self) -> bool:
         """Evict DuckDB's table pages down to ``pageCacheMb`` beyond what it cannot evict.
 
         DuckDB keeps every table page it read or wrote until its memory_limit (80 % of RAM
@@ -364,32 +410,50 @@ class DuckDBStore(Store):
         live in the same pool, cannot be evicted and grow with the data, and past the limit
         writes and reads fail. So the limit is lowered to that pinned part plus the page
         cache, which evicts at once, and given back straight after: a trim, like
-        ``malloc_trim``, at most once a second after a write (~0.3 ms).
+        ``malloc_trim``, at most once a second after a write (~0.3 ms), and only while no
+        statement runs (``_TrimGate``). Returns whether it trimmed.
         """
         if not self.settings.page_cache_mb:
-            return
+            return False
         moment = time.monotonic()
         if moment - self._page_cache_trimmed_at < 1.0:
-            return
-        self._page_cache_trimmed_at = moment
-        memory = self._memory_mib()
-        if not memory:
-            return  # DuckDB did not say what it holds: nothing to trim against
-        pinned_mib = sum(mib for tag, mib in memory.items() if tag != "base_table")
-        try:
+            return False
+        with self._gate.alone() as alone:
+            if not alone:
+                return False  # a statement is running: the limit must not drop under it
+            self._page_cache_trimmed_at = moment
+            try:
+                cur = self._cursor()
+                try:
+                    memory = _memory_by_tag(cur)
+                    if not memory:
+                        return False  # DuckDB did not say what it holds: nothing to trim against
+                    pinned_mib = sum(mib for tag, mib in memory.items() if tag != "base_table")
+                    trimmed_mib = int(pinned_mib) + self.settings.page_cache_mb
+                    try:
+                        cur.execute(f"SET memory_limit = '{trimmed_mib}MiB'")
+                    finally:
+                        cur.execute(f"SET memory_limit = '{self._default_memory_limit}'")
+                finally:
+                    cur.close()
+            except duckdb.Error as exc:
+                # An economy, never a reason to fail the write that just committed.
+                log.debug("could not trim DuckDB's page cache: %s", exc)
+                return False
+            return True
+
+    @contextlib.contextmanager
+    def _statement(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor for one or more statements, closed after them, with the trim gate held."""
+        with self._gate.statement():
             cur = self._cursor()
             try:
-                try:
-                    cur.execute(f"SET memory_limit = '{int(pinned_mib) + self.settings.page_cache_mb}MiB'")
-                finally:
-                    cur.execute(f"SET memory_limit = '{self._default_memory_limit}'")
+                yield cur
             finally:
                 cur.close()
-        except duckdb.Error as exc:
-            # An economy, never a reason to fail the write that just committed.
-            log.debug("could not trim DuckDB's page cache: %s", exc)
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """A bare cursor: only under the trim gate (``_statement``, or a trim itself)."""
         if self._con is None:
             # A fatal error (disk full) invalidated the database: open it again.
             self._open()
@@ -410,8 +474,7 @@ class DuckDBStore(Store):
     def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """One write transaction under the write lock: committed when the block ends,
         rolled back on any error (and the database reopened if DuckDB invalidated it)."""
-        with self._write_lock:
-            cur = self._cursor()
+        with self._write_lock, self._statement() as cur:
             try:
                 cur.execute("BEGIN TRANSACTION")
                 yield cur
@@ -423,8 +486,6 @@ class DuckDBStore(Store):
                     pass
                 self._invalidate_on(exc)
                 raise
-            finally:
-                cur.close()
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -551,16 +612,12 @@ class DuckDBStore(Store):
 
     async def archive_distillations(self, ids: Sequence[str]) -> int:
         def run() -> int:
-            with self._write_lock:
-                cur = self._cursor()
-                try:
-                    result = cur.execute(
-                        _ARCHIVE_SQL,
-                        ([i.removeprefix(DISTILLATION_PREFIX) for i in ids],),
-                    ).fetchone()
-                    return int(result[0]) if result else 0
-                finally:
-                    cur.close()
+            with self._write_lock, self._statement() as cur:
+                result = cur.execute(
+                    _ARCHIVE_SQL,
+                    ([i.removeprefix(DISTILLATION_PREFIX) for i in ids],),
+                ).fetchone()
+                return int(result[0]) if result else 0
 
         return await asyncio.to_thread(run) if ids else 0
 
@@ -601,11 +658,8 @@ class DuckDBStore(Store):
     # -- reads -----------------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cur = self._cursor()
-        try:
+        with self._statement() as cur:
             return cur.execute(sql, params).fetchall()
-        finally:
-            cur.close()
 
     async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
         rows = await asyncio.to_thread(
@@ -1338,9 +1392,10 @@ class DuckDBStore(Store):
 class _Index:
     """LanceDB table ``messages`` with a native BM25 index over ``text``, fed from DuckDB."""
 
-    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, gate: _TrimGate) -> None:
         self.path = path
         self._con = con
+        self._gate = gate
         self._db: Any = None
         self._table: Any = None
         self._append_lock = threading.Lock()
@@ -1366,16 +1421,23 @@ class _Index:
         #: Called with the items indexed so far during a catch-up (``lore reindex``).
         self.progress: Callable[[int], None] | None = None
 
+    @contextlib.contextmanager
+    def _statement(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor on the store's connection, with its trim gate held (``_TrimGate``)."""
+        with self._gate.statement():
+            cur = self._con.cursor()
+            try:
+                yield cur
+            finally:
+                cur.close()
+
     def lagging(self) -> bool:
-        cur = self._con.cursor()
-        try:
+        with self._statement() as cur:
             (newest,) = cur.execute(
                 "SELECT greatest((SELECT coalesce(max(seq), 0) FROM messages), "
                 "(SELECT coalesce(max(seq), 0) FROM distillations))"
             ).fetchone() or (0,)
             row = cur.execute("SELECT value FROM lore_meta WHERE key = 'fts_watermark'").fetchone()
-        finally:
-            cur.close()
         return int(newest) > (int(row[0]) if row else 0)
 
     def stop(self) -> None:
@@ -1409,12 +1471,9 @@ class _Index:
     def _ensure_table(self) -> Any:
         if self._table is not None:
             return self._table
-        meta = self._con.cursor()
-        try:
+        with self._statement() as meta:
             row = meta.execute("SELECT value FROM lore_meta WHERE key = 'fts_watermark'").fetchone()
             rules = meta.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone()
-        finally:
-            meta.close()
         watermark = int(row[0]) if row else 0
         self._fts_ready = False
         try:
@@ -1474,15 +1533,12 @@ class _Index:
         with self._append_lock:
             self._ensure_table()
             watermark = self.watermark
-        cur = self._con.cursor()
-        try:
+        with self._statement() as cur:
             (count,) = cur.execute(
                 "SELECT (SELECT count(*) FROM messages WHERE seq > $1) "
                 "+ (SELECT count(*) FROM distillations WHERE seq > $1)",
                 (watermark,),
             ).fetchone() or (0,)
-        finally:
-            cur.close()
         return int(count)
 
     def catch_up(self, force: bool = False) -> int:
@@ -1503,22 +1559,18 @@ class _Index:
         return added
 
     def _set_meta(self, key: str, value: str) -> None:
-        cur = self._con.cursor()
-        try:
+        with self._statement() as cur:
             cur.execute(
                 """INSERT INTO lore_meta (key, value) VALUES (?, ?)
                 ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
                 (key, value),
             )
-        finally:
-            cur.close()
 
     def _copy_new_rows(self, table: Any) -> int:
         """The catch-up itself; the caller holds the append lock. Returns items indexed."""
         added = 0
         while True:
-            cur = self._con.cursor()
-            try:
+            with self._statement() as cur:
                 # Distillations share the sequence (and so the watermark) and are indexed
                 # as "d:<id>" items. Their text never changes (archiving only flags them).
                 rows = cur.execute(
@@ -1532,8 +1584,6 @@ class _Index:
                     ) ORDER BY seq LIMIT $4""",
                     (self.watermark, DISTILLATION_PREFIX, DISTILLATION_ROLE, INDEX_BATCH_ROWS),
                 ).fetchall()
-            finally:
-                cur.close()
             if not rows:
                 break
             passages = self._passage_rows(rows)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
 from lore_store_duckdb.config import SECTION, DuckDBConfig
 from lore_store_duckdb.plugin import make_store
-from lore_store_duckdb.store import DuckDBStore
+from lore_store_duckdb.store import DuckDBStore, _TrimGate
 
 from lore_core.config import ConfigError, load_config
 from lore_core.storage.records import Session, StoredMessage, WriteBatch
@@ -157,3 +158,74 @@ def test_a_reopened_store_still_checkpoints(tmp_path: Path) -> None:
     # every write.
     assert wal_bytes < 20 * 2**20
     assert transactions_mib < 8
+
+
+def test_the_memory_limit_never_drops_under_a_running_statement(tmp_path: Path) -> None:
+    """A trim lowers DuckDB's memory limit for the whole database; a statement running on
+    another cursor meanwhile (the indexer's catch-up, a search) could fail with "Out of
+    Memory" against it. Seen in a bulk load; here a reader watches the limit while trims run."""
+    store = DuckDBStore(tmp_path / "db", DuckDBConfig(page_cache_mb=8))
+    limits_seen: set[str] = set()
+    done = threading.Event()
+    limit = ""
+
+    def read() -> None:
+        while not done.is_set():
+            limits_seen.add(str(store._query("SELECT current_setting('memory_limit')")[0][0]))
+
+    async def run() -> int:
+        nonlocal limit
+        await store.open()
+        try:
+            await store.write(WriteBatch(messages=messages(0, 10, 100)))
+            limit = duckdb_setting(store, "memory_limit")  # as given back (rounded) by a trim
+            reader = threading.Thread(target=read)
+            reader.start()
+            trims = 0
+            try:
+                for _ in range(2000):
+                    store._page_cache_trimmed_at = 0.0  # past the once-a-second pacing
+                    trims += await asyncio.to_thread(store._trim_page_cache)
+            finally:
+                done.set()
+                reader.join()
+            return trims
+        finally:
+            await store.close()
+
+    trims = asyncio.run(run())
+    assert trims > 0  # trims still happen between the reader's statements
+    assert limits_seen == {limit}
+
+
+def test_a_trim_waits_for_running_statements_and_holds_new_ones_back(tmp_path: Path) -> None:
+    store = DuckDBStore(tmp_path / "db", DuckDBConfig(page_cache_mb=8))
+
+    async def run() -> tuple[bool, bool]:
+        await store.open()
+        try:
+            await store.write(WriteBatch(messages=messages(0, 10, 100)))
+            store._page_cache_trimmed_at = 0.0
+            with store._statement():
+                while_busy = await asyncio.to_thread(store._trim_page_cache)
+            store._page_cache_trimmed_at = 0.0
+            return while_busy, await asyncio.to_thread(store._trim_page_cache)
+        finally:
+            await store.close()
+
+    assert asyncio.run(run()) == (False, True)
+
+    gate = _TrimGate()
+    ran = threading.Event()
+
+    def statement() -> None:
+        with gate.statement():
+            ran.set()
+
+    with gate.alone() as alone:
+        assert alone
+        waiting = threading.Thread(target=statement)
+        waiting.start()
+        assert not ran.wait(0.2)  # held back while the trim runs
+    assert ran.wait(10)
+    waiting.join()
