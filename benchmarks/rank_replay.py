@@ -33,6 +33,8 @@ import attrs
 import lore_core.recall.engine as recall_engine
 from lore_core.recall.engine import RecallResult
 from lore_core.recall.ids import parse_id
+from lore_core.recall.intent import Intent
+from lore_core.recall.intent import parse as parse_intent
 from lore_core.storage.passages import split_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,7 +46,21 @@ METRICS = ("turn all@5", "turn all@10", "turn any@10", "turn frac@10", "session 
 
 def engine(dump: dict[str, Any], search: dict[str, Any]) -> list[RecallResult]:
     """What recall answers today."""
-    return recall_engine.rank(search["lists"], search["intent"], search["anchor"], search["limit"])
+    return recall_engine.rank(search["lists"], intent_of(dump), search["anchor"], search["limit"])
+
+
+def intent_of(dump: dict[str, Any]) -> Intent:
+    """The question's intent as the engine reads it today (parsed again: a dump made by
+    older code holds an older ``Intent``). The engine parses the query it was given, which
+    here is the question itself."""
+    return parse_intent(dump["question"]["question"])
+
+
+def without_speaker(dump: dict[str, Any], search: dict[str, Any]) -> list[RecallResult]:
+    """The engine before 2026-12-05's speaker rule (``_user_said``): every question read as
+    if it were not about the user."""
+    intent = attrs.evolve(intent_of(dump), about_user=False)
+    return recall_engine.rank(search["lists"], intent, search["anchor"], search["limit"])
 
 
 def reply_lifts_request(dump: dict[str, Any], search: dict[str, Any]) -> list[RecallResult]:
@@ -60,7 +76,8 @@ def reply_lifts_request(dump: dict[str, Any], search: dict[str, Any]) -> list[Re
         session, index = turns[0]
         if (session, index - 1) in message_at:
             request_of[mid] = message_at[(session, index - 1)]
-    results = recall_engine.rank(search["lists"], search["intent"], search["anchor"], MAX_LIMIT * 10)
+    intent = attrs.evolve(intent_of(dump), about_user=False)
+    results = recall_engine.rank(search["lists"], intent, search["anchor"], MAX_LIMIT * 10)
     lifted: dict[str, float] = {}
     for r in results:
         if r.meta.get("role") != "assistant":
@@ -78,7 +95,11 @@ def reply_lifts_request(dump: dict[str, Any], search: dict[str, Any]) -> list[Re
     return out[: search["limit"]]
 
 
-VARIANTS: dict[str, Variant] = {"engine": engine, "reply-lifts-request": reply_lifts_request}
+VARIANTS: dict[str, Variant] = {
+    "engine": engine,
+    "without-speaker": without_speaker,
+    "reply-lifts-request": reply_lifts_request,
+}
 
 
 def replay(dumps: Sequence[dict[str, Any]], variant: Variant) -> list[dict[str, float]]:

@@ -88,6 +88,11 @@ _OUTPUT_HEADER = "[tool "
 EVENT_FETCH = 200
 #: Weight of the event lists in fusion, beside the query's own lists.
 EVENT_WEIGHT = 1.0
+#: Score factor of the assistant's prose in a question about the user (see _user_said) ...
+ANSWER_PRIOR = 0.3
+#: ... and the share of a reply's score its request gets, if more than its own.
+REQUEST_LIFT = 1.0
+_ANSWER_HEADER = "[assistant]"
 #: Full-text hits read to place an "after 'X'" anchor in time.
 ANCHOR_FETCH = 20
 #: Without asked events, a "first"/"last" query orders the results scoring at least this
@@ -172,6 +177,31 @@ def _prior(text: str) -> float:
     return OUTPUT_PRIOR if text.startswith(_OUTPUT_HEADER) else 1.0
 
 
+def _user_said(results: Sequence[RecallResult]) -> None:
+    """For a question about the user (:func:`lore_core.recall.intent.about_user`): what the
+    user said is the evidence. The assistant's prose weighs :data:`ANSWER_PRIOR` (replies
+    restate and riff on what was asked: on LongMemEval they filled answers whose evidence
+    was one remark of the user's), and a reply's relevance counts for its request, the
+    user's message just before it, when that is among the candidates (:data:`REQUEST_LIFT`
+    of the reply's score, if more than its own): a reply about the thing asked is evidence
+    that the request said it. Tool calls, outputs and reasoning keep their weight. In place."""
+    lifted: dict[tuple[Any, int], float] = {}
+    for r in results:
+        position = r.meta.get("position")
+        if (
+            r.meta.get("role") == "assistant"
+            and r.text.startswith(_ANSWER_HEADER)
+            and isinstance(position, int)
+        ):
+            request = (r.meta.get("session"), position - 1)
+            lifted[request] = max(lifted.get(request, 0.0), REQUEST_LIFT * r.score)
+            r.score *= ANSWER_PRIOR
+    for r in results:
+        position = r.meta.get("position")
+        if r.meta.get("role") == "user" and isinstance(position, int):
+            r.score = max(r.score, lifted.get((r.meta.get("session"), position), 0.0))
+
+
 def when(meta: Mapping[str, Any]) -> tuple[float, int, int]:
     """A result's place in time: when its item was stored, its position in the session,
     the passage's index in the item."""
@@ -220,7 +250,8 @@ def rank(
     lists: Sequence[RankedList], intent: Intent, anchor: tuple[float, int, int] | None, limit: int
 ) -> list[RecallResult]:
     """The answer made of a search's ranked lists: fused and re-ranked, what scores too
-    little of its lists' best left out, weighed by kind (:func:`_prior`), an item's passages
+    little of its lists' best left out, weighed by kind (:func:`_prior`) and, in a question
+    about the user, by speaker (:func:`_user_said`), an item's passages
     grouped, repeats dropped, ordered as the query asks, cut to ``limit``. Everything after
     the lists are fetched, so a benchmark can replay captured lists through exactly this
     (``benchmarks/rank_replay.py``)."""
@@ -232,6 +263,8 @@ def rank(
         for f in fused
         if f.id in relevant
     ]  # fmt: skip
+    if intent.about_user:
+        _user_said(results)
     results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
     results = distinct(group_passages(results, intent.events, intent.order))
     return arrange(results, intent, anchor)[:limit]
@@ -451,6 +484,7 @@ class RecallEngine:
             response.metadata["intent"] = {
                 "events": list(intent.events), "order": intent.order,
                 "anchor": intent.anchor, "anchor_side": intent.anchor_side,
+                "about_user": intent.about_user,
             }  # fmt: skip
         terms = query_terms(text)
         response.metadata["terms"] = terms

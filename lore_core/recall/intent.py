@@ -13,7 +13,10 @@ vector scores know nothing of. :func:`parse` reads four things out of a query:
   ``#gitcommit``, ``#filecreated``, ...) that the question's words point at;
 * an **order**: ``first`` (earliest) or ``last`` (latest);
 * an **anchor**: ``after 'X'`` / ``before 'X'``, a quoted phrase whose occurrence in the
-  memory is the point in time the answer lies after (or before).
+  memory is the point in time the answer lies after (or before);
+* whether it asks **about the user** ("which airline did I fly", "how many tanks do I
+  have"): then what the user said is the evidence, and the assistant's replies mostly
+  restate it (:func:`about_user`).
 
 It is a small set of patterns, not a language model: a query it does not recognise is
 searched by its words as before.
@@ -94,6 +97,14 @@ EVENT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
      (P.DECISION,)),
 )  # fmt: skip
 _EXIT_CODE = re.compile(r"\bexit (?:code|status) (\d+)\b")
+_FIRST_PERSON = re.compile(r"\b(i|my|me|mine|myself|i'm|i've|i'd|i'll)\b")
+# What the assistant said or made is asked for: "you mentioned", "remind me", "in our
+# previous chat".
+_ASSISTANT_SAID = re.compile(
+    r"\byou\s+(?:\w+\s+)?(mentioned|suggested|provided|wrote|created|recommended|told|gave|said|"
+    r"listed|described|explained|shared|showed|offered|came up with|proposed)\b|\bremind me\b|"
+    r"\b(previous|earlier|last) (conversation|chat|discussion)\b"
+)
 
 
 @attrs.frozen
@@ -113,10 +124,24 @@ class Intent:
     #: ``before`` it.
     anchor: str | None = None
     anchor_side: str | None = None
+    #: The query asks about the user's own doings or things ("which airline did I fly")
+    #: and not about what the assistant said: see :func:`about_user`.
+    about_user: bool = False
 
     @property
     def plain(self) -> bool:
-        return not (self.session_quote or self.events or self.order or self.anchor)
+        return not (self.session_quote or self.events or self.order or self.anchor or self.about_user)
+
+
+def about_user(text: str) -> bool:
+    """Whether a query asks about the user's own life or doings: in the first person
+    singular, and not about something the assistant said ("you mentioned", "remind me").
+    Then the evidence is what the user said (in passing, often: "by the way, I take Zumba on
+    Tuesdays"), and the assistant's replies about it mostly restate or riff on it. Coding
+    questions are mostly in the first person plural ("which test did we break"); "what did
+    I ask you to change" asks about the user's words too."""
+    lowered = text.lower().replace("\u2019", "'")
+    return bool(_FIRST_PERSON.search(lowered)) and not _ASSISTANT_SAID.search(lowered)
 
 
 def _drop(text: str, span: tuple[int, int]) -> str:
@@ -124,9 +149,10 @@ def _drop(text: str, span: tuple[int, int]) -> str:
 
 
 def parse(query: str) -> Intent:
-    """Read a session reference, events, order and anchor out of ``query``. What is left to
-    search for (:attr:`Intent.text`) has the reference ("in the session that started with
-    "..."), the anchor's phrase and the words of order taken out."""
+    """Read a session reference, events, order, anchor and whether it asks about the user
+    out of ``query``. What is left to search for (:attr:`Intent.text`) has the reference
+    ("in the session that started with "..."), the anchor's phrase and the words of order
+    taken out."""
     text = query
     session_quote = None
     quoted = _DOUBLE_QUOTED.search(text)
@@ -167,6 +193,7 @@ def parse(query: str) -> Intent:
         order=order,
         anchor=anchor,
         anchor_side=side,
+        about_user=about_user(text),
     )
 
 
