@@ -51,6 +51,7 @@ from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, bootstrap
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.memory import RecallMemory
+from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import TOOL_NAME
 from lore_core.storage.amnesia import Amnesia
@@ -146,6 +147,7 @@ class Gateway:
             expansion_timeout=config.recall.expand_timeout_seconds,
             entities=self.entities,
             expand_aliases=config.recall.expand_aliases,
+            vector_index=self._serving_vector_index,
         )
         # The event log agents write to (POST /v1/events) and the engine packs read it with
         # (POST /v1/pack): recall's, with legs bounded by the partial-result timeout.
@@ -157,6 +159,7 @@ class Gateway:
             entities=self.entities,
             expand_aliases=config.recall.expand_aliases,
             source_timeout=config.events.retrieval_partial_timeout_ms / 1000,
+            vector_index=self._serving_vector_index,
         )
         # Embeds what the store holds in the background, woken by each write.
         self.indexer: VectorIndexer | None = None
@@ -317,6 +320,13 @@ class Gateway:
             log.exception("the embedding provider failed to load; recall will use full-text search only")
 
     # -- pipeline steps, in the order a request meets them ----------------------------------
+
+    def _serving_vector_index(self) -> str:
+        """The vector index recall searches: the indexer's choice (the index a new one
+        replaces, while that one backfills), else the embedder's own."""
+        if self.indexer is not None:
+            return self.indexer.serving_index()
+        return vector_index_name(self.embedder) if self.embedder is not None else ""
 
     def context_limit(self, model: str | None) -> int:
         """The model's context window in tokens (0 when unknown)."""

@@ -18,11 +18,12 @@ from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import EmbedderUnavailable
 from lore_core.plugins import Factory
 from lore_core.recall import indexer as indexer_module
+from lore_core.recall.ids import Scope
 from lore_core.recall.indexer import VectorIndexer, embedded_passages
-from lore_core.recall.sources import vector_index_name
+from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
-from lore_core.storage.passages import MAX_FACETS_PER_ITEM, cut
+from lore_core.storage.passages import MAX_FACETS_PER_ITEM, PASSAGE_RULES, VECTOR_RULES, cut
 from lore_core.storage.records import ItemVectors, StoredDistillation, distillation_id
 from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.net import api_headers
@@ -170,6 +171,61 @@ def test_new_passage_rules_drop_the_old_index_and_backfill() -> None:
         assert set(await store.vector_stats()) == {MODEL, stale}
         await VectorIndexer(store, embedder).run_until_idle()
         assert set(await store.vector_stats()) == {MODEL}
+
+    run(main())
+
+
+class HeldEmbedder(TopicEmbedder):
+    """Embeds only once ``go`` is set: the backfill stays under way while a test looks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        await self.go.wait()
+        return await super().embed(texts)
+
+
+def test_an_index_of_older_facet_rules_serves_recall_until_the_new_one_has_caught_up() -> None:
+    """New facet rules re-embed everything (hours on a store of months); the index they
+    replace numbers the same passages, so recall searches it meanwhile instead of a nearly
+    empty one. An index of other passage rules is dropped at once."""
+
+    async def main() -> None:
+        store = await filled_store(2)
+        embedder = HeldEmbedder()
+        before_facets = MODEL.replace(VECTOR_RULES, PASSAGE_RULES)  # "topics-v1@p1"
+        other_passages = MODEL.replace(VECTOR_RULES, "p0.f1")
+        for name in (before_facets, other_passages):
+            for item in await store.pending_embeddings(name):
+                vectors = [ItemVectors(item, [embedder.vector(item.text)])]
+                await store.write_vectors(name, embedder.dimensions, vectors)
+        indexer = VectorIndexer(store, embedder, batch_size=1, interval=0.01)
+        source = StoreVectorSource(store, MODEL, serving=indexer.serving_index)
+        await indexer.start()
+        try:
+            for _ in range(500):
+                if indexer.previous is not None and other_passages not in await store.vector_stats():
+                    break
+                await asyncio.sleep(0.01)
+            assert indexer.serving_index() == before_facets
+            assert set(await store.vector_stats()) - {MODEL} == {before_facets}
+            assert (await store.vector_stats(MODEL))[MODEL]["vectors"] == 0
+            hits = await source.search_vector(embedder.vector("kitten"), SearchFilter(Scope.PROJECT), 5)
+            assert hits and "kitten" in hits[0].text  # found in the index being replaced
+            assert indexer.health()["serving"] == before_facets
+            embedder.go.set()
+            for _ in range(500):
+                if indexer.state == "idle" and indexer.previous is None:
+                    break
+                await asyncio.sleep(0.01)
+            assert indexer.serving_index() == MODEL
+            assert set(await store.vector_stats()) == {MODEL}
+            hits = await source.search_vector(embedder.vector("kitten"), SearchFilter(Scope.PROJECT), 5)
+            assert hits and "kitten" in hits[0].text
+        finally:
+            await indexer.stop()
 
     run(main())
 

@@ -9,7 +9,10 @@ each with its facets (the sentences of a passage the user wrote, under the passa
 and the vectors written to the store under the passages' indexes, which marks the items
 embedded. The index is keyed by the model and the passage and facet rules
 (:func:`~lore_core.recall.sources.vector_index_name`): new rules start a new index, backfilled
-like a model change, and the indexes of older rules for the same model are dropped.
+like a model change, and the indexes of older rules for the same model are dropped. One
+that differs only in its facet rules numbers the same passages, so recall keeps searching it
+while the new one backfills (:meth:`VectorIndexer.serving_index`; on a store of months that
+takes hours) and it is dropped once the new one has caught up.
 
 Nothing is kept beside the store: after a crash or a failed batch the next pass asks the
 store again, so no work is lost and none is done twice. At most one batch is held in
@@ -32,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable, Store
-from lore_core.recall.sources import PASSAGE_SEPARATOR, vector_index_name
+from lore_core.recall.sources import PASSAGE_SEPARATOR, same_passages, vector_index_name
 from lore_core.storage.passages import (
     MAX_FACETS_PER_ITEM,
     CallMemo,
@@ -132,6 +135,13 @@ class VectorIndexer:
         self.last_batch_seconds: float | None = None
         # Resolves the tools of results stored before results named them (a backfill).
         self._calls = CallMemo()
+        #: The index this one replaces, kept for recall while this one backfills (same
+        #: passages, other facet rules); None once it has caught up.
+        self.previous: str | None = None
+
+    def serving_index(self) -> str:
+        """The index recall searches: the previous one while this one backfills."""
+        return self.previous or self.model
 
     # -- lifecycle (gateway) -----------------------------------------------------------------
 
@@ -208,26 +218,42 @@ class VectorIndexer:
                 continue
             busy = False
             self.state = "idle"
+            await self._retire_previous()
             await self._idle_upkeep()
             await self._sleep(self.interval)
 
     async def _drop_stale_indexes(self) -> None:
-        """Drop this model's indexes cut by other passage rules: their vectors number
-        passages that no longer exist (the new index is backfilled from the store)."""
+        """Drop this model's indexes cut by other rules (the new index is backfilled from
+        the store), but for one that numbers the same passages (only its facet rules
+        differ) while the new index has items to embed: recall searches that one
+        meanwhile (:attr:`previous`), and :meth:`_retire_previous` drops it later."""
         base = self.model.split(PASSAGE_SEPARATOR, 1)[0]
         try:
-            names = list(await self.store.vector_stats())
+            stats = await self.store.vector_stats()
         except Exception:  # a store without vectors says so in the loop below
             return
-        for name in names:
-            if name != self.model and name.split(PASSAGE_SEPARATOR, 1)[0] == base:
-                log.info(
-                    "vector indexer: dropping %s (other passage rules); re-embedding as %s", name, self.model
-                )
-                try:
-                    await self.store.reset_vectors(name)
-                except Exception as exc:
-                    log.warning("vector indexer: could not drop %s: %s", name, exc)
+        backfilling = int((stats.get(self.model) or {}).get("pending") or 0) > 0 or self.model not in stats
+        for name in stats:
+            if name == self.model or name.split(PASSAGE_SEPARATOR, 1)[0] != base:
+                continue
+            if backfilling and self.previous is None and same_passages(name, self.model):
+                self.previous = name
+                log.info("vector indexer: embedding %s; recall searches %s until then", self.model, name)
+                continue
+            await self._drop(name, "other rules")
+
+    async def _retire_previous(self) -> None:
+        """Drop the previous index once this one has nothing left to embed."""
+        if self.previous is not None:
+            name, self.previous = self.previous, None
+            await self._drop(name, f"{self.model} is complete")
+
+    async def _drop(self, name: str, why: str) -> None:
+        log.info("vector indexer: dropping %s (%s)", name, why)
+        try:
+            await self.store.reset_vectors(name)
+        except Exception as exc:
+            log.warning("vector indexer: could not drop %s: %s", name, exc)
 
     async def _refresh_pending(self, announce: bool) -> None:
         try:
@@ -335,6 +361,7 @@ class VectorIndexer:
             total = max(total, done)
             if progress is not None:
                 progress(done, total)
+        await self._retire_previous()
         if done:
             await self.store.optimize_vectors(self.model)
         return done
@@ -346,6 +373,7 @@ class VectorIndexer:
             "ok": self.error is None,
             "state": self.state,
             "model": self.model,
+            "serving": self.serving_index(),
             "error": self.error,
             "pending": self.pending,
             "items_indexed": self.items_indexed,

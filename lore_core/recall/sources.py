@@ -14,7 +14,7 @@ Sources return :class:`SourceHit` keys *without* the id prefix; the engine adds 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -268,6 +268,15 @@ def vector_index_name(embedder: Embedder) -> str:
     return f"{embedder_model(embedder)}{PASSAGE_SEPARATOR}{VECTOR_RULES}"
 
 
+def same_passages(index: str, other: str) -> bool:
+    """Whether two vector indexes (:func:`vector_index_name`) are of one model and number
+    the same passages: only their facet rules differ, so either one's hits are passages of
+    today's rules."""
+    model, _, rules = index.partition(PASSAGE_SEPARATOR)
+    other_model, _, other_rules = other.partition(PASSAGE_SEPARATOR)
+    return model == other_model and rules.split(".")[0] == other_rules.split(".")[0]
+
+
 class StoreVectorSource:
     """The store's vector index (``model``: :func:`vector_index_name`), as a vector source.
 
@@ -276,15 +285,23 @@ class StoreVectorSource:
     distillation hits become ``d:`` results. Hits are passages, keyed like the full-text
     source's. A store without vectors answers nothing. Hits less similar than
     ``min_similarity`` (the embedder's, see :class:`lore_core.interfaces.Embedder`) are
-    dropped."""
+    dropped. ``serving``, when given, names the index to search at each query instead of
+    ``model`` (the indexer's :meth:`~lore_core.recall.indexer.VectorIndexer.serving_index`:
+    the index a new one replaces, while that one backfills)."""
 
     def __init__(
-        self, store: Store, model: str, name: str = "store", min_similarity: float | None = None
+        self,
+        store: Store,
+        model: str,
+        name: str = "store",
+        min_similarity: float | None = None,
+        serving: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.model = model
         self.name = name
         self.min_similarity = min_similarity
+        self.serving = serving
         self.unsupported = False
 
     async def search_vector(
@@ -293,8 +310,9 @@ class StoreVectorSource:
         if self.unsupported:
             return []
         try:
+            index = self.serving() if self.serving is not None else self.model
             hits = await self.store.vector_search(
-                self.model, list(vector), session_id=where.session, project=where.project, limit=limit
+                index, list(vector), session_id=where.session, project=where.project, limit=limit
             )
         except NotImplementedError:
             self.unsupported = True

@@ -9,6 +9,7 @@ out on the first search and says the same (see :mod:`lore_core.recall.engine`)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from lore_core.interfaces import Embedder, Store
@@ -39,13 +40,15 @@ def store_recall_engine(
     entities: EntityBook | None = None,
     expand_aliases: bool = True,
     source_timeout: float = DEFAULT_SOURCE_TIMEOUT_SECONDS,
+    vector_index: Callable[[], str] | None = None,
 ) -> RecallEngine:
     """Hybrid recall over ``store``: a BM25 list and, with ``embedder``, a vector list (the
     index of the embedder's model and the passage rules) per query, fused by RRF; with
     ``expand`` and a ``worker``, the same for the worker's rephrasings of the query; with
     ``expand_aliases``, full-text lists for the other names of the entities a query names.
     ``entities``: the book entity writes go through (its counter keeps the entity table
-    cached between writes)."""
+    cached between writes). ``vector_index``: which vector index to search at each query
+    (the indexer's ``serving_index``), instead of the embedder's own."""
     index = EntityIndex(store, entities)
     engine = RecallEngine(
         worker=worker,
@@ -59,7 +62,9 @@ def store_recall_engine(
     messages = StoreMessageSource(store)
     engine.add_text_source(Kind.MESSAGE, messages)
     if embedder is not None:
-        source = StoreVectorSource(store, vector_index_name(embedder), min_similarity=embedder.min_similarity)
+        source = StoreVectorSource(
+            store, vector_index_name(embedder), min_similarity=embedder.min_similarity, serving=vector_index
+        )
         engine.add_vector_source(Kind.MESSAGE, source)
     else:
         engine.vectors_unavailable = NO_EMBEDDER
