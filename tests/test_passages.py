@@ -114,6 +114,24 @@ def test_events_are_tagged_where_their_evidence_is() -> None:
     assert any("parser_test.go:12: got 1, want 2" in p.text for p in tagged)
     assert len(tagged) < len(passages)
 
+    # Go prints a test's messages before its FAIL line; long lines between them push the
+    # FAIL line deep into the next passage, whose tag then marks the one before it too.
+    long_lines = "\n".join(f"    session_test.go:{80 + i}: state: {'{' + 'x' * 260 + '}'}" for i in range(3))
+    go = (
+        log(60)
+        + "\n=== RUN   TestSession\n    session_test.go:50: Session A has 1 checkpoint(s)\n"
+        + log(4)
+        + "\n"
+        + long_lines
+        + "\n--- FAIL: TestSession (0.53s)\nFAIL\n"
+    )
+    passages = cut("user", [result("g", go, tool_name="Bash", tool_source="go test ./...")])
+    failing = next(p for p in passages if "--- FAIL: TestSession" in p.text)
+    assert "session_test.go:50" not in failing.text and TEST_FAILURE in failing.tags
+    before = passages[failing.index - 1]
+    assert "session_test.go:50: Session A has 1 checkpoint(s)" in before.text
+    assert TEST_FAILURE in before.tags
+
     lint = "internal/a.go:85:1: directive `//nolint` is unused (nolintlint)\n1 issues."
     (p,) = cut("user", [result("l", lint, tool_name="Bash", tool_source="golangci-lint run")])
     assert LINT_FINDING in p.tags and BUILD_ERROR not in p.tags

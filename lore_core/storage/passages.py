@@ -50,7 +50,7 @@ PASSAGE_RULES = "p1"
 #: tags as words, so it keeps :data:`FULLTEXT_RULES` and is rebuilt when either changes;
 #: a vector index keeps :data:`VECTOR_RULES`, without the tags (a tag in a header hardly
 #: moves an embedding), so a new tag never makes a store embed everything again.
-TAG_RULES = "t2"
+TAG_RULES = "t3"
 FULLTEXT_RULES = f"{PASSAGE_RULES}.{TAG_RULES}"
 #: Names the facet rules (which sentences of a passage get vectors of their own,
 #: :func:`facets`). A vector index keeps :data:`VECTOR_RULES` and is embedded again when
@@ -204,6 +204,10 @@ _COMPILE_LINE = re.compile(
 )
 # What the patterns above need to match at all.
 _FAILURE_HINTS = ("FAIL", "\u2715", "AssertionError", " failed", "\u25cf")
+# Go: a failing test's "--- FAIL: TestX" line, and the "x_test.go:NN: message" lines its run
+# printed before it.
+_GO_FAIL = re.compile(r"[ \t]*--- FAIL: (\S+)")
+_GO_TEST_LINE = re.compile(r"^[ \t]+\w+_test\.go:\d+: ", re.M)
 _LOCATION = re.compile(r":\d+:")
 _COMMIT_RESULT = re.compile(r"^\[[^\]\s]+(?: \([^)]*\))? [0-9a-f]{7,40}\] ", re.M)
 _DIFFSTAT = re.compile(r"\b\d+ files? changed\b")
@@ -334,6 +338,24 @@ def _evidence_tags(part: _Part, text: str) -> list[str]:
         if any(re.search(rf"\b{re.escape(name)}\(", text) for name in part.new_tests):
             tags.append(TEST_WRITTEN)
     return tags
+
+
+def _messages_before(
+    body: str, before: tuple[int, int], span: tuple[int, int], failure: re.Match[str]
+) -> bool:
+    """Whether the passage ``before`` holds the messages of the ``failure`` found in
+    ``span``. A test runner prints a failure's messages before its FAIL line: so when that
+    line opens its passage; and in Go's layout when the failing test's run began in an
+    earlier passage (its ``=== RUN   TestX`` is not in this one) and the passage before
+    holds ``x_test.go:NN: message`` lines (seen on real sessions: long log lines pushed the
+    FAIL line deep into the next passage, and the failure was shown without the message
+    that said why)."""
+    if failure.start() - span[0] < _FAILURE_LEAD:
+        return True
+    go = _GO_FAIL.match(failure.group(0))
+    if go is None or f"=== RUN   {go.group(1)}" in body[span[0] : failure.start()]:
+        return False
+    return _GO_TEST_LINE.search(body, before[0], before[1]) is not None
 
 
 _EVIDENCE = {
@@ -667,11 +689,9 @@ def cut(
             for n, (s, e) in enumerate(spans)
         ]
         for n in range(1, len(spans)):
-            # A test runner prints a failure's messages before its FAIL line: when that line
-            # opens a passage, the messages are in the one before it.
             if TEST_FAILURE in tagged[n] and TEST_FAILURE not in tagged[n - 1]:
                 found = _TEST_FAILURE.search(part.body, spans[n][0], spans[n][1])
-                if found is not None and found.start() - spans[n][0] < _FAILURE_LEAD:
+                if found is not None and _messages_before(part.body, spans[n - 1], spans[n], found):
                     tagged[n - 1].append(TEST_FAILURE)
         for n, (s, e) in enumerate(spans, start=1):
             body = part.body[s:e]
