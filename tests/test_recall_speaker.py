@@ -43,6 +43,16 @@ def test_questions_not_about_the_user(query: str) -> None:
     assert not about_user(query)
 
 
+@pytest.mark.parametrize(
+    "query",
+    ["which file did I edit last?", "why did I choose DuckDB?", "which tests failed after my change?"],
+)
+def test_questions_about_coding_events_are_not_about_the_user(query: str) -> None:
+    """The model calling recall may say "I" of itself: what the assistant did answers these."""
+    intent = parse(query)
+    assert about_user(query) and intent.events and not intent.about_user
+
+
 def _store() -> MemoryStore:
     """One remark of the user's, and a long reply that says the question's words more."""
     store = MemoryStore()

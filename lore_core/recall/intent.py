@@ -193,7 +193,9 @@ def parse(query: str) -> Intent:
         order=order,
         anchor=anchor,
         anchor_side=side,
-        about_user=about_user(text),
+        # A question about coding events ("which file did I edit") is not: the model calling
+        # recall may say "I" of itself, and what the assistant did is the answer there.
+        about_user=about_user(text) and not events,
     )
 
 
