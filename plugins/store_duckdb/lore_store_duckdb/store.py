@@ -257,6 +257,18 @@ def _memory_by_tag(cur: duckdb.DuckDBPyConnection) -> dict[str, float]:
     return {str(tag).lower(): round(int(used) / 2**20, 1) for tag, used in rows}
 
 
+@contextlib.contextmanager
+def _gated_cursor(con: duckdb.DuckDBPyConnection, gate: _TrimGate) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor on ``con`` for one or more statements, closed after them, with ``gate`` held
+    (a page-cache trim waits for it: :class:`_TrimGate`)."""
+    with gate.statement():
+        cur = con.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+
 class _TrimGate:
     """Statements run side by side; a page-cache trim runs only when none is running.
 
@@ -442,15 +454,13 @@ class DuckDBStore(Store):
                 return False
             return True
 
-    @contextlib.contextmanager
-    def _statement(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor for one or more statements, closed after them, with the trim gate held."""
-        with self._gate.statement():
-            cur = self._cursor()
-            try:
-                yield cur
-            finally:
-                cur.close()
+    def _statement(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
+        """A cursor for one or more statements, closed after them, with the trim gate held
+        (the database reopened first if an error invalidated it)."""
+        if self._con is None:
+            self._open()
+        assert self._con is not None
+        return _gated_cursor(self._con, self._gate)
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A bare cursor: only under the trim gate (``_statement``, or a trim itself)."""
@@ -1421,15 +1431,9 @@ class _Index:
         #: Called with the items indexed so far during a catch-up (``lore reindex``).
         self.progress: Callable[[int], None] | None = None
 
-    @contextlib.contextmanager
-    def _statement(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _statement(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A cursor on the store's connection, with its trim gate held (``_TrimGate``)."""
-        with self._gate.statement():
-            cur = self._con.cursor()
-            try:
-                yield cur
-            finally:
-                cur.close()
+        return _gated_cursor(self._con, self._gate)
 
     def lagging(self) -> bool:
         with self._statement() as cur:
