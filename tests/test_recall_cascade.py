@@ -64,6 +64,17 @@ def test_query_terms_drop_stop_and_question_words():
     assert len(query_terms(" ".join(f"word{i}" for i in range(100)))) == MAX_TERMS
 
 
+def test_query_terms_drop_words_that_only_place_the_question_in_time():
+    # "lately" matched as a word ranks every other "lately" remark beside the topic's.
+    assert query_terms("I've had trouble with my phone's battery lately") == [
+        "ve",
+        "trouble",
+        "phone",
+        "battery",
+    ]
+    assert query_terms("what feed did I buy in the past two months, or recently?") == ["feed", "buy", "two"]
+
+
 def test_heuristic_prefers_identifiers():
     assert heuristic_informativeness("user_id") > heuristic_informativeness("users")
     assert heuristic_informativeness("getuser", "getUser") > heuristic_informativeness("getuser")

@@ -33,6 +33,9 @@ import attrs
 _TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.\-][A-Za-z0-9_]+)*", re.UNICODE)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
+# The last words place a question in time ("lately", "in the past two months"): they say
+# when, not what, and matched as words they find whatever else was "recent" (LongMemEval:
+# "my phone's battery lately" ranked other "lately" remarks above the battery one).
 STOP_WORDS = frozenset(
     """
     a about above after again against all also am an and any are as at be because been
@@ -45,7 +48,8 @@ STOP_WORDS = frozenset(
     this those through to too under until up upon us very via was we were what whatever when
     where whether which while who whom whose why will with within without would yes yet you
     your yours remember recall find search show tell know earlier before previously ago
-    week weeks day days yesterday today time times way
+    week weeks day days month months year years yesterday today time times way past recent
+    recently lately
     """.split()
 )
 
