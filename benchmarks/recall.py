@@ -140,7 +140,10 @@ def local_embedder() -> Any:
     return embedder if embedder.health()["ok"] else None
 
 
-async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[str, float], list[str]]:
+async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[str, float] | None, list[str]]:
+    """The level's store, filled and indexed, its build timings, and the queries to time.
+    A store left at ``path`` by an earlier run with the same seed and size is reused as it
+    is (timings ``None``): the build is most of a 1M run."""
     rng = random.Random(seed)
     words, weights = make_vocab(rng)
     pool = make_texts(rng, words, weights, 5_000)
@@ -148,8 +151,11 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
         "\n".join(rng.choice(pool)[: rng.randint(60, 160)] for _ in range(lines))
         for lines in [rng.randint(12, 35) for _ in range(400)] + [100] * 40
     ]
+    built = path.with_name(f"built-seed{seed}")
     store = DuckDBStore(path)
     await store.open()
+    if built.exists() and (await store.stats())["messages"] == total:
+        return store, None, queries_of(rng, words)
     timings: dict[str, float] = {}
     started = time.perf_counter()
     for start in range(0, total, LOAD_BATCH):
@@ -161,7 +167,6 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
     started = time.perf_counter()
     await store.sync_index()
     timings["fts"] = time.perf_counter() - started
-    timings["passages"] = ((await store.stats()).get("index") or {}).get("passages") or 0
 
     # Vectors: in the indexer's order, with the ANN index built once at the end (as a
     # backfill leaves it) rather than rebuilt at every growth step on the way.
@@ -190,10 +195,14 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
     started = time.perf_counter()
     await store.optimize_vectors(INDEX)  # compaction, and the ANN index past its threshold
     timings["ann"] = time.perf_counter() - started
+    built.touch()
+    return store, timings, queries_of(rng, words)
+
+
+def queries_of(rng: random.Random, words: list[str]) -> list[str]:
     # Two-word queries from the middle of the vocabulary (neither stop-word common nor
     # absent), so both lists have something to rank.
-    queries = [f"{rng.choice(words[50:2000])} {rng.choice(words[50:2000])}" for _ in range(400)]
-    return store, timings, queries
+    return [f"{rng.choice(words[50:2000])} {rng.choice(words[50:2000])}" for _ in range(400)]
 
 
 async def timed_ms(run: Any, args: list[Any]) -> list[float]:
@@ -256,7 +265,10 @@ async def run_level(
             results["vector"] += await timed_ms(run_vector, part)
             results["vector-all"] += await timed_ms(run_vector_all, part)
         stats = (await store.vector_stats(INDEX))[INDEX]
-        return {"timings": timings, "latency": results, "stats": stats, "messages": total}
+        passages = ((await store.stats()).get("index") or {}).get("passages") or 0
+        return {
+            "timings": timings, "latency": results, "stats": stats, "messages": total, "passages": passages
+        }  # fmt: skip
     finally:
         await store.close()
 
@@ -307,7 +319,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="throughput: time per cell per round")
     parser.add_argument("--rounds", type=int, default=2, help="throughput: rounds")
     parser.add_argument("--skip-throughput", action="store_true")
-    parser.add_argument("--workdir", default=None, help="keep the stores here (default: a temporary dir)")
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="keep the stores here, and reuse those an earlier run of the same seed built "
+        "(default: a temporary dir)",
+    )
     args = parser.parse_args()
     levels = [x.strip().lower() for x in args.levels.split(",") if x.strip()]
     unknown = [x for x in levels if x not in LEVELS]
@@ -327,14 +344,19 @@ def main() -> None:
         for level in levels:
             r = asyncio.run(run_level(level, LEVELS[level], workdir, args.queries, args.seed, model))
             t, s, lat = r["timings"], r["stats"], r["latency"]
-            n, p = r["messages"], t["passages"]
+            n, p = r["messages"], r["passages"]
+            if t is None:
+                built = f"reused from {workdir / level} (built by an earlier run)"
+            else:
+                built = (
+                    f"built in: store {t['load']:.0f} s ({n / t['load']:,.0f} msg/s), full-text index "
+                    f"{t['fts']:.0f} s ({n / t['fts']:,.0f} msg/s, {p / t['fts']:,.0f} passages/s), "
+                    f"vectors {t['vectors']:.0f} s ({s['vectors'] / t['vectors']:,.0f} vectors/s), "
+                    f"compaction + ANN {t['ann']:.0f} s"
+                )
             print(
-                f"== {level}: {n:,} messages, {p:,} passages; built in: store {t['load']:.0f} s "
-                f"({n / t['load']:,.0f} msg/s), full-text index {t['fts']:.0f} s ({n / t['fts']:,.0f} msg/s, "
-                f"{p / t['fts']:,.0f} passages/s), vectors {t['vectors']:.0f} s "
-                f"({s['vectors'] / t['vectors']:,.0f} vectors/s), compaction + ANN {t['ann']:.0f} s; "
-                f"{s['vectors']:,} vectors, {s['fragments']} fragments, "
-                f"ANN index {'yes' if s['ann_index'] else 'no'}"
+                f"== {level}: {n:,} messages, {p:,} passages; {built}; {s['vectors']:,} vectors, "
+                f"{s['fragments']} fragments, ANN index {'yes' if s['ann_index'] else 'no'}"
             )
             print(f"   {'path':<44} {'p50 ms':>8} {'p99 ms':>8}")
             rows = [
@@ -350,7 +372,8 @@ def main() -> None:
                 missed = p50 > 50 or p99 > 150
                 flag = "  misses the 50/150 ms target" if key == "hybrid" and level == "1m" and missed else ""
                 print(f"   {label:<44} {p50:>8.1f} {p99:>8.1f}{flag}")
-            shutil.rmtree(workdir / level, ignore_errors=True)
+            if not args.workdir:
+                shutil.rmtree(workdir / level, ignore_errors=True)
         if not args.skip_throughput:
             if model is None:
                 print("throughput: skipped (lore-embed-local is not installed)")
