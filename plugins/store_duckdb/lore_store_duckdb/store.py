@@ -751,7 +751,7 @@ class DuckDBStore(Store):
             return []
         cols = ", ".join(_MESSAGE_COLUMNS)
         rows = await asyncio.to_thread(
-            self._query, f"SELECT {cols} FROM messages WHERE id IN (SELECT unnest(?))", (list(ids),)
+            self._query, f"SELECT {cols} FROM messages WHERE id = ANY(?)", (list(ids),)
         )
         found = {r[0]: _message(r) for r in rows}
         return [found[i] for i in ids if i in found]
@@ -883,7 +883,7 @@ class DuckDBStore(Store):
             if message_ids:
                 for r in self._query(
                     "SELECT id, session_id, project, role, position, created_at, blocks, "
-                    f"{_TEXT_IF_NO_BLOCKS} FROM messages WHERE id IN (SELECT unnest(?))",
+                    f"{_TEXT_IF_NO_BLOCKS} FROM messages WHERE id = ANY(?)",
                     (message_ids,),
                 ):
                     blocks = json.loads(r[6]) if r[6] else []
@@ -891,7 +891,7 @@ class DuckDBStore(Store):
             if distillation_ids:
                 for r in self._query(
                     "SELECT id, session_id, project, created_at, content FROM distillations "
-                    "WHERE id IN (SELECT unnest(?))",
+                    "WHERE id = ANY(?)",
                     (distillation_ids,),
                 ):
                     ref = DISTILLATION_PREFIX + r[0]
