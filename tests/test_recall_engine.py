@@ -109,11 +109,13 @@ class Vectors:
         self.docs = docs
         self.fail = fail
         self.calls: list[SearchFilter] = []
+        self.limits: list[int] = []
 
     async def search_vector(
         self, vector: Sequence[float], where: SearchFilter, limit: int
     ) -> list[SourceHit]:
         self.calls.append(where)
+        self.limits.append(limit)
         if self.fail is not None:
             raise self.fail
         hits = []
@@ -226,7 +228,7 @@ def test_a_first_hit_of_one_list_is_not_buried_by_vague_hits_of_both():
 
 
 def test_limit_is_clamped_and_defaulted():
-    engine, text, *_ = engine_with()
+    engine, text, vectors, _ = engine_with(embedder=Embedder())
     assert len(search(engine, "reconnect", limit=1).results) == 1
     search(engine, "reconnect", limit="many")
     assert text.calls[-1][2] == DEFAULT_LIMIT * 3
@@ -234,6 +236,8 @@ def test_limit_is_clamped_and_defaulted():
     assert text.calls[-1][2] == MAX_LIMIT * 3
     search(engine, "reconnect", limit=0)
     assert text.calls[-1][2] == 3
+    # The vector lists fetch deeper than the full-text ones (see VECTOR_FETCH_FACTOR).
+    assert vectors.limits == [5, DEFAULT_LIMIT * 5, MAX_LIMIT * 5, 5]
 
 
 # -- scopes -----------------------------------------------------------------------------------
