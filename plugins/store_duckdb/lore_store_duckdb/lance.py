@@ -12,11 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-#: Bytes LanceDB may cache for index pieces, and for table metadata.
-INDEX_CACHE_BYTES = 64 * 1024 * 1024
+#: Bytes LanceDB may cache for index pieces (the store's ``index_cache_mb`` setting sets
+#: it before the first connection), and for table metadata.
+INDEX_CACHE_BYTES = 256 * 1024 * 1024
 METADATA_CACHE_BYTES = 32 * 1024 * 1024
 
 _session: Any = None
+
+
+def configure(index_cache_bytes: int) -> None:
+    """The index cache's bound, for the session made at the first connection (one per
+    process: a later call, once it exists, changes nothing)."""
+    global INDEX_CACHE_BYTES
+    if _session is None:
+        INDEX_CACHE_BYTES = index_cache_bytes
 
 
 def connect(path: Path | str) -> Any:

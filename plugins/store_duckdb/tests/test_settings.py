@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -229,3 +231,34 @@ def test_a_trim_waits_for_running_statements_and_holds_new_ones_back(tmp_path: P
         assert not ran.wait(0.2)  # held back while the trim runs
     assert ran.wait(10)
     waiting.join()
+
+
+def test_the_index_cache_bound_reaches_lancedbs_session(tmp_path: Path) -> None:
+    """``indexCacheMb`` bounds the LanceDB session both indexes share; the session is one
+    per process, so the first store opened sets it. In a fresh interpreter, since this
+    one's session may exist already."""
+    env = config_file(tmp_path, {"indexCacheMb": 48})
+    script = f"""
+import asyncio, json
+from lore_store_duckdb import lance
+from lore_store_duckdb.config import SECTION, DuckDBConfig
+from lore_store_duckdb.plugin import make_store
+from lore_store_duckdb.store import DuckDBStore
+from lore_core.config import load_config
+
+async def main():
+    store = make_store(load_config({{SECTION: DuckDBConfig}}, env={env!r}))
+    await store.open()
+    await store.search("anything")  # opens the full-text index: the session exists now
+    other = DuckDBStore({str(tmp_path / "other")!r}, DuckDBConfig(index_cache_mb=512))
+    await store.close()
+    print(json.dumps([lance._session is not None, lance.INDEX_CACHE_BYTES]))
+
+asyncio.run(main())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, 48 * 1024 * 1024]
+    with pytest.raises(ConfigError, match=r"store-duckdb\.indexCacheMb: must be"):
+        load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"indexCacheMb": 1}))
