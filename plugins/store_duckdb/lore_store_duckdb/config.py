@@ -27,7 +27,7 @@ class DuckDBConfig:
     # DuckDB's worker threads; 0 = DuckDB's default (one per core).
     threads: int = setting(0, low=0, high=256)
     # LanceDB's cache of index pieces (full-text postings, ANN partitions, filter indexes),
-    # in MiB, shared by both indexes of every store in the process (the first store opened
+    # in MiB, shared by both indexes of every store in the process (the first store created
     # sets it). What falls out is read from disk and decoded again: at 1M messages the
     # indexes hold ~420 MB and a 64 MiB cache cost recall ~10-15 ms p50 (full text alone
     # 48 -> 37 ms at 256 MiB). Every write adds a table version whose pieces also fill it,

@@ -12,20 +12,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-#: Bytes LanceDB may cache for index pieces (the store's ``index_cache_mb`` setting sets
-#: it before the first connection), and for table metadata.
-INDEX_CACHE_BYTES = 256 * 1024 * 1024
+from lore_store_duckdb.config import DuckDBConfig
+
+#: Bytes LanceDB may cache for index pieces (the first store created sets it from its
+#: ``index_cache_mb`` setting: :func:`configure`), and for table metadata.
+INDEX_CACHE_BYTES = DuckDBConfig().index_cache_mb * 1024 * 1024
 METADATA_CACHE_BYTES = 32 * 1024 * 1024
 
 _session: Any = None
+_configured = False
 
 
 def configure(index_cache_bytes: int) -> None:
-    """The index cache's bound, for the session made at the first connection (one per
-    process: a later call, once it exists, changes nothing)."""
-    global INDEX_CACHE_BYTES
-    if _session is None:
-        INDEX_CACHE_BYTES = index_cache_bytes
+    """The index cache's bound for the process's one session: the first call sets it, later
+    ones change nothing (as the session, once made, would not)."""
+    global INDEX_CACHE_BYTES, _configured
+    if not _configured and _session is None:
+        INDEX_CACHE_BYTES, _configured = index_cache_bytes, True
 
 
 def connect(path: Path | str) -> Any:

@@ -235,7 +235,7 @@ def test_a_trim_waits_for_running_statements_and_holds_new_ones_back(tmp_path: P
 
 def test_the_index_cache_bound_reaches_lancedbs_session(tmp_path: Path) -> None:
     """``indexCacheMb`` bounds the LanceDB session both indexes share; the session is one
-    per process, so the first store opened sets it. In a fresh interpreter, since this
+    per process, so the first store created sets it. In a fresh interpreter, since this
     one's session may exist already."""
     env = config_file(tmp_path, {"indexCacheMb": 48})
     script = f"""
@@ -248,6 +248,7 @@ from lore_core.config import load_config
 
 async def main():
     store = make_store(load_config({{SECTION: DuckDBConfig}}, env={env!r}))
+    early = DuckDBStore({str(tmp_path / "early")!r}, DuckDBConfig(index_cache_mb=1024))  # created second
     await store.open()
     await store.search("anything")  # opens the full-text index: the session exists now
     other = DuckDBStore({str(tmp_path / "other")!r}, DuckDBConfig(index_cache_mb=512))
