@@ -14,21 +14,22 @@ from typing import Any
 
 from lore_store_duckdb.config import DuckDBConfig
 
-#: Bytes LanceDB may cache for index pieces (the first store created sets it from its
-#: ``index_cache_mb`` setting: :func:`configure`), and for table metadata.
+#: Bytes LanceDB may cache for index pieces and for table metadata (the first store created
+#: sets both from its ``index_cache_mb`` and ``metadata_cache_mb`` settings: :func:`configure`).
 INDEX_CACHE_BYTES = DuckDBConfig().index_cache_mb * 1024 * 1024
-METADATA_CACHE_BYTES = 32 * 1024 * 1024
+METADATA_CACHE_BYTES = DuckDBConfig().metadata_cache_mb * 1024 * 1024
 
 _session: Any = None
 _configured = False
 
 
-def configure(index_cache_bytes: int) -> None:
-    """The index cache's bound for the process's one session: the first call sets it, later
+def configure(index_cache_bytes: int, metadata_cache_bytes: int) -> None:
+    """The caches' bounds for the process's one session: the first call sets them, later
     ones change nothing (as the session, once made, would not)."""
-    global INDEX_CACHE_BYTES, _configured
+    global INDEX_CACHE_BYTES, METADATA_CACHE_BYTES, _configured
     if not _configured and _session is None:
-        INDEX_CACHE_BYTES, _configured = index_cache_bytes, True
+        INDEX_CACHE_BYTES, METADATA_CACHE_BYTES = index_cache_bytes, metadata_cache_bytes
+        _configured = True
 
 
 def connect(path: Path | str) -> Any:

@@ -319,7 +319,9 @@ class DuckDBStore(Store):
     def __init__(self, path: Path | str, settings: DuckDBConfig | None = None) -> None:
         self.path = Path(path)
         self.settings = settings or DuckDBConfig()
-        lance.configure(self.settings.index_cache_mb * 1024 * 1024)
+        lance.configure(
+            self.settings.index_cache_mb * 1024 * 1024, self.settings.metadata_cache_mb * 1024 * 1024
+        )
         self.location = str(self.path)
         self.index_path = Path(str(self.path) + ".fts")
         # Chunk vectors per embedding model (see vectors.py); derived, like the index.

@@ -233,11 +233,11 @@ def test_a_trim_waits_for_running_statements_and_holds_new_ones_back(tmp_path: P
     waiting.join()
 
 
-def test_the_index_cache_bound_reaches_lancedbs_session(tmp_path: Path) -> None:
-    """``indexCacheMb`` bounds the LanceDB session both indexes share; the session is one
-    per process, so the first store created sets it. In a fresh interpreter, since this
-    one's session may exist already."""
-    env = config_file(tmp_path, {"indexCacheMb": 48})
+def test_the_cache_bounds_reach_lancedbs_session(tmp_path: Path) -> None:
+    """``indexCacheMb`` and ``metadataCacheMb`` bound the LanceDB session both indexes
+    share; the session is one per process, so the first store created sets them. In a
+    fresh interpreter, since this one's session may exist already."""
+    env = config_file(tmp_path, {"indexCacheMb": 48, "metadataCacheMb": 24})
     script = f"""
 import asyncio, json
 from lore_store_duckdb import lance
@@ -248,18 +248,20 @@ from lore_core.config import load_config
 
 async def main():
     store = make_store(load_config({{SECTION: DuckDBConfig}}, env={env!r}))
-    early = DuckDBStore({str(tmp_path / "early")!r}, DuckDBConfig(index_cache_mb=1024))  # created second
+    early = DuckDBStore({str(tmp_path / "early")!r}, DuckDBConfig(index_cache_mb=1024, metadata_cache_mb=9))
     await store.open()
     await store.search("anything")  # opens the full-text index: the session exists now
     other = DuckDBStore({str(tmp_path / "other")!r}, DuckDBConfig(index_cache_mb=512))
     await store.close()
-    print(json.dumps([lance._session is not None, lance.INDEX_CACHE_BYTES]))
+    print(json.dumps([lance._session is not None, lance.INDEX_CACHE_BYTES, lance.METADATA_CACHE_BYTES]))
 
 asyncio.run(main())
 """
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, 48 * 1024 * 1024]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, 48 * 1024 * 1024, 24 * 1024 * 1024]
     with pytest.raises(ConfigError, match=r"store-duckdb\.indexCacheMb: must be"):
         load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"indexCacheMb": 1}))
+    with pytest.raises(ConfigError, match=r"store-duckdb\.metadataCacheMb: must be"):
+        load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"metadataCacheMb": 1}))
