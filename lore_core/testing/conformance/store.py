@@ -165,6 +165,24 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_lookup_by_any_id_is_safe(self, make_store: Callable[[], Store]) -> None:
+        """Ids a model asks to open reach ``get_messages`` as they were typed: quotes, NUL,
+        SQL, thousands of them find nothing (or what exists) and never fail."""
+        ex = exchange([text("user", "hello there")], answer("hi"))
+        odd = ["it's", "a'); DROP TABLE messages; --", "back\\slash", "nul\0byte", "?", "$1", "", "ü🙂"]
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(ex))
+            stored = await store.session_messages("s-1")
+            assert await store.get_messages(odd) == []
+            found = await store.get_messages([*odd[:4], stored[1].id, *odd[4:]])
+            assert [m.id for m in found] == [stored[1].id]
+            many = [f"missing-{i}" for i in range(3000)] + [stored[0].id]
+            assert [m.id for m in await store.get_messages(many)] == [stored[0].id]
+            assert len(await store.session_messages("s-1")) == 2
+
+        self.run(make_store, body)
+
     def test_write_is_idempotent(self, make_store: Callable[[], Store]) -> None:
         ex = exchange([text("user", "hello there")], answer("hi"))
 
