@@ -152,6 +152,10 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
         for lines in [rng.randint(12, 35) for _ in range(400)] + [100] * 40
     ]
     built = path.with_name(f"built-seed{seed}")
+    other = next((m for m in path.parent.glob("built-seed*") if m != built), None)
+    if other is not None:
+        # Its texts are another seed's: this seed's queries would find no words in them.
+        raise SystemExit(f"{path.parent} holds a store built with {other.name}: pass another --workdir")
     store = DuckDBStore(path)
     await store.open()
     if built.exists() and (await store.stats())["messages"] == total:
