@@ -877,33 +877,30 @@ class DuckDBStore(Store):
             found = self._vectors.search(model, vector, kinds, session_id, project, limit)
             if not found:
                 return []
-            message_ids = list(dict.fromkeys(i for kind, i, _, _ in found if kind == VECTOR_MESSAGE))
-            distillation_ids = list(
-                dict.fromkeys(i for kind, i, _, _ in found if kind == VECTOR_DISTILLATION)
-            )
-            # (kind, item id) -> (search id, session, project, role, position, created_at, passages)
-            items: dict[tuple[str, str], tuple[Any, ...]] = {}
-            if message_ids:
+            ids = list(dict.fromkeys(ident for ident, _, _ in found))
+            # item id -> (search id, session, project, role, position, created_at, passages)
+            items: dict[str, tuple[Any, ...]] = {}
+            if kinds is None or VECTOR_MESSAGE in kinds:
                 for r in self._query(
                     "SELECT id, session_id, project, role, position, created_at, blocks, "
                     f"{_TEXT_IF_NO_BLOCKS} FROM messages WHERE id = ANY(?)",
-                    (message_ids,),
+                    (ids,),
                 ):
                     blocks = json.loads(r[6]) if r[6] else []
-                    items[(VECTOR_MESSAGE, r[0])] = (*r[:6], message_passages(r[3], blocks, r[7] or ""))
-            if distillation_ids:
+                    items[r[0]] = (*r[:6], message_passages(r[3], blocks, r[7] or ""))
+            # The rest are distillations' (their ids, 24 hex digits, never meet a message's 32).
+            rest = [ident for ident in ids if ident not in items]
+            if rest and (kinds is None or VECTOR_DISTILLATION in kinds):
                 for r in self._query(
                     "SELECT id, session_id, project, created_at, content FROM distillations "
                     "WHERE id = ANY(?)",
-                    (distillation_ids,),
+                    (rest,),
                 ):
                     ref = DISTILLATION_PREFIX + r[0]
-                    items[(VECTOR_DISTILLATION, r[0])] = (
-                        ref, r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or "")
-                    )  # fmt: skip
+                    items[r[0]] = (ref, r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or ""))
             hits = []
-            for kind, ident, score, index in found:
-                item = items.get((kind, ident))
+            for ident, score, index in found:
+                item = items.get(ident)
                 if item is None or index >= len(item[6]):
                     continue  # an item of a kind this store does not hold (yet), or cut by other rules
                 passage = item[6][index]
