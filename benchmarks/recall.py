@@ -140,8 +140,10 @@ def local_embedder() -> Any:
     return embedder if embedder.health()["ok"] else None
 
 
-async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[str, float] | None, list[str]]:
-    """The level's store, filled and indexed, its build timings, and the queries to time.
+async def build(
+    path: Path, total: int, seed: int, queries: int
+) -> tuple[DuckDBStore, dict[str, float] | None, list[str]]:
+    """The level's store, filled and indexed, its build timings, and ``4 * queries`` queries.
     A store left at ``path`` by an earlier run with the same seed and size is reused as it
     is (timings ``None``): the build is most of a 1M run."""
     rng = random.Random(seed)
@@ -159,7 +161,7 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
     store = DuckDBStore(path)
     await store.open()
     if built.exists() and (await store.stats())["messages"] == total:
-        return store, None, queries_of(rng, words)
+        return store, None, queries_of(rng, words, 4 * queries)
     timings: dict[str, float] = {}
     started = time.perf_counter()
     for start in range(0, total, LOAD_BATCH):
@@ -200,13 +202,13 @@ async def build(path: Path, total: int, seed: int) -> tuple[DuckDBStore, dict[st
     await store.optimize_vectors(INDEX)  # compaction, and the ANN index past its threshold
     timings["ann"] = time.perf_counter() - started
     built.touch()
-    return store, timings, queries_of(rng, words)
+    return store, timings, queries_of(rng, words, 4 * queries)
 
 
-def queries_of(rng: random.Random, words: list[str]) -> list[str]:
+def queries_of(rng: random.Random, words: list[str], count: int) -> list[str]:
     # Two-word queries from the middle of the vocabulary (neither stop-word common nor
     # absent), so both lists have something to rank.
-    return [f"{rng.choice(words[50:2000])} {rng.choice(words[50:2000])}" for _ in range(400)]
+    return [f"{rng.choice(words[50:2000])} {rng.choice(words[50:2000])}" for _ in range(count)]
 
 
 async def timed_ms(run: Any, args: list[Any]) -> list[float]:
@@ -221,42 +223,44 @@ async def timed_ms(run: Any, args: list[Any]) -> list[float]:
 async def run_level(
     name: str, total: int, workdir: Path, queries: int, seed: int, model: Any
 ) -> dict[str, Any]:
-    store, timings, texts = await build(workdir / name / "lore.duckdb", total, seed)
+    store, timings, texts = await build(workdir / name / "lore.duckdb", total, seed, queries)
     try:
         embedder = QueryEmbedder(model, seed)
         hybrid = store_recall_engine(store, embedder=embedder)
         full_text = store_recall_engine(store)
-        qs = texts[:queries]
-        projects = [f"/work/p{i % PROJECTS}" for i in range(len(qs))]
-        sessions = [f"s-{(i * 7919) % (total // 40)}" for i in range(len(qs))]
-        qvec = np.random.default_rng(seed + 1).standard_normal((len(qs), DIMS)).astype(np.float32)
+        # Each path asks its own queries: sharing them timed the later paths of a round on
+        # the caches the earlier ones had just filled for the same words and vectors.
+        hybrid_qs, session_qs, text_qs, warm_qs = (texts[k * queries : (k + 1) * queries] for k in range(4))
+        projects = [f"/work/p{i % PROJECTS}" for i in range(queries)]
+        sessions = [f"s-{(i * 7919) % (total // 40)}" for i in range(queries)]
+        qvec = np.random.default_rng(seed + 1).standard_normal((2 * queries, DIMS)).astype(np.float32)
         qvec /= np.linalg.norm(qvec, axis=1, keepdims=True)
 
-        # Warm caches (index files, the model) before timing.
-        for q, p in zip(qs[:5], projects[:5], strict=True):
+        # Warm caches (index files, the model) before timing, on queries timed by no path.
+        for q, p in zip(warm_qs[:5], projects[:5], strict=True):
             await hybrid.search(q, scope="project", project=p)
             await full_text.search(q, scope="project", project=p)
-        check = await hybrid.search(qs[0], scope="project", project=projects[0])
+        check = await hybrid.search(warm_qs[0], scope="project", project=projects[0])
         assert check.error is None and not check.notes, (check.error, check.notes)
 
         async def run_hybrid(i: int) -> None:
-            r = await hybrid.search(qs[i], scope="project", project=projects[i])
+            r = await hybrid.search(hybrid_qs[i], scope="project", project=projects[i])
             assert r.error is None
 
         async def run_session(i: int) -> None:
-            r = await hybrid.search(qs[i], scope="session", session=sessions[i])
+            r = await hybrid.search(session_qs[i], scope="session", session=sessions[i])
             assert r.error is None
 
         async def run_text(i: int) -> None:
-            await full_text.search(qs[i], scope="project", project=projects[i])
+            await full_text.search(text_qs[i], scope="project", project=projects[i])
 
         async def run_vector(i: int) -> None:
             await store.vector_search(INDEX, qvec[i].tolist(), project=projects[i], limit=30)
 
         async def run_vector_all(i: int) -> None:
-            await store.vector_search(INDEX, qvec[i].tolist(), limit=30)
+            await store.vector_search(INDEX, qvec[queries + i].tolist(), limit=30)
 
-        idx = list(range(len(qs)))
+        idx = list(range(queries))
         results: dict[str, list[float]] = {
             k: [] for k in ("hybrid", "session", "full-text", "vector", "vector-all")
         }
