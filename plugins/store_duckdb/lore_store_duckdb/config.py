@@ -36,5 +36,5 @@ class DuckDBConfig:
     # LanceDB's cache of table metadata (manifests, and each data file's page layout, which
     # every random read of a passage or a vector hit consults), in MiB, shared and set like
     # index_cache_mb. At 1M messages recall used ~70 MiB of it: at 32 MiB (the value before
-    # the setting) hybrid recall took 73-77 ms p50, at 256 MiB 57-62 (benchmarks/README.md).
+    # the setting) hybrid recall took 73-77 ms p50, at 256 MiB 58-62 (benchmarks/README.md).
     metadata_cache_mb: int = setting(256, low=8, high=1 << 20)
