@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,12 @@ def test_the_memory_limit_never_drops_under_a_running_statement(tmp_path: Path) 
 
     def read() -> None:
         while not done.is_set():
-            limits_seen.add(str(store._query("SELECT current_setting('memory_limit')")[0][0]))
+            # Bursts of statements back to back (a trim that ran under one would be seen),
+            # then a pause: without pauses a trim, which waits for no statement to run,
+            # found no opening on a loaded machine.
+            for _ in range(50):
+                limits_seen.add(str(store._query("SELECT current_setting('memory_limit')")[0][0]))
+            time.sleep(0.0005)
 
     async def run() -> int:
         nonlocal limit
@@ -183,11 +189,12 @@ def test_the_memory_limit_never_drops_under_a_running_statement(tmp_path: Path) 
             limit = duckdb_setting(store, "memory_limit")  # as given back (rounded) by a trim
             reader = threading.Thread(target=read)
             reader.start()
-            trims = 0
+            trims, attempts, deadline = 0, 0, time.monotonic() + 30
             try:
-                for _ in range(2000):
+                while (attempts < 2000 or not trims) and time.monotonic() < deadline:
                     store._page_cache_trimmed_at = 0.0  # past the once-a-second pacing
                     trims += await asyncio.to_thread(store._trim_page_cache)
+                    attempts += 1
             finally:
                 done.set()
                 reader.join()
