@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from lore_core.storage.records import (
         EmbeddingItem,
         ItemVectors,
+        PassageRef,
         Project,
         SearchHit,
         Session,
@@ -629,7 +630,29 @@ class Store(Protocol):
         filtered by kind, session and project. Hits
         look like :meth:`search` hits (``passage`` the index the vector was written under,
         ``text`` that passage's text): distillations as ``d:<id>`` with role
-        ``distillation``. An unknown model gives ``[]``."""
+        ``distillation``. An unknown model gives ``[]``. By default
+        :meth:`nearest_passages` then :meth:`read_passages`."""
+        found = await self.nearest_passages(model, vector, kinds, session_id, project, limit)
+        return await self.read_passages(found)
+
+    async def nearest_passages(
+        self,
+        model: str,
+        vector: Sequence[float],
+        kinds: Sequence[str] | None = None,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[PassageRef]:
+        """What :meth:`vector_search` finds, without reading the passages: recall reads only
+        those that can still reach its answer once the full-text hits are known (reading a
+        passage means reading and cutting its whole item)."""
+        raise _not_implemented(self, "vector index")
+
+    async def read_passages(self, refs: Sequence[PassageRef]) -> list[SearchHit]:
+        """The hits of passages :meth:`nearest_passages` found, as :meth:`vector_search`
+        returns them, in the order given; a passage whose item is gone, or that its item
+        no longer has (cut by other rules), is left out."""
         raise _not_implemented(self, "vector index")
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:

@@ -235,7 +235,7 @@ def test_unavailable_embedder_degrades_to_full_text() -> None:
 
 def test_store_without_vectors_still_answers_full_text() -> None:
     class NoVectors(MemoryStore):
-        async def vector_search(self, *args: Any, **kwargs: Any) -> list[Any]:
+        async def nearest_passages(self, *args: Any, **kwargs: Any) -> list[Any]:
             raise NotImplementedError
 
     async def main() -> None:

@@ -46,6 +46,7 @@ from lore_core.storage.records import (
     VECTOR_MESSAGE,
     EmbeddingItem,
     ItemVectors,
+    PassageRef,
     Project,
     SearchHit,
     Session,
@@ -321,7 +322,7 @@ class MemoryStore(Store):
         await asyncio.sleep(0)
         return len(rows)
 
-    async def vector_search(
+    async def nearest_passages(
         self,
         model: str,
         vector: Sequence[float],
@@ -329,7 +330,7 @@ class MemoryStore(Store):
         session_id: str | None = None,
         project: str | None = None,
         limit: int = 10,
-    ) -> list[SearchHit]:
+    ) -> list[PassageRef]:
         index = self._vectors.get(model)
         if index is None or limit <= 0:
             return []
@@ -349,18 +350,23 @@ class MemoryStore(Store):
                 continue
             if project is not None and owner.project != project:
                 continue
-            item_id = DISTILLATION_PREFIX + ident if kind == VECTOR_DISTILLATION else ident
-            scored.append((sum(map(operator.mul, row, query)), item_id, chunk))
+            scored.append((sum(map(operator.mul, row, query)), ident, chunk))
         scored.sort(key=lambda x: (-x[0], x[1], x[2]))
         # A passage with facets has several vectors: it counts once, at its best (the first).
         best: dict[tuple[str, int], tuple[float, str, int]] = {}
         for entry in scored:
             best.setdefault((entry[1], entry[2]), entry)
+        return [PassageRef(ident, chunk, score) for score, ident, chunk in list(best.values())[:limit]]
+
+    async def read_passages(self, refs: Sequence[PassageRef]) -> list[SearchHit]:
         hits: list[SearchHit] = []
-        for score, item_id, index_in_item in list(best.values())[:limit]:
-            found = self._passages.get(passage_key(item_id, index_in_item))
-            if found is not None:
-                hits.append(self._hit(item_id, found[1], score))
+        for ref in refs:
+            # A message's passages are keyed by its id, a distillation's by ``d:<id>``.
+            for item_id in (ref.item, DISTILLATION_PREFIX + ref.item):
+                found = self._passages.get(passage_key(item_id, ref.passage))
+                if found is not None:
+                    hits.append(self._hit(item_id, found[1], ref.score))
+                    break
         return hits
 
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:

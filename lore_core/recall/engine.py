@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
@@ -55,13 +56,15 @@ from lore_core.recall.sources import (
     AliasSource,
     DocFreqSource,
     Opener,
+    PassageVectorSource,
     SearchFilter,
     SessionDirectory,
     SourceHit,
     TextSource,
     VectorSource,
 )
-from lore_core.storage.passages import tags_of
+from lore_core.storage.passages import passage_key, tags_of
+from lore_core.storage.records import PassageRef
 
 log = logging.getLogger("lore.recall")
 
@@ -115,6 +118,33 @@ RELEVANCE_FLOOR = 0.1
 DEFAULT_SOURCE_TIMEOUT_SECONDS = 10.0
 # What a vector list answers when the query has no embedding (the embedder failed).
 _NO_VECTOR = object()
+#: Reads of unread vector passages a search makes before it reads all that are left
+#: (:meth:`RecallEngine._rank`; each read is one store query).
+READ_ROUNDS = 3
+#: Scores closer than this are taken as equal (``rank`` sorts scores rounded to 12 places).
+_TIE = 1e-9
+
+
+@attrs.frozen
+class Unread:
+    """The payload of a vector list's passage not read yet (:class:`PassageVectorSource`):
+    it takes part in fusion by its score and enters the answer once read. Its list item's id
+    is :data:`UNREAD` and its passage key until then (its kind, hence its result id, is
+    known once read)."""
+
+    source: PassageVectorSource
+    ref: PassageRef
+    #: The kind the source was registered for, and the kinds the search's scope allows.
+    kind: Kind
+    allowed: tuple[Kind, ...]
+
+    @property
+    def key(self) -> str:
+        return passage_key(self.ref.item, self.ref.passage)
+
+
+#: The id prefix of an unread passage's list item (never a result id: ids start with a kind).
+UNREAD = "?"
 
 
 @attrs.define
@@ -260,20 +290,50 @@ def rank(
     about the user, by speaker (:func:`_user_said`), an item's passages
     grouped, repeats dropped, ordered as the query asks, cut to ``limit``. Everything after
     the lists are fetched, so a benchmark can replay captured lists through exactly this
-    (``benchmarks/rank_replay.py``)."""
+    (``benchmarks/rank_replay.py``). Passages not read yet (:class:`Unread`) count in the
+    fusion of the others and are left out of the answer."""
     fused = rerank(fuse(lists), lists)
     relevant = relevant_ids(lists)
     results = [
         RecallResult(id=f.id, source=f.payload[0].label, score=f.score * _prior(f.payload[1].text),
                      text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)})
         for f in fused
-        if f.id in relevant
+        if f.id in relevant and not isinstance(f.payload, Unread)
     ]  # fmt: skip
     if intent.about_user:
         _user_said(results)
     results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
     results = distinct(group_passages(results, intent.events, intent.order))
     return arrange(results, intent, anchor)[:limit]
+
+
+def _known_passages(lists: Sequence[RankedList]) -> list[RankedList]:
+    """The lists with each unread passage that another list holds read (a vector hit the
+    full-text search also found): under that list's id and with its hit."""
+    known: dict[str, Ranked] = {}
+    for ranked in lists:
+        for item in ranked.items:
+            if not isinstance(item.payload, Unread):
+                known.setdefault(str(item.payload[1].key), item)
+    out: list[RankedList] = []
+    for ranked in lists:
+        items = []
+        for item in ranked.items:
+            if isinstance(item.payload, Unread) and (same := known.get(item.payload.key)) is not None:
+                item = Ranked(same.id, item.score, same.payload)
+            items.append(item)
+        out.append(attrs.evolve(ranked, items=items))
+    return out
+
+
+def _unread_bounds(lists: Sequence[RankedList]) -> dict[str, float]:
+    """The unread passages' fusion scores (the most they can score in an answer), by list
+    item id; one that no list finds relevant can score nothing."""
+    relevant = relevant_ids(lists)
+    unread = {item.id for ranked in lists for item in ranked.items if isinstance(item.payload, Unread)}
+    return {
+        f.id: f.score if f.id in relevant else -math.inf for f in rerank(fuse(lists), lists) if f.id in unread
+    }
 
 
 def relevant_ids(lists: Sequence[RankedList], floor: float = RELEVANCE_FLOOR) -> set[str]:
@@ -557,7 +617,7 @@ class RecallEngine:
             if expansion_task is not None:
                 expansion_task.cancel()
 
-        response.results = rank(lists, intent, anchor, limit)
+        response.results = await self._rank(lists, intent, anchor, limit, response, failures)
         if failures and not lists:
             # Every list failed: an empty result would read as "nothing remembered".
             response.error = "recall failed: " + "; ".join(dict.fromkeys(failures))
@@ -664,6 +724,8 @@ class RecallEngine:
             if awaited is None:
                 return _NO_VECTOR
             vector = awaited
+        if isinstance(source, PassageVectorSource):
+            return await source.nearest(vector, where, fetch)  # read later: RecallEngine._rank
         return await source.search_vector(vector, where, fetch)
 
     async def _run_lists(
@@ -681,23 +743,24 @@ class RecallEngine:
         response: RecallResponse,
         failures: list[str],
     ) -> list[RankedList]:
-        jobs: list[tuple[str, Kind, str, Awaitable[Sequence[SourceHit]], float]] = []
+        jobs: list[tuple[str, Kind, str, Awaitable[Sequence[Any]], float, Any]] = []
         for kind in kinds:
             where = filters[kind]
             for source in self._text.get(kind, []):
                 jobs.append(
                     (f"{kind.value}:{source.name}:{BM25}:{tag}", kind, BM25,
-                     self._text_search(source, text, where, fetch, use_cascade, response, tag), bm25_weight)
+                     self._text_search(source, text, where, fetch, use_cascade, response, tag), bm25_weight,
+                     source)
                 )  # fmt: skip
             if vector is not None:
                 for vsource in self._vector.get(kind, []):
                     jobs.append(
                         (f"{kind.value}:{vsource.name}:{VECTOR}:{tag}", kind, VECTOR,
-                         self._vector_search(vsource, vector, where, vector_fetch), vector_weight)
+                         self._vector_search(vsource, vector, where, vector_fetch), vector_weight, vsource)
                     )  # fmt: skip
         outcomes = await asyncio.gather(*(self._bounded(job[3]) for job in jobs), return_exceptions=True)
         lists: list[RankedList] = []
-        for (name, kind, method, _, weight), outcome in zip(jobs, outcomes, strict=True):
+        for (name, kind, method, _, weight, source), outcome in zip(jobs, outcomes, strict=True):
             source_name = name.split(":")[1]
             if isinstance(outcome, asyncio.CancelledError):
                 raise outcome
@@ -716,6 +779,10 @@ class RecallEngine:
             items: list[Ranked] = []
             allowed = filters[kind].scope.kinds
             for hit in outcome or []:
+                if isinstance(hit, PassageRef):
+                    unread = Unread(source, hit, kind, allowed)
+                    items.append(Ranked(UNREAD + unread.key, hit.score, unread))
+                    continue
                 try:
                     # getattr: a source (kernel-internal, not a plugin) may return hits of its
                     # own class; without ``kind`` a hit is of the kind the source serves.
@@ -728,6 +795,119 @@ class RecallEngine:
                 items.append(Ranked(rid, float(hit.score), (hit_kind, hit)))
             lists.append(RankedList(name, items, weight, method))
         return lists
+
+    async def _rank(
+        self,
+        lists: list[RankedList],
+        intent: Intent,
+        anchor: tuple[float, int, int] | None,
+        limit: int,
+        response: RecallResponse,
+        failures: list[str],
+    ) -> list[RecallResult]:
+        """:func:`rank` over the lists, once the vector lists' passages that can reach the
+        answer are read (the rest never are: reading one means reading and cutting its
+        whole item, ~0.5 ms a passage at 1M messages, and most never reach the answer).
+
+        A passage a full-text list holds is not read again. Then, for a query that orders
+        by nothing but score: passages of an item some read passage belongs to (they join
+        its result), and those whose fusion score reaches the last result of the answer
+        made of what is read. Fusion scores need no text, and a passage's score in the answer
+        is at most its fusion score (its kind's prior only lowers it, an item ranks by its
+        best passage). So when every passage left unread scores below the answer's last
+        result, and the answer is full, reading them all would give this same answer (a
+        passage left unread has no read passage of its item to join, and ranks after every
+        result); otherwise the rest is read. A query that orders by time or by event tags,
+        or lifts a request by its reply's score, reads every passage."""
+        lists = _known_passages(lists)
+        if not any(isinstance(item.payload, Unread) for ranked in lists for item in ranked.items):
+            return rank(lists, intent, anchor, limit)
+        if intent.events or intent.order or intent.anchor or intent.about_user:
+            lists = await self._read(lists, None, response, failures)
+            return rank(lists, intent, anchor, limit)
+        answer = rank(lists, intent, anchor, limit)
+        for round_ in range(1, READ_ROUNDS + 1):
+            bounds = _unread_bounds(lists)
+            if not bounds:
+                return answer
+            # Passages of an item a read passage belongs to join its result when read.
+            read_items = {
+                str(item.payload[1].meta.get(ITEM))
+                for ranked in lists
+                for item in ranked.items
+                if not isinstance(item.payload, Unread) and item.payload[1].meta.get(ITEM)
+            }
+            wanted = {
+                item.id
+                for ranked in lists
+                for item in ranked.items
+                if isinstance(item.payload, Unread) and item.payload.ref.item in read_items
+            }
+            if len(answer) >= limit:
+                floor = min(r.score for r in answer)
+                if not wanted and max(bounds.values()) < floor - _TIE:
+                    return answer
+                wanted |= {rid for rid, bound in bounds.items() if bound >= floor - _TIE}
+            else:
+                # Not full: the likeliest passages to fill it, a few more than it lacks.
+                best = sorted(bounds, key=lambda rid: -bounds[rid])
+                wanted |= set(best[: 2 * (limit - len(answer))])
+            if round_ == READ_ROUNDS:
+                wanted = set(bounds)  # the rest, in one last read
+            lists = await self._read(lists, wanted, response, failures)
+            answer = rank(lists, intent, anchor, limit)
+        return answer  # the last round read every passage left
+
+    async def _read(
+        self, lists: list[RankedList], wanted: set[str] | None, response: RecallResponse, failures: list[str]
+    ) -> list[RankedList]:
+        """The lists with the unread passages ``wanted`` (every one with ``None``) read: each
+        becomes its hit under its result id; one whose item is gone, of a kind the scope
+        excludes, or whose source fails, leaves its list (a failure is said like a failed
+        list's)."""
+        pending: dict[str, Unread] = {}
+        for ranked in lists:
+            for item in ranked.items:
+                if isinstance(item.payload, Unread) and (wanted is None or item.id in wanted):
+                    pending.setdefault(item.id, item.payload)
+        if not pending:
+            return lists
+        by_source: dict[int, list[Unread]] = {}
+        for unread in pending.values():
+            by_source.setdefault(id(unread.source), []).append(unread)
+        found: dict[str, Ranked | None] = dict.fromkeys(pending)
+        for group in by_source.values():
+            source, kind = group[0].source, group[0].kind
+            try:
+                hits = await self._bounded(source.read([u.ref for u in group]))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reason = _reason(exc)
+                name = source.name
+                failures.append(f"{kind.label} vector search ({name}): {reason}")
+                response.note(f"recall failed for {kind.label} vector search ({name}): {reason}")
+                self._log_once(f"{kind.label} vector search ({name}) failed reading passages: {reason}")
+                continue
+            by_key = {str(hit.key): hit for hit in hits}
+            for unread in group:
+                hit = by_key.get(unread.key)
+                if hit is None:
+                    continue
+                hit_kind = Kind(hit.kind) if hit.kind else unread.kind
+                if hit_kind in unread.allowed:
+                    rid = format_id(hit_kind, str(hit.key))
+                    found[UNREAD + unread.key] = Ranked(rid, 0.0, (hit_kind, hit))
+        out: list[RankedList] = []
+        for ranked in lists:
+            items: list[Ranked] = []
+            for item in ranked.items:
+                if item.id not in found:
+                    items.append(item)
+                elif (read := found[item.id]) is not None:
+                    items.append(Ranked(read.id, item.score, read.payload))
+            out.append(attrs.evolve(ranked, items=items))
+        return out
 
     async def _event_lists(
         self,

@@ -29,7 +29,7 @@ from lore_core.storage.passages import (
     passage_key,
     split_key,
 )
-from lore_core.storage.records import SearchHit
+from lore_core.storage.records import PassageRef, SearchHit
 
 #: Meta keys of a passage hit (:mod:`lore_core.storage.passages`): the item it belongs to (its key
 #: without the passage index), the passage's index, its ``(start, end)`` characters in the
@@ -101,6 +101,24 @@ class VectorSource(Protocol):
         self, vector: Sequence[float], where: SearchFilter, limit: int
     ) -> Sequence[SourceHit]:
         """Nearest items to a unit-length query vector, best first."""
+
+
+@runtime_checkable
+class PassageVectorSource(Protocol):
+    """Optional capability of a :class:`VectorSource`: its search in two steps, the nearest
+    passages found first (their similarity and where they are) and their texts read after,
+    for those that can still reach the answer. Reading a passage means reading and cutting
+    its whole item, and most of a vector list never reaches the answer (the engine reads
+    what the full-text hits do not already outrank: ``RecallEngine._rank``)."""
+
+    name: str
+
+    async def nearest(self, vector: Sequence[float], where: SearchFilter, limit: int) -> Sequence[PassageRef]:
+        """What :meth:`VectorSource.search_vector` finds, not read yet."""
+
+    async def read(self, refs: Sequence[PassageRef]) -> Sequence[SourceHit]:
+        """The hits of these passages, as ``search_vector`` gives them (a passage whose item
+        is gone is left out)."""
 
 
 @attrs.frozen
@@ -307,19 +325,27 @@ class StoreVectorSource:
     async def search_vector(
         self, vector: Sequence[float], where: SearchFilter, limit: int
     ) -> list[SourceHit]:
+        return await self.read(await self.nearest(vector, where, limit))
+
+    async def nearest(self, vector: Sequence[float], where: SearchFilter, limit: int) -> list[PassageRef]:
         if self.unsupported:
             return []
         try:
             index = self.serving() if self.serving is not None else self.model
-            hits = await self.store.vector_search(
+            found = await self.store.nearest_passages(
                 index, list(vector), session_id=where.session, project=where.project, limit=limit
             )
         except NotImplementedError:
             self.unsupported = True
             return []
         if self.min_similarity is not None:
-            hits = [h for h in hits if h.score >= self.min_similarity]
-        return [_source_hit(h) for h in hits]
+            found = [ref for ref in found if ref.score >= self.min_similarity]
+        return found
+
+    async def read(self, refs: Sequence[PassageRef]) -> list[SourceHit]:
+        if not refs:
+            return []
+        return [_source_hit(h) for h in await self.store.read_passages(refs)]
 
 
 class StoreDistillationOpener:

@@ -156,6 +156,18 @@ class SearchHit:
         return out
 
 
+@attrs.frozen
+class PassageRef:
+    """A passage a vector search found, before its text is read
+    (:meth:`lore_core.interfaces.Store.nearest_passages`): its item's id as stored (a
+    distillation's without the ``d:`` prefix: :meth:`~lore_core.interfaces.Store.read_passages`
+    tells the kinds apart), the passage's index and the cosine similarity."""
+
+    item: str
+    passage: int
+    score: float
+
+
 #: Search hits and ids of distillations carry this prefix (``lore show d:<id>``), so they never
 #: collide with message ids and a reader can tell the two apart.
 DISTILLATION_PREFIX = "d:"

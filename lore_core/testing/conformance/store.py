@@ -1406,6 +1406,40 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_vector_search_in_two_steps(self, make_store: Callable[[], Store]) -> None:
+        """``nearest_passages`` finds what ``vector_search`` finds, without the texts;
+        ``read_passages`` gives the same hits, in the order asked, leaving out a passage
+        its item does not have or an item that is not stored."""
+        from lore_core.storage.records import PassageRef
+
+        async def body(store: Store) -> None:
+            await self._require_vectors(store)
+            await store.write(self._corpus())
+            archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
+            await store.write_distillation(archived)
+            await self._embed_pending(store)
+            query = self._unit(0.1, 1.0, 0.0, 0.3)
+            hits = await store.vector_search(self.MODEL, query, limit=10)
+            refs = await store.nearest_passages(self.MODEL, query, limit=10)
+            assert [(r.passage, round(r.score, 6)) for r in refs] == [
+                (h.passage, round(h.score, 6)) for h in hits
+            ]
+            # A distillation's ref names it without the d: prefix; its hit has it.
+            assert archived.id in {r.item for r in refs} and archived.ref in {h.id for h in hits}
+            read = await store.read_passages(refs)
+            assert [h.as_json() for h in read] == [h.as_json() for h in hits]
+            backwards = await store.read_passages(refs[::-1])
+            assert [h.as_json() for h in backwards] == [h.as_json() for h in hits[::-1]]
+            missing = [PassageRef("f" * 32, 0, 0.5), PassageRef(refs[0].item, 999, 0.5), refs[1]]
+            assert [h.as_json() for h in await store.read_passages(missing)] == [hits[1].as_json()]
+            assert await store.read_passages([]) == []
+            filtered = await store.nearest_passages(self.MODEL, query, session_id="s-c", limit=10)
+            in_c = {m.id for m in await store.session_messages("s-c")}
+            assert filtered and {r.item for r in filtered} <= in_c
+            assert await store.nearest_passages("unknown-model", query) == []
+
+        self.run(make_store, body)
+
     def test_vector_search_one_hit_per_passage(self, make_store: Callable[[], Store]) -> None:
         """Vectors are written under the index of the passage they embed (a long item may
         have only some embedded), and a hit is that passage."""

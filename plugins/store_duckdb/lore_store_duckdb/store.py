@@ -66,6 +66,7 @@ from lore_core.storage.records import (
     VECTOR_MESSAGE,
     EmbeddingItem,
     ItemVectors,
+    PassageRef,
     Project,
     SearchHit,
     Session,
@@ -864,7 +865,7 @@ class DuckDBStore(Store):
     async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
         return await asyncio.to_thread(self._vectors.write, model, dimensions, list(items))
 
-    async def vector_search(
+    async def nearest_passages(
         self,
         model: str,
         vector: Sequence[float],
@@ -872,25 +873,36 @@ class DuckDBStore(Store):
         session_id: str | None = None,
         project: str | None = None,
         limit: int = 10,
-    ) -> list[SearchHit]:
+    ) -> list[PassageRef]:
+        search = self._vectors.search
+        found = await asyncio.to_thread(search, model, vector, kinds, session_id, project, limit)
+        return [PassageRef(ident, index, score) for ident, score, index in found]
+
+    async def read_passages(self, refs: Sequence[PassageRef]) -> list[SearchHit]:
         def run() -> list[SearchHit]:
-            found = self._vectors.search(model, vector, kinds, session_id, project, limit)
-            if not found:
+            if not refs:
                 return []
-            ids = list(dict.fromkeys(ident for ident, _, _ in found))
+            ids = list(dict.fromkeys(ref.item for ref in refs))
             # item id -> (search id, session, project, role, position, created_at, passages)
             items: dict[str, tuple[Any, ...]] = {}
-            if kinds is None or VECTOR_MESSAGE in kinds:
-                for r in self._query(
-                    "SELECT id, session_id, project, role, position, created_at, blocks, "
-                    f"{_TEXT_IF_NO_BLOCKS} FROM messages WHERE id = ANY(?)",
-                    (ids,),
-                ):
-                    blocks = json.loads(r[6]) if r[6] else []
-                    items[r[0]] = (*r[:6], message_passages(r[3], blocks, r[7] or ""))
+            rows = self._query(
+                "SELECT id, session_id, project, role, position, created_at, blocks FROM messages "
+                "WHERE id = ANY(?)",
+                (ids,),
+            )
+            # The text only of messages without blocks (written by hand), in a query of its
+            # own: a column read at all costs ~4 ms for 20 messages at 1M (each lookup
+            # decompresses its row's block of the column), and nearly every message has blocks.
+            bare = [r[0] for r in rows if not r[6] or r[6] == "[]"]
+            texts: dict[str, str] = {}
+            if bare:
+                texts = dict(self._query("SELECT id, text FROM messages WHERE id = ANY(?)", (bare,)))
+            for r in rows:
+                blocks = json.loads(r[6]) if r[6] else []
+                items[r[0]] = (*r[:6], message_passages(r[3], blocks, texts.get(r[0]) or ""))
             # The rest are distillations' (their ids, 24 hex digits, never meet a message's 32).
             rest = [ident for ident in ids if ident not in items]
-            if rest and (kinds is None or VECTOR_DISTILLATION in kinds):
+            if rest:
                 for r in self._query(
                     "SELECT id, session_id, project, created_at, content FROM distillations "
                     "WHERE id = ANY(?)",
@@ -899,18 +911,18 @@ class DuckDBStore(Store):
                     ref = DISTILLATION_PREFIX + r[0]
                     items[r[0]] = (ref, r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or ""))
             hits = []
-            for ident, score, index in found:
-                item = items.get(ident)
-                if item is None or index >= len(item[6]):
-                    continue  # an item of a kind this store does not hold (yet), or cut by other rules
-                passage = item[6][index]
+            for found in refs:
+                item = items.get(found.item)
+                if item is None or found.passage >= len(item[6]):
+                    continue  # an item gone, or cut by other rules
+                passage = item[6][found.passage]
                 hits.append(
                     SearchHit(
                         id=item[0],
                         session_id=item[1],
                         project=item[2] or "",
                         role=item[3],
-                        score=score,
+                        score=found.score,
                         text=passage.text,
                         position=int(item[4] or 0),
                         created_at=float(item[5] or 0.0),
