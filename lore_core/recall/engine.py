@@ -36,6 +36,7 @@ from lore_core.recall.fusion import (
     BM25,
     EXPANSION_WEIGHT,
     VECTOR,
+    Fused,
     Ranked,
     RankedList,
     fuse,
@@ -292,8 +293,17 @@ def rank(
     the lists are fetched, so a benchmark can replay captured lists through exactly this
     (``benchmarks/rank_replay.py``). Passages not read yet (:class:`Unread`) count in the
     fusion of the others and are left out of the answer."""
-    fused = rerank(fuse(lists), lists)
-    relevant = relevant_ids(lists)
+    return answer_of(rerank(fuse(lists), lists), relevant_ids(lists), intent, anchor, limit)
+
+
+def answer_of(
+    fused: Sequence[Fused],
+    relevant: set[str],
+    intent: Intent,
+    anchor: tuple[float, int, int] | None,
+    limit: int,
+) -> list[RecallResult]:
+    """:func:`rank` after fusion: ``fused`` re-ranked, ``relevant`` the ids kept."""
     results = [
         RecallResult(id=f.id, source=f.payload[0].label, score=f.score * _prior(f.payload[1].text),
                      text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)})
@@ -303,8 +313,10 @@ def rank(
     if intent.about_user:
         _user_said(results)
     results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
-    results = distinct(group_passages(results, intent.events, intent.order))
-    return arrange(results, intent, anchor)[:limit]
+    grouped = group_passages(results, intent.events, intent.order)
+    if not intent.events and not intent.order and anchor is None:
+        return distinct(grouped, limit)  # nothing to arrange: the first ``limit`` are the answer
+    return arrange(distinct(grouped), intent, anchor)[:limit]
 
 
 def _known_passages(lists: Sequence[RankedList]) -> list[RankedList]:
@@ -326,14 +338,10 @@ def _known_passages(lists: Sequence[RankedList]) -> list[RankedList]:
     return out
 
 
-def _unread_bounds(lists: Sequence[RankedList]) -> dict[str, float]:
+def _unread_bounds(fused: Sequence[Fused], relevant: set[str]) -> dict[str, float]:
     """The unread passages' fusion scores (the most they can score in an answer), by list
     item id; one that no list finds relevant can score nothing."""
-    relevant = relevant_ids(lists)
-    unread = {item.id for ranked in lists for item in ranked.items if isinstance(item.payload, Unread)}
-    return {
-        f.id: f.score if f.id in relevant else -math.inf for f in rerank(fuse(lists), lists) if f.id in unread
-    }
+    return {f.id: f.score if f.id in relevant else -math.inf for f in fused if isinstance(f.payload, Unread)}
 
 
 def relevant_ids(lists: Sequence[RankedList], floor: float = RELEVANCE_FLOOR) -> set[str]:
@@ -422,12 +430,15 @@ def _text_key(text: str) -> str:
     return " ".join(f"{_PART.sub('', head)}\n{body}".split()).lower()
 
 
-def distinct(results: Sequence[RecallResult]) -> list[RecallResult]:
+def distinct(results: Sequence[RecallResult], limit: int | None = None) -> list[RecallResult]:
     """Results without repeats: a passage whose text a better result already holds is
-    dropped (the same ``git status`` output stored twice, a file read twice)."""
+    dropped (the same ``git status`` output stored twice, a file read twice); the first
+    ``limit`` of them when given."""
     seen: set[str] = set()
     out: list[RecallResult] = []
     for r in results:
+        if limit is not None and len(out) >= limit:
+            break
         key = _text_key(r.text)
         if key and key in seen:
             continue
@@ -825,9 +836,10 @@ class RecallEngine:
         if intent.events or intent.order or intent.anchor or intent.about_user:
             lists = await self._read(lists, None, response, failures)
             return rank(lists, intent, anchor, limit)
-        answer = rank(lists, intent, anchor, limit)
+        fused, relevant = rerank(fuse(lists), lists), relevant_ids(lists)
+        answer = answer_of(fused, relevant, intent, anchor, limit)
         for round_ in range(1, READ_ROUNDS + 1):
-            bounds = _unread_bounds(lists)
+            bounds = _unread_bounds(fused, relevant)
             if not bounds:
                 return answer
             # Passages of an item a read passage belongs to join its result when read.
@@ -855,7 +867,8 @@ class RecallEngine:
             if round_ == READ_ROUNDS:
                 wanted = set(bounds)  # the rest, in one last read
             lists = await self._read(lists, wanted, response, failures)
-            answer = rank(lists, intent, anchor, limit)
+            fused, relevant = rerank(fuse(lists), lists), relevant_ids(lists)
+            answer = answer_of(fused, relevant, intent, anchor, limit)
         return answer  # the last round read every passage left
 
     async def _read(
