@@ -821,14 +821,16 @@ class RecallEngine:
         whole item, ~0.5 ms a passage at 1M messages, and most never reach the answer).
 
         A passage a full-text list holds is not read again. Then, for a query that orders
-        by nothing but score: passages of an item some read passage belongs to (they join
-        its result), and those whose fusion score reaches the last result of the answer
-        made of what is read. Fusion scores need no text, and a passage's score in the answer
-        is at most its fusion score (its kind's prior only lowers it, an item ranks by its
-        best passage). So when every passage left unread scores below the answer's last
-        result, and the answer is full, reading them all would give this same answer (a
-        passage left unread has no read passage of its item to join, and ranks after every
-        result); otherwise the rest is read. A query that orders by time or by event tags,
+        by nothing but score, in rounds: the passages of items a read passage belongs to
+        (they join its result), and those whose fusion score reaches the last result of the
+        answer made of what is read (while that answer is not full, twice as many as it
+        lacks, best first), each with its item's other unread passages. Fusion scores need
+        no text, and a passage's score in the answer is at most its fusion score (its
+        kind's prior only lowers it, an item ranks by its best passage). So once every
+        passage left unread scores below a full answer's last result, reading them would
+        give this same answer (a passage left unread has no read passage of its item to
+        join, and ranks after every result); the last round reads all that is left. A query
+        that orders by time or by event tags,
         or lifts a request by its reply's score, reads every passage."""
         lists = _known_passages(lists)
         if not any(isinstance(item.payload, Unread) for ranked in lists for item in ranked.items):
@@ -842,19 +844,14 @@ class RecallEngine:
             bounds = _unread_bounds(fused, relevant)
             if not bounds:
                 return answer
-            # Passages of an item a read passage belongs to join its result when read.
+            owners = {f.id: f.payload.ref.item for f in fused if isinstance(f.payload, Unread)}
             read_items = {
-                str(item.payload[1].meta.get(ITEM))
-                for ranked in lists
-                for item in ranked.items
-                if not isinstance(item.payload, Unread) and item.payload[1].meta.get(ITEM)
+                str(f.payload[1].meta.get(ITEM))
+                for f in fused
+                if not isinstance(f.payload, Unread) and f.payload[1].meta.get(ITEM)
             }
-            wanted = {
-                item.id
-                for ranked in lists
-                for item in ranked.items
-                if isinstance(item.payload, Unread) and item.payload.ref.item in read_items
-            }
+            # Passages of an item a read passage belongs to join its result when read.
+            wanted = {rid for rid, owner in owners.items() if owner in read_items}
             if len(answer) >= limit:
                 floor = min(r.score for r in answer)
                 if not wanted and max(bounds.values()) < floor - _TIE:
@@ -864,6 +861,10 @@ class RecallEngine:
                 # Not full: the likeliest passages to fill it, a few more than it lacks.
                 best = sorted(bounds, key=lambda rid: -bounds[rid])
                 wanted |= set(best[: 2 * (limit - len(answer))])
+            # Those read make their items' other passages join too: read them together (a
+            # session's search finds most passages of its few items).
+            chosen = {owners[rid] for rid in wanted}
+            wanted |= {rid for rid, owner in owners.items() if owner in chosen}
             if round_ == READ_ROUNDS:
                 wanted = set(bounds)  # the rest, in one last read
             lists = await self._read(lists, wanted, response, failures)
