@@ -335,11 +335,13 @@ def mean(values: Sequence[float]) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_engine(method: str, store: Any, embedder: Any) -> RecallEngine:
+def build_engine(method: str, store: Any, embedder: Any, complete_lists: bool = False) -> RecallEngine:
     """The recall engine as the product builds it (``store_recall_engine``: hybrid with an
-    embedder, full-text only without), or with the store's vector source alone."""
+    embedder, full-text only without), or with the store's vector source alone.
+    ``complete_lists``: every vector passage found is read (the same answers), so the lists
+    captured for ``--dump-lists`` hold every hit's text for the replayed rankings."""
     if method == "hybrid":
-        return store_recall_engine(store, embedder=embedder)
+        return store_recall_engine(store, embedder=embedder, read_every_passage=complete_lists)
     if method == "bm25":
         return store_recall_engine(store, embedder=None)
     engine = RecallEngine(embedder=embedder)
@@ -393,7 +395,7 @@ async def run_question(
         turns_of = await ingest(store, haystack, embedder if vectors else None)
         scores: dict[str, dict[str, float]] = {}
         for method in methods:
-            engine = build_engine(method, store, embedder)
+            engine = build_engine(method, store, embedder, complete_lists=dump_dir is not None)
             answers = []
             searches: dict[int, dict[str, Any] | None] = {}
             for limit in (DEFAULT_LIMIT, MAX_LIMIT):

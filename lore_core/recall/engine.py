@@ -463,8 +463,13 @@ class RecallEngine:
         max_query_chars: int = MAX_QUERY_CHARS,
         sessions: SessionDirectory | None = None,
         aliases: AliasSource | None = None,
+        read_every_passage: bool = False,
     ) -> None:
         self.embedder = embedder
+        #: Read every vector passage found, not only those that can reach the answer: the
+        #: answer is the same, and the lists handed to :func:`rank` are complete (a benchmark
+        #: capturing them to replay other rankings, ``retrieval_quality.py --dump-lists``).
+        self.read_every_passage = read_every_passage
         #: Where the entities a query names are found (alias expansion); ``None``: none.
         self.aliases = aliases
         #: Where a session named in a query is looked up by its title.
@@ -835,7 +840,7 @@ class RecallEngine:
         lists = _known_passages(lists)
         if not any(isinstance(item.payload, Unread) for ranked in lists for item in ranked.items):
             return rank(lists, intent, anchor, limit)
-        if intent.events or intent.order or intent.anchor or intent.about_user:
+        if self.read_every_passage or intent.events or intent.order or intent.anchor or intent.about_user:
             lists = await self._read(lists, None, response, failures)
             return rank(lists, intent, anchor, limit)
         fused, relevant = rerank(fuse(lists), lists), relevant_ids(lists)

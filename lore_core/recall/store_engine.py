@@ -41,6 +41,7 @@ def store_recall_engine(
     expand_aliases: bool = True,
     source_timeout: float = DEFAULT_SOURCE_TIMEOUT_SECONDS,
     vector_index: Callable[[], str] | None = None,
+    read_every_passage: bool = False,
 ) -> RecallEngine:
     """Hybrid recall over ``store``: a BM25 list and, with ``embedder``, a vector list (the
     index of the embedder's model and the passage rules) per query, fused by RRF; with
@@ -48,7 +49,8 @@ def store_recall_engine(
     ``expand_aliases``, full-text lists for the other names of the entities a query names.
     ``entities``: the book entity writes go through (its counter keeps the entity table
     cached between writes). ``vector_index``: which vector index to search at each query
-    (the indexer's ``serving_index``), instead of the embedder's own."""
+    (the indexer's ``serving_index``), instead of the embedder's own.
+    ``read_every_passage``: see :class:`RecallEngine`."""
     index = EntityIndex(store, entities)
     engine = RecallEngine(
         worker=worker,
@@ -58,6 +60,7 @@ def store_recall_engine(
         sessions=StoreSessionDirectory(store),
         aliases=index if expand_aliases else None,
         source_timeout=source_timeout,
+        read_every_passage=read_every_passage,
     )
     messages = StoreMessageSource(store)
     engine.add_text_source(Kind.MESSAGE, messages)
