@@ -258,3 +258,46 @@ def test_markup_and_code_lines_are_no_facets() -> None:
         "Why does this fail on the second run of the nightly job?",
         "It looks like the cache is never cleared between runs.",
     ]
+
+
+def test_a_cut_until_a_passage_makes_the_same_passages_up_to_it() -> None:
+    """Reading one passage of a long item cuts it only that far (``until``): every passage
+    up to it is the one the whole cut makes, tags included (a Go failure's FAIL line in a
+    later passage still tags the passage before it)."""
+    long_lines = "\n".join(f"    session_test.go:{80 + i}: state: {'{' + 'x' * 260 + '}'}" for i in range(3))
+    go = (
+        log(60)
+        + "\n=== RUN   TestSession\n    session_test.go:50: Session A has 1 checkpoint(s)\n"
+        + log(4)
+        + "\n"
+        + long_lines
+        + "\n--- FAIL: TestSession (0.53s)\nFAIL\n"
+        + log(80)
+    )
+    items = [
+        ("user", [result("g", go, tool_name="Bash", tool_source="go test ./...")]),
+        (
+            "assistant",
+            [
+                {"type": "text", "text": "Let me look."},
+                call("Bash", "c1", {"command": "ls"}),
+                {"type": "thinking", "text": "The parser. " * 150},
+                call("Read", "c2", {"file_path": "a.go"}),
+                {"type": "text", "text": "Now the tests."},
+                call("Bash", "c3", {"command": "go test ./..."}),
+                result("c3", log(200), tool_name="Bash", tool_source="go test ./..."),
+                {"type": "text", "text": "Done: " + "all green. " * 40},
+            ],
+        ),
+    ]
+    for role, blocks in items:
+        whole = cut(role, blocks)
+        assert len(whole) > 5
+        for until in range(len(whole) + 2):
+            part = cut(role, blocks, until=until)
+            assert part[: until + 1] == whole[: until + 1], (role, until)
+            assert len(part) <= len(whole)
+        assert message_passages(role, blocks, until=2)[:3] == whole[:3]
+    # The failure's passage and the one before it carry the tag in both.
+    tagged = [p.index for p in cut("user", items[0][1]) if TEST_FAILURE in p.tags]
+    assert len(tagged) >= 2 and all(TEST_FAILURE in cut("user", items[0][1], until=i)[i].tags for i in tagged)

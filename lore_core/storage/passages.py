@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -518,23 +518,22 @@ class _Part:
     new_tests: frozenset[str] = frozenset()
 
 
-def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, CallInfo]) -> list[_Part]:
-    parts: list[_Part] = []
+def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, CallInfo]) -> Iterator[_Part]:
+    """The message's parts, one block at a time (a cut that stops early reads no further)."""
     for b in blocks:
         kind = b.get("type")
         if kind in (TEXT, THINKING):
             body = strip_housekeeping(str(b.get("text") or "")).strip()
             if body:
-                parts.append(_Part(str(kind), body))
+                yield _Part(str(kind), body)
         elif kind == TOOL_CALL:
             tool = str(b.get("tool_name") or "tool")
             tool_input = b.get("tool_input")
             source = call_source(tool_input)
             tags = tuple(dict.fromkeys(_action_tags(tool, tool_input, source)))
             new_tests = frozenset(_new_tests(tool_input)) if FILE_EDITED in tags else frozenset()
-            parts.append(
-                _Part(TOOL_CALL, render_call(tool, tool_input), tool, source, tags=tags, new_tests=new_tests)
-            )
+            rendered = render_call(tool, tool_input)
+            yield _Part(TOOL_CALL, rendered, tool, source, tags=tags, new_tests=new_tests)
         elif kind == TOOL_RESULT:
             # Decided by the record alone, so an item's passages are numbered the same
             # whatever is known of earlier calls.
@@ -553,8 +552,7 @@ def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, C
             is_error = bool(b.get("is_error"))
             code = exit_code(body)
             tags = tuple(dict.fromkeys(_outcome_tags(result_tool, source, is_error, code, body)))
-            parts.append(_Part(TOOL_RESULT, body, result_tool, source, is_error, tags, code))
-    return parts
+            yield _Part(TOOL_RESULT, body, result_tool, source, is_error, tags, code)
 
 
 def _join(parts: Sequence[_Part]) -> tuple[str, list[int]]:
@@ -570,7 +568,7 @@ def item_text(
 ) -> str:
     """The text passages are cut from (and their spans refer to): the blocks rendered
     readably, one after the other, a blank line between two blocks."""
-    return _join(_parts(role, blocks, calls or {}))[0]
+    return _join(list(_parts(role, blocks, calls or {})))[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,16 +634,21 @@ def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str]
 
 
 def cut(
-    role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, CallInfo] | None = None
+    role: str,
+    blocks: Sequence[Mapping[str, Any]],
+    calls: Mapping[str, CallInfo] | None = None,
+    until: int | None = None,
 ) -> list[Passage]:
     """The passages of one message (``blocks`` in the stored record shape).
 
     Every block starts a new passage, except that short text, thinking and tool-call blocks
     following each other share one (``Now I'll commit`` and the ``git commit`` call read
     best together); a tool result is always passages of its own. ``calls`` names the tool
-    calls of earlier messages by id (a result's record usually names its tool itself)."""
-    parts = _parts(role, blocks, calls or {})
-    _, offsets = _join(parts)
+    calls of earlier messages by id (a result's record usually names its tool itself).
+    ``until``: the passages up to that index are enough (reading one passage of a long
+    item); the cut stops once they are made, and they are the ones a whole cut makes."""
+    parts: list[_Part] = []
+    offsets: list[int] = []  # each part's start in item_text
     passages: list[Passage] = []
     # A run of short non-result parts, merged: (first part index, last part index).
     pending: list[int] = []
@@ -682,18 +685,21 @@ def cut(
     def emit(i: int) -> None:
         part = parts[i]
         spans = _pieces(part.body)
+        # With ``until``, the part's passages past it are not made (the tags of the one
+        # after the last made still count: see _messages_before).
+        made = len(spans) if until is None else max(0, min(len(spans), until + 1 - len(passages)))
         # The part's own tags mark its first passage (one event, one candidate); what a
         # passage shows marks that passage.
         tagged = [
             [*(part.tags if n == 0 else ()), *_evidence_tags(part, part.body[s:e])]
-            for n, (s, e) in enumerate(spans)
+            for n, (s, e) in enumerate(spans[: made + 1])
         ]
-        for n in range(1, len(spans)):
+        for n in range(1, len(tagged)):
             if TEST_FAILURE in tagged[n] and TEST_FAILURE not in tagged[n - 1]:
                 found = _TEST_FAILURE.search(part.body, spans[n][0], spans[n][1])
                 if found is not None and _messages_before(part.body, spans[n - 1], spans[n], found):
                     tagged[n - 1].append(TEST_FAILURE)
-        for n, (s, e) in enumerate(spans, start=1):
+        for n, (s, e) in enumerate(spans[:made], start=1):
             body = part.body[s:e]
             tags = tuple(dict.fromkeys(tagged[n - 1]))
             head = _header(role, part, n, len(spans), tags)
@@ -705,7 +711,11 @@ def cut(
             )  # fmt: skip
 
     size = 0
-    for i, part in enumerate(parts):
+    at = 0
+    for i, part in enumerate(_parts(role, blocks, calls or {})):
+        parts.append(part)
+        offsets.append(at)
+        at += len(part.body) + 2  # as _join lays the parts out
         short = part.kind != TOOL_RESULT and len(part.body) <= TARGET_CHARS
         if short and size + len(part.body) <= TARGET_CHARS:
             pending.append(i)
@@ -718,6 +728,8 @@ def cut(
             size = len(part.body)
         else:
             emit(i)
+        if until is not None and len(passages) > until:
+            return passages
     flush()
     return passages
 
@@ -727,10 +739,12 @@ def message_passages(
     blocks: Sequence[Mapping[str, Any]],
     text: str = "",
     calls: Mapping[str, CallInfo] | None = None,
+    until: int | None = None,
 ) -> list[Passage]:
     """A stored message's passages: cut from its blocks; a message whose blocks hold no
-    text (written by hand, without the records the writer makes) from its ``text``."""
-    passages = cut(role, blocks, calls)
+    text (written by hand, without the records the writer makes) from its ``text``.
+    ``until``: at least the passages up to that index (:func:`cut`)."""
+    passages = cut(role, blocks, calls, until)
     if not passages and not blocks and text.strip():
         return cut_text(text, label=role)
     return passages

@@ -882,7 +882,11 @@ class DuckDBStore(Store):
         def run() -> list[SearchHit]:
             if not refs:
                 return []
-            ids = list(dict.fromkeys(ref.item for ref in refs))
+            # Each item is cut only as far as the last passage asked of it.
+            last: dict[str, int] = {}
+            for ref in refs:
+                last[ref.item] = max(ref.passage, last.get(ref.item, 0))
+            ids = list(last)
             # item id -> (search id, session, project, role, position, created_at, passages)
             items: dict[str, tuple[Any, ...]] = {}
             rows = self._query(
@@ -899,7 +903,8 @@ class DuckDBStore(Store):
                 texts = dict(self._query("SELECT id, text FROM messages WHERE id = ANY(?)", (bare,)))
             for r in rows:
                 blocks = json.loads(r[6]) if r[6] else []
-                items[r[0]] = (*r[:6], message_passages(r[3], blocks, texts.get(r[0]) or ""))
+                passages = message_passages(r[3], blocks, texts.get(r[0]) or "", until=last[r[0]])
+                items[r[0]] = (*r[:6], passages)
             # The rest are distillations' (their ids, 24 hex digits, never meet a message's 32).
             rest = [ident for ident in ids if ident not in items]
             if rest:
