@@ -835,8 +835,8 @@ class RecallEngine:
         passage left unread scores below a full answer's last result, reading them would
         give this same answer (a passage left unread has no read passage of its item to
         join, and ranks after every result); the last round reads all that is left. A query
-        that orders by time or by event tags,
-        or lifts a request by its reply's score, reads every passage."""
+        that orders by time or by event tags, or lifts a request by its reply's score, reads
+        every passage (so does an engine told to ``read_every_passage``)."""
         lists = _known_passages(lists)
         if not any(isinstance(item.payload, Unread) for ranked in lists for item in ranked.items):
             return rank(lists, intent, anchor, limit)
@@ -902,8 +902,7 @@ class RecallEngine:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = _reason(exc)
-                name = source.name
+                reason, name = _reason(exc), source.name
                 failures.append(f"{kind.label} vector search ({name}): {reason}")
                 response.note(f"recall failed for {kind.label} vector search ({name}): {reason}")
                 self._log_once(f"{kind.label} vector search ({name}) failed reading passages: {reason}")
