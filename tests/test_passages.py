@@ -49,6 +49,20 @@ def log(lines: int, word: str = "ok") -> str:
     )
 
 
+def go_failure() -> str:
+    """A Go test run whose failing test's message sits a passage before its FAIL line (long
+    log lines between them)."""
+    long_lines = "\n".join(f"    session_test.go:{80 + i}: state: {'{' + 'x' * 260 + '}'}" for i in range(3))
+    return (
+        log(60)
+        + "\n=== RUN   TestSession\n    session_test.go:50: Session A has 1 checkpoint(s)\n"
+        + log(4)
+        + "\n"
+        + long_lines
+        + "\n--- FAIL: TestSession (0.53s)\nFAIL\n"
+    )
+
+
 def test_passages_are_bounded_and_their_spans_are_the_items_text() -> None:
     blocks = [
         {"type": "text", "text": "Let me run the whole suite."},
@@ -116,16 +130,7 @@ def test_events_are_tagged_where_their_evidence_is() -> None:
 
     # Go prints a test's messages before its FAIL line; long lines between them push the
     # FAIL line deep into the next passage, whose tag then marks the one before it too.
-    long_lines = "\n".join(f"    session_test.go:{80 + i}: state: {'{' + 'x' * 260 + '}'}" for i in range(3))
-    go = (
-        log(60)
-        + "\n=== RUN   TestSession\n    session_test.go:50: Session A has 1 checkpoint(s)\n"
-        + log(4)
-        + "\n"
-        + long_lines
-        + "\n--- FAIL: TestSession (0.53s)\nFAIL\n"
-    )
-    passages = cut("user", [result("g", go, tool_name="Bash", tool_source="go test ./...")])
+    passages = cut("user", [result("g", go_failure(), tool_name="Bash", tool_source="go test ./...")])
     failing = next(p for p in passages if "--- FAIL: TestSession" in p.text)
     assert "session_test.go:50" not in failing.text and TEST_FAILURE in failing.tags
     before = passages[failing.index - 1]
@@ -264,16 +269,7 @@ def test_a_cut_until_a_passage_makes_the_same_passages_up_to_it() -> None:
     """Reading one passage of a long item cuts it only that far (``until``): every passage
     up to it is the one the whole cut makes, tags included (a Go failure's FAIL line in a
     later passage still tags the passage before it)."""
-    long_lines = "\n".join(f"    session_test.go:{80 + i}: state: {'{' + 'x' * 260 + '}'}" for i in range(3))
-    go = (
-        log(60)
-        + "\n=== RUN   TestSession\n    session_test.go:50: Session A has 1 checkpoint(s)\n"
-        + log(4)
-        + "\n"
-        + long_lines
-        + "\n--- FAIL: TestSession (0.53s)\nFAIL\n"
-        + log(80)
-    )
+    go = go_failure() + log(80)
     items = [
         ("user", [result("g", go, tool_name="Bash", tool_source="go test ./...")]),
         (

@@ -555,12 +555,8 @@ def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, C
             yield _Part(TOOL_RESULT, body, result_tool, source, is_error, tags, code)
 
 
-def _join(parts: Sequence[_Part]) -> tuple[str, list[int]]:
-    offsets, at = [], 0
-    for part in parts:
-        offsets.append(at)
-        at += len(part.body) + 2
-    return "\n\n".join(p.body for p in parts), offsets
+#: Between two parts in :func:`item_text` (a passage's span counts it).
+_PART_GAP = "\n\n"
 
 
 def item_text(
@@ -568,7 +564,7 @@ def item_text(
 ) -> str:
     """The text passages are cut from (and their spans refer to): the blocks rendered
     readably, one after the other, a blank line between two blocks."""
-    return _join(list(_parts(role, blocks, calls or {})))[0]
+    return _PART_GAP.join(p.body for p in _parts(role, blocks, calls or {}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -664,7 +660,7 @@ def cut(
             return
         start, end = offsets[first], offsets[last] + len(parts[last].body)
         tools = [parts[i] for i in pending if parts[i].kind == TOOL_CALL]
-        body = "\n\n".join(parts[i].body for i in pending)  # as in item_text: spans hold
+        body = _PART_GAP.join(parts[i].body for i in pending)  # as in item_text: spans hold
         members = [parts[i] for i in pending]
         tags = tuple(dict.fromkeys(t for p in members for t in (*p.tags, *_evidence_tags(p, p.body))))
         head = (
@@ -715,7 +711,7 @@ def cut(
     for i, part in enumerate(_parts(role, blocks, calls or {})):
         parts.append(part)
         offsets.append(at)
-        at += len(part.body) + 2  # as _join lays the parts out
+        at += len(part.body) + len(_PART_GAP)
         short = part.kind != TOOL_RESULT and len(part.body) <= TARGET_CHARS
         if short and size + len(part.body) <= TARGET_CHARS:
             pending.append(i)
