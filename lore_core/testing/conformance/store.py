@@ -1430,7 +1430,10 @@ class StoreConformance:
             assert [h.as_json() for h in read] == [h.as_json() for h in hits]
             backwards = await store.read_passages(refs[::-1])
             assert [h.as_json() for h in backwards] == [h.as_json() for h in hits[::-1]]
-            missing = [PassageRef("f" * 32, 0, 0.5), PassageRef(refs[0].item, 999, 0.5), refs[1]]
+            missing = [
+                PassageRef("f" * 32, 0, 0.5), PassageRef(refs[0].item, 999, 0.5),
+                PassageRef("it's'); DROP TABLE messages; --\0", 0, 0.5), refs[1],
+            ]  # fmt: skip
             assert [h.as_json() for h in await store.read_passages(missing)] == [hits[1].as_json()]
             assert await store.read_passages([]) == []
             filtered = await store.nearest_passages(self.MODEL, query, session_id="s-c", limit=10)

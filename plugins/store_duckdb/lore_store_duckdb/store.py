@@ -58,7 +58,7 @@ from lore_core.storage.knowledge import (
     canonical_order,
     normalize_title,
 )
-from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, cut_text, message_passages, passage_key
+from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, cut_text, message_passages
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
@@ -153,30 +153,28 @@ _ARROW_MESSAGES = pa.schema(
     ]
 )
 #: The full-text index holds passages (lore_core.storage.passages): one row per passage of a
-#: message or distillation, ``id`` the passage key, ``item_id`` the item as search shows it.
+#: message or distillation, with the columns its filters need (``seq`` for the watermark)
+#: and what a hit shows besides its text in one JSON array, ``hit``: item id, passage index,
+#: start, end, session, project, role, tool, source, position, created_at.
+#: One column, because LanceDB reads each selected column of every hit apart: at 1M
+#: messages the search selecting the 12 columns this array replaces took ~6 ms more than
+#: selecting 3 (benchmarks/README.md, recall.py).
 _INDEX_SCHEMA = pa.schema(
     [
         ("seq", pa.int64()),
-        ("id", pa.string()),
-        ("item_id", pa.string()),
-        ("passage", pa.int32()),
-        ("start", pa.int32()),
-        ("end", pa.int32()),
         ("session_id", pa.string()),
         ("project", pa.string()),
-        ("role", pa.string()),
-        ("tool", pa.string()),
-        ("source", pa.string()),
-        ("position", pa.int32()),
-        ("created_at", pa.float64()),
+        ("hit", pa.string()),
         ("text", pa.string()),
     ]
 )
-_INDEX_TABLE = "passages"
+#: The table's name says its layout: another layout's table is dropped and rebuilt.
+_INDEX_TABLE = "passage_hits"
 #: A message's text is read only when it has no blocks to cut passages from.
 _TEXT_IF_NO_BLOCKS = "CASE WHEN blocks IS NULL OR blocks = '[]' THEN text END"
-#: Tables of earlier index layouts, dropped when found (the index is rebuilt from DuckDB).
-_OLD_INDEX_TABLES = ("messages",)
+#: Tables of earlier index layouts, dropped when found (the index is rebuilt from DuckDB):
+#: whole messages, then passages with a column per field.
+_OLD_INDEX_TABLES = ("messages", "passages")
 _WORD = re.compile(r"\w", re.UNICODE)
 #: The knowledge table's columns as write_knowledge writes and reads read them, in
 #: _knowledge_row's order (``approval`` stays NULL: a later tier sets it).
@@ -755,7 +753,7 @@ class DuckDBStore(Store):
             return []
         cols = ", ".join(_MESSAGE_COLUMNS)
         rows = await asyncio.to_thread(
-            self._query, f"SELECT {cols} FROM messages WHERE id = ANY(?)", (list(ids),)
+            self._query, f"SELECT {cols} FROM messages WHERE id IN {_literals(ids)}"
         )
         found = {r[0]: _message(r) for r in rows}
         return [found[i] for i in ids if i in found]
@@ -891,8 +889,7 @@ class DuckDBStore(Store):
             items: dict[str, tuple[Any, ...]] = {}
             rows = self._query(
                 "SELECT id, session_id, project, role, position, created_at, blocks FROM messages "
-                "WHERE id = ANY(?)",
-                (ids,),
+                f"WHERE id IN {_literals(ids)}"
             )
             # The text only of messages without blocks (written by hand), in a query of its
             # own: a column read at all costs ~4 ms for 20 messages at 1M (each lookup
@@ -900,7 +897,7 @@ class DuckDBStore(Store):
             bare = [r[0] for r in rows if not r[6] or r[6] == "[]"]
             texts: dict[str, str] = {}
             if bare:
-                texts = dict(self._query("SELECT id, text FROM messages WHERE id = ANY(?)", (bare,)))
+                texts = dict(self._query(f"SELECT id, text FROM messages WHERE id IN {_literals(bare)}"))
             for r in rows:
                 blocks = json.loads(r[6]) if r[6] else []
                 passages = message_passages(r[3], blocks, texts.get(r[0]) or "", until=last[r[0]])
@@ -910,8 +907,7 @@ class DuckDBStore(Store):
             if rest:
                 for r in self._query(
                     "SELECT id, session_id, project, created_at, content FROM distillations "
-                    "WHERE id = ANY(?)",
-                    (rest,),
+                    f"WHERE id IN {_literals(rest)}"
                 ):
                     ref = DISTILLATION_PREFIX + r[0]
                     items[r[0]] = (ref, r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or ""))
@@ -1639,18 +1635,10 @@ class _Index:
                 passages = cut_text(content)
             for p in passages:
                 columns["seq"].append(seq)
-                columns["id"].append(passage_key(ident, p.index))
-                columns["item_id"].append(ident)
-                columns["passage"].append(p.index)
-                columns["start"].append(p.start)
-                columns["end"].append(p.end)
                 columns["session_id"].append(session)
                 columns["project"].append(project)
-                columns["role"].append(role)
-                columns["tool"].append(p.tool)
-                columns["source"].append(p.source)
-                columns["position"].append(position)
-                columns["created_at"].append(created_at)
+                fields = [ident, p.index, p.start, p.end, session, project, role, p.tool, p.source]
+                columns["hit"].append(_HIT_JSON([*fields, position, created_at]))
                 columns["text"].append(p.text)
         return pa.table(columns, schema=_INDEX_SCHEMA)
 
@@ -1720,31 +1708,8 @@ class _Index:
         builder = table.search(query, query_type="fts").limit(limit)
         if filters:
             builder = builder.where(" AND ".join(filters), prefilter=True)
-        result = builder.select(
-            [
-                "item_id", "passage", "start", "end", "tool", "source", "session_id", "project", "role",
-                "position", "created_at", "text", "_score",
-            ]
-        )  # fmt: skip
-        rows = result.to_arrow().to_pylist()
-        hits = [
-            SearchHit(
-                id=r["item_id"],
-                session_id=r["session_id"],
-                project=r["project"] or "",
-                role=r["role"],
-                score=float(r["_score"]),
-                text=r["text"] or "",
-                position=int(r["position"] or 0),
-                created_at=float(r["created_at"] or 0.0),
-                passage=int(r["passage"]),
-                start=int(r["start"]),
-                end=int(r["end"]),
-                tool=r["tool"],
-                source=r["source"],
-            )
-            for r in rows
-        ]
+        rows = builder.select(["hit", "text", "_score"]).to_arrow().to_pylist()
+        hits = [_search_hit(r["hit"], r["text"], r["_score"]) for r in rows]
         hits.sort(key=lambda h: (-h.score, h.id, h.passage or 0))
         return hits
 
@@ -1800,12 +1765,43 @@ def _ensure_scalar_indexes(table: Any) -> None:
         log.warning("full-text index: could not create the filter indexes (%s)", " ".join(str(exc).split()))
 
 
+def _search_hit(hit: str, text: str | None, score: float) -> SearchHit:
+    """A full-text hit from its index row's ``hit`` array, text and score."""
+    item, passage, start, end, session, project, role, tool, source, position, created_at = json.loads(hit)
+    return SearchHit(
+        id=item,
+        session_id=session,
+        project=project or "",
+        role=role,
+        score=float(score),
+        text=text or "",
+        position=int(position or 0),
+        created_at=float(created_at or 0.0),
+        passage=int(passage),
+        start=int(start),
+        end=int(end),
+        tool=tool,
+        source=source,
+    )
+
+
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _literals(values: Sequence[str]) -> str:
+    """``('a', 'b', ...)`` for ``WHERE id IN``: DuckDB looks each literal up in the primary
+    key's index, where a list parameter (``id = ANY(?)``) becomes a hash join over a scan.
+    Measured on the store's connection at 1M messages: 500 ids 18 against 116 ms, 18 ids
+    3.8 against 4.3 ms (benchmarks/README.md, recall.py). ``values`` must not be empty. A NUL, which ends
+    a literal in DuckDB's parser, is spliced in as ``chr(0)``."""
+    quoted = ("'" + v.replace("'", "''").replace("\x00", "' || chr(0) || '") + "'" for v in values)
+    return "(" + ", ".join(quoted) + ")"
+
+
 # One encoder for all rows: json.dumps with an option builds a new encoder per call.
 _BLOCKS_JSON = json.JSONEncoder(ensure_ascii=False).encode
+_HIT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _arrow_messages(messages: Sequence[StoredMessage]) -> pa.Table:

@@ -1,5 +1,5 @@
 """The full-text index holds passages and is rebuilt from DuckDB when the passage rules it
-was cut by are not the kernel's (an upgrade), or when it has the older whole-message layout."""
+was cut by are not the kernel's (an upgrade), or when it has an older layout."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pytest
 from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.storage.passages import FULLTEXT_RULES
@@ -61,22 +63,46 @@ def test_an_index_cut_by_other_rules_is_rebuilt_with_progress(tmp_path: Path) ->
     assert _search(db, "heron")[1] == 0
 
 
-def test_an_index_of_the_whole_message_layout_is_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "old_table",
+    [
+        # Before passages: a table of whole messages.
+        pa.table({"seq": [1], "id": ["old"], "text": ["heron whole message"]}),
+        # Passages with a column per field, before they were packed into ``hit``.
+        pa.table(
+            {
+                "seq": [1],
+                "id": ["old:0"],
+                "item_id": ["old"],
+                "passage": [0],
+                "start": [0],
+                "end": [19],
+                "session_id": ["s-h"],
+                "project": [""],
+                "role": ["user"],
+                "tool": [None],
+                "source": [None],
+                "position": [0],
+                "created_at": [0.0],
+                "text": ["heron old passage"],
+            }
+        ),
+    ],
+    ids=["messages", "passages"],
+)
+def test_an_index_of_an_older_layout_is_replaced(tmp_path: Path, old_table: pa.Table) -> None:
     db = tmp_path / "lore.duckdb"
     _write(db)
     import lancedb
-    import pyarrow as pa
 
-    # What the store wrote before passages: a "messages" table of whole messages.
     index = lancedb.connect(str(tmp_path / "lore.duckdb.fts"))
-    index.drop_table("passages")
-    index.create_table("messages", pa.table({"seq": [1], "id": ["old"], "text": ["heron whole message"]}))
-    con = duckdb.connect(str(db))
-    con.execute("DELETE FROM lore_meta WHERE key = 'fts_rules'")
-    con.close()
+    name = "messages" if "item_id" not in old_table.column_names else "passages"
+    index.drop_table("passage_hits")
+    index.create_table(name, old_table)
     hits, indexed, _ = _search(db, "heron")
     assert indexed == 3 and [h.passage is not None for h in hits] == [True]
-    assert "messages" not in lancedb.connect(str(tmp_path / "lore.duckdb.fts")).list_tables().tables
+    assert hits[0].id != "old" and hits[0].session_id == "s-h" and hits[0].role == "user"
+    assert lancedb.connect(str(tmp_path / "lore.duckdb.fts")).list_tables().tables == ["passage_hits"]
 
 
 def test_closing_does_not_wait_for_a_merge_in_progress(tmp_path: Path, monkeypatch) -> None:
