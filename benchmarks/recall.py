@@ -7,7 +7,7 @@ all) a DuckDB store is bulk-loaded (``store.write`` of 100K-message batches; the
 queue is measured by ``store.py``), its full-text index brought current (every message cut
 into its passages, :mod:`lore_core.storage.passages`), and every passage the indexer would embed
 given a vector through ``store.write_vectors``, then compacted and indexed as the gateway's
-indexer leaves it (IVF-PQ past 50K vectors). The vectors are random unit vectors of the
+indexer leaves it (IVF-RQ past 50K vectors). The vectors are random unit vectors of the
 model's size (384): embedding 2M passages with the model would take hours on a laptop, and
 the index's cost depends on the vectors' count and size, not on what they mean. Then, for
 the same queries (two words from the corpus vocabulary, default scope ``project``):

@@ -15,7 +15,7 @@ between a LanceDB append and saving the watermark is repaired at open from the h
 Upkeep, so many small appends never degrade queries: every append makes a LanceDB
 fragment, so after :data:`OPTIMIZE_APPENDS` appends the table is compacted (``optimize``,
 which also adds new rows to the ANN index); once a table holds :data:`ANN_MIN_ROWS` rows an
-IVF-PQ index is built (a flat scan of 1M 384-dim vectors takes seconds), and rebuilt when the
+IVF-RQ index is built (a flat scan of 1M 384-dim vectors takes seconds), and rebuilt when the
 table has grown :data:`ANN_REBUILD_GROWTH` times since (its partitions were trained on a
 smaller sample) or when compactions have left it more than :data:`ANN_MAX_SEGMENTS` delta
 segments (at most ~5% of the time: :data:`ANN_REBUILD_PAUSE_FACTOR`). Both run in the thread
@@ -46,7 +46,7 @@ log = logging.getLogger("lore.store.duckdb")
 
 #: Compact the table after this many appends (each append is a fragment).
 OPTIMIZE_APPENDS = 16
-#: Build the approximate (IVF-PQ) index once a table holds this many vectors; below it a
+#: Build the approximate (IVF-RQ) index once a table holds this many vectors; below it a
 #: flat scan is exact and fast enough (~50 ms at 50K on 2 cores).
 ANN_MIN_ROWS = 50_000
 #: Rebuild the ANN index when the table has grown this many times since it was trained ...
@@ -57,13 +57,23 @@ ANN_REBUILD_GROWTH = 4.0
 ANN_MAX_SEGMENTS = 8
 #: A rebuild for segments starts no sooner than this many times the last build's duration
 #: after it ended, so rebuilding takes at most ~5% of the indexer's time. A build takes
-#: 90-150 s at 1M vectors; without the pause a session's small appends (or a backfill's
-#: batches) would start one every 8 compactions, and a 1M backfill would spend most of its
-#: time rebuilding. Meanwhile deltas pile up past the limit (queries a little slower); a
-#: rebuild for growth is never held back.
+#: ~70 s at 2.4M vectors (the IVF-PQ index before it 90-150 s at 1M); without the pause a
+#: session's small appends (or a backfill's batches) would start one every 8 compactions,
+#: and a 1M backfill would spend most of its time rebuilding. Meanwhile deltas pile up past
+#: the limit (queries a little slower); a rebuild for growth is never held back.
 ANN_REBUILD_PAUSE_FACTOR = 20.0
 #: Vectors per IVF partition (the partition count follows the table size).
 ANN_PARTITION_ROWS = 4096
+#: The approximate index: IVF partitions of RaBitQ codes (one bit per dimension: 48 bytes
+#: for 384 dimensions, as many as the IVF-PQ index with 48 sub-vectors it replaced). Against
+#: that index, on the real-sessions benchmark's embeddings (22K passages, its 166 questions,
+#: four builds each): recall@50 0.977 against 0.949 with every partition probed (the codes
+#: alone), the same within the spread of k-means with 2-4 of 43-86 probed (0.56-0.74 both);
+#: on the 1M benchmark store a project-scoped search took 17.1 against 21.7 ms, hybrid recall
+#: 4.4 ms less, and the build 68 against 109 s (benchmarks/README.md, recall.py). An index
+#: of another kind is rebuilt at the next upkeep. (One bit a dimension suits embeddings of
+#: hundreds of dimensions, as every embedder's; a handful would be too few bits to rank by.)
+ANN_KIND = "ivf_rq"
 #: Partitions probed per query, and how many candidates per result are re-ranked exactly.
 ANN_NPROBES = 24
 ANN_REFINE_FACTOR = 4
@@ -111,6 +121,8 @@ class _Model:
         self.dimensions = dimensions
         self.watermark = watermark
         self.ann_rows = ann_rows
+        #: The kind of the table's ANN index (``ANN_KIND`` once rebuilt); None without one.
+        self.ann_kind: str | None = ANN_KIND if ann_rows else None
         self.appends = 0
         self.scalar_ready = False
         self.optimizations = 0
@@ -154,6 +166,7 @@ class VectorIndex:
     def _save(self, m: _Model) -> None:
         info = {"table": _slug(m.name), "dimensions": m.dimensions, "watermark": m.watermark}
         info["ann_rows"] = m.ann_rows
+        info["ann_kind"] = m.ann_kind
         self._meta_put(_META_PREFIX + m.name, json.dumps(info))
 
     def models(self) -> list[str]:
@@ -195,6 +208,8 @@ class VectorIndex:
                     info = {**info, "watermark": 0, "ann_rows": 0}
                 m = _Model(name, table, int(info["dimensions"]), int(info.get("watermark", 0)), 0)
                 m.ann_rows = int(info.get("ann_rows", 0)) if _has_vector_index(table) else 0
+                # An index saved before its kind was recorded is IVF-PQ.
+                m.ann_kind = str(info.get("ann_kind") or "ivf_pq") if m.ann_rows else None
                 if info.get("watermark") == 0:
                     self._save(m)  # a rebuilt table: everything is pending again, durably
                 # A crash between an append and saving the watermark leaves rows past it.
@@ -273,6 +288,7 @@ class VectorIndex:
             rows = m.table.count_rows()
             if rows >= ANN_MIN_ROWS and (
                 not m.ann_rows
+                or m.ann_kind != ANN_KIND
                 or rows >= ANN_REBUILD_GROWTH * m.ann_rows
                 or (
                     time.monotonic() >= m.segment_rebuild_after
@@ -289,14 +305,13 @@ class VectorIndex:
             log.warning("vector index upkeep failed for %s: %s", m.name, self.error)
 
     def build_ann(self, m: _Model, rows: int) -> None:
-        from lancedb.index import IvfPq
+        from lancedb.index import IvfRq
 
         started = time.monotonic()
-        sub_vectors = next(s for s in (48, 32, 24, 16, 12, 8, 4, 2, 1) if m.dimensions % s == 0)
-        config = IvfPq(
+        config = IvfRq(
             distance_type="cosine",
             num_partitions=max(1, rows // ANN_PARTITION_ROWS),
-            num_sub_vectors=sub_vectors,
+            num_bits=1,
             # Fewer k-means iterations and a smaller training sample than LanceDB's
             # defaults: the build takes a fraction of the time for a recall@30 that the
             # exact re-ranking (refine) makes up for.
@@ -304,7 +319,7 @@ class VectorIndex:
             sample_rate=64,
         )
         m.table.create_index("vector", config=config, replace=True)
-        m.ann_rows = rows
+        m.ann_rows, m.ann_kind = rows, ANN_KIND
         self._save(m)
         ended = time.monotonic()
         m.segment_rebuild_after = ended + ANN_REBUILD_PAUSE_FACTOR * (ended - started)

@@ -5,6 +5,7 @@ deleted index is rebuilt, and the approximate index takes over past its threshol
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 from pathlib import Path
@@ -18,7 +19,9 @@ from lore_core.storage.records import ItemVectors
 from lore_core.testing.builders import batch_of, exchange, text
 
 MODEL = "fixed-vectors-v1"
-DIMS = 8
+# The ANN index's RaBitQ codes hold one bit a dimension: at 8 dimensions too few to rank by
+# (an item's own vector missed its top hit), at 64 and at a model's 384 plenty.
+DIMS = 64
 
 
 def unit(rng: random.Random, dims: int = DIMS) -> list[float]:
@@ -160,6 +163,45 @@ def test_the_approximate_index_takes_over_past_its_threshold(
         assert (await store.vector_search(MODEL, vector, limit=1))[0].id == ident
 
     run(tmp_path / "lore.duckdb", body)
+
+
+def test_an_ann_index_of_the_earlier_kind_is_rebuilt_at_the_next_upkeep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose ANN index was built as IVF-PQ (its model's record has no kind) gets the
+    current kind at its next upkeep; until then it searches with the one it has."""
+    monkeypatch.setattr(vectors, "ANN_MIN_ROWS", 600)
+    rng = random.Random(9)
+    path = tmp_path / "lore.duckdb"
+
+    def kind(store: DuckDBStore) -> str:
+        table = store._vectors.model(MODEL).table  # type: ignore[union-attr]
+        return next(ix.index_type for ix in table.list_indices() if "vector" in ix.columns)
+
+    async def build_as_before(store: DuckDBStore) -> None:
+        await add_messages(store, 700)
+        await embed_pending(store, rng, batch=700)
+        assert kind(store) == "IvfRq"
+        from lancedb.index import IvfPq
+
+        table = store._vectors.model(MODEL).table  # type: ignore[union-attr]
+        before = IvfPq(distance_type="cosine", num_partitions=2, num_sub_vectors=2)
+        table.create_index("vector", config=before, replace=True)
+        info = json.loads(store._meta_get(f"vectors:{MODEL}") or "{}")
+        info.pop("ann_kind")
+        store._meta_put(f"vectors:{MODEL}", json.dumps(info))
+
+    async def reopened(store: DuckDBStore) -> None:
+        assert kind(store) == "IvfPq"
+        vector = unit(rng)
+        assert len(await store.vector_search(MODEL, vector, limit=5)) == 5
+        await store.optimize_vectors(MODEL)
+        assert kind(store) == "IvfRq"
+        assert json.loads(store._meta_get(f"vectors:{MODEL}") or "{}")["ann_kind"] == "ivf_rq"
+        assert len(await store.vector_search(MODEL, vector, limit=5)) == 5
+
+    run(path, build_as_before)
+    run(path, reopened)
 
 
 def test_stats_report_vectors_beside_the_store(tmp_path: Path) -> None:
