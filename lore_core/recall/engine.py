@@ -389,7 +389,7 @@ def group_passages(
             index = r.meta[PASSAGE]
             if len(members) < MERGE_PASSAGES and all(index != i for i, _ in members):
                 members.append((index, r))
-        held = attrs.evolve(best, meta=dict(best.meta))
+        held = RecallResult(best.id, best.source, best.score, best.text, dict(best.meta))
         if len(members) > 1 or members[0][1] is not best:
             _regroup(held, members)
             held.score = best.score  # the item ranks by its best passage

@@ -148,6 +148,7 @@ def rerank(
         for item_id, score in scores.items():
             normalised = (score - low) / spread if spread > 0 else 1.0
             contributions[item_id] = contributions.get(item_id, 0.0) + ranked.weight * share * normalised
-    reranked = [attrs.evolve(f, score=contributions.get(f.id, 0.0)) for f in fused]
+    # Built directly: attrs.evolve costs ~6 us a result, twice per search over ~80 of them.
+    reranked = [Fused(f.id, contributions.get(f.id, 0.0), f.payload, f.ranks) for f in fused]
     # sorted() is stable: equal scores stay in rank-fusion order.
     return sorted(reranked, key=lambda f: -round(f.score, 12))
