@@ -1793,8 +1793,8 @@ def _literals(values: Sequence[str]) -> str:
     """``('a', 'b', ...)`` for ``WHERE id IN``: DuckDB looks each literal up in the primary
     key's index, where a list parameter (``id = ANY(?)``) becomes a hash join over a scan.
     Measured on the store's connection at 1M messages: 500 ids 18 against 116 ms, 18 ids
-    3.8 against 4.3 ms (benchmarks/README.md, recall.py). ``values`` must not be empty. A NUL, which ends
-    a literal in DuckDB's parser, is spliced in as ``chr(0)``."""
+    3.8 against 4.3 ms (benchmarks/README.md, recall.py). ``values`` must not be empty. A
+    NUL, which ends a literal in DuckDB's parser, is spliced in as ``chr(0)``."""
     quoted = ("'" + v.replace("'", "''").replace("\x00", "' || chr(0) || '") + "'" for v in values)
     return "(" + ", ".join(quoted) + ")"
 

@@ -66,13 +66,13 @@ ANN_REBUILD_PAUSE_FACTOR = 20.0
 ANN_PARTITION_ROWS = 4096
 #: The approximate index: IVF partitions of RaBitQ codes (one bit per dimension: 48 bytes
 #: for 384 dimensions, as many as the IVF-PQ index with 48 sub-vectors it replaced). Against
-#: that index, on the real-sessions benchmark's embeddings (22K passages, its 166 questions,
-#: four builds each): recall@50 0.977 against 0.949 with every partition probed (the codes
-#: alone), the same within the spread of k-means with 2-4 of 43-86 probed (0.56-0.74 both);
-#: on the 1M benchmark store a project-scoped search took 17.1 against 21.7 ms, hybrid recall
-#: 4.4 ms less, and the build 68 against 109 s (benchmarks/README.md, recall.py). An index
-#: of another kind is rebuilt at the next upkeep. (One bit a dimension suits embeddings of
-#: hundreds of dimensions, as every embedder's; a handful would be too few bits to rank by.)
+#: that index on the real sessions' embeddings (benchmarks/ann_recall.py: 22K passages, their
+#: 166 questions): recall@50 0.978 against 0.938 with every partition probed (the codes'
+#: own loss), the same within k-means' spread with 2 or 4 of 43 probed (0.58 and 0.74-0.75
+#: both). On the 1M benchmark store a project-scoped ANN search takes 15.7-17.7 against
+#: 20.4-22.8 ms and the build 63-68 against 109 s (benchmarks/README.md, recall.py). An
+#: index of another kind is rebuilt at the next upkeep. One bit a dimension suits embeddings
+#: of hundreds of dimensions, as every embedder's; a handful would be too few to rank by.
 ANN_KIND = "ivf_rq"
 #: Partitions probed per query, and how many candidates per result are re-ranked exactly.
 ANN_NPROBES = 24
