@@ -32,19 +32,17 @@ from pathlib import Path
 from typing import Any
 
 import lancedb
-from lancedb.index import IvfPq, IvfRq
+from lancedb.index import IvfPq
 from lore_embed_local import LocalEmbedder
-from lore_store_duckdb.vectors import ANN_REFINE_FACTOR
+from lore_store_duckdb.vectors import ANN_REFINE_FACTOR, ann_config
 
 TOP = 50
 
 
 def kinds(partitions: int) -> dict[str, Any]:
-    # The store's build settings (lore_store_duckdb.vectors.VectorIndex.build_ann).
     return {
-        "IVF-RQ (today)": IvfRq(
-            distance_type="cosine", num_partitions=partitions, num_bits=1, max_iterations=10, sample_rate=64
-        ),
+        "IVF-RQ (today)": ann_config(partitions),
+        # What the store built before (lore_store_duckdb.vectors at f58bb3f).
         "IVF-PQ (before)": IvfPq(
             distance_type="cosine",
             num_partitions=partitions,

@@ -305,20 +305,8 @@ class VectorIndex:
             log.warning("vector index upkeep failed for %s: %s", m.name, self.error)
 
     def build_ann(self, m: _Model, rows: int) -> None:
-        from lancedb.index import IvfRq
-
         started = time.monotonic()
-        config = IvfRq(
-            distance_type="cosine",
-            num_partitions=max(1, rows // ANN_PARTITION_ROWS),
-            num_bits=1,
-            # Fewer k-means iterations and a smaller training sample than LanceDB's
-            # defaults: the build takes a fraction of the time for a recall@30 that the
-            # exact re-ranking (refine) makes up for.
-            max_iterations=10,
-            sample_rate=64,
-        )
-        m.table.create_index("vector", config=config, replace=True)
+        m.table.create_index("vector", config=ann_config(max(1, rows // ANN_PARTITION_ROWS)), replace=True)
         m.ann_rows, m.ann_kind = rows, ANN_KIND
         self._save(m)
         ended = time.monotonic()
@@ -427,6 +415,23 @@ class VectorIndex:
             "last_optimize_seconds": m.last_optimize_seconds,
             "path": str(self.path),
         }
+
+
+def ann_config(partitions: int) -> Any:
+    """The ANN index (:data:`ANN_KIND`) the store builds, with ``partitions`` IVF partitions
+    (``benchmarks/ann_recall.py`` builds the same)."""
+    from lancedb.index import IvfRq
+
+    return IvfRq(
+        distance_type="cosine",
+        num_partitions=partitions,
+        num_bits=1,
+        # Fewer k-means iterations and a smaller training sample than LanceDB's defaults:
+        # the build takes a fraction of the time for a recall@30 that the exact re-ranking
+        # (refine) makes up for.
+        max_iterations=10,
+        sample_rate=64,
+    )
 
 
 def _fragments(table: Any) -> int:

@@ -64,39 +64,41 @@ def test_an_index_cut_by_other_rules_is_rebuilt_with_progress(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
-    "old_table",
+    ("name", "old_table"),
     [
         # Before passages: a table of whole messages.
-        pa.table({"seq": [1], "id": ["old"], "text": ["heron whole message"]}),
+        ("messages", pa.table({"seq": [1], "id": ["old"], "text": ["heron whole message"]})),
         # Passages with a column per field, before they were packed into ``hit``.
-        pa.table(
-            {
-                "seq": [1],
-                "id": ["old:0"],
-                "item_id": ["old"],
-                "passage": [0],
-                "start": [0],
-                "end": [19],
-                "session_id": ["s-h"],
-                "project": [""],
-                "role": ["user"],
-                "tool": [None],
-                "source": [None],
-                "position": [0],
-                "created_at": [0.0],
-                "text": ["heron old passage"],
-            }
+        (
+            "passages",
+            pa.table(
+                {
+                    "seq": [1],
+                    "id": ["old:0"],
+                    "item_id": ["old"],
+                    "passage": [0],
+                    "start": [0],
+                    "end": [19],
+                    "session_id": ["s-h"],
+                    "project": [""],
+                    "role": ["user"],
+                    "tool": [None],
+                    "source": [None],
+                    "position": [0],
+                    "created_at": [0.0],
+                    "text": ["heron old passage"],
+                }
+            ),
         ),
     ],
     ids=["messages", "passages"],
 )
-def test_an_index_of_an_older_layout_is_replaced(tmp_path: Path, old_table: pa.Table) -> None:
+def test_an_index_of_an_older_layout_is_replaced(tmp_path: Path, name: str, old_table: pa.Table) -> None:
     db = tmp_path / "lore.duckdb"
     _write(db)
     import lancedb
 
     index = lancedb.connect(str(tmp_path / "lore.duckdb.fts"))
-    name = "messages" if "item_id" not in old_table.column_names else "passages"
     index.drop_table("passage_hits")
     index.create_table(name, old_table)
     hits, indexed, _ = _search(db, "heron")
