@@ -106,6 +106,12 @@ _TICK_SECONDS = 1.0
 #: `--session`: measured at 300K rows, project p50 20 -> 4 ms, session 12 -> 3 ms; they build
 #: in well under a second and new rows stay visible (the unindexed part is scanned).
 _SCALAR_INDEXES = (("project", "bitmap"), ("session_id", "btree"))
+#: A search of one project is filtered as "none of the other projects": LanceDB's full-text
+#: search under an allow-list filter costs time in proportion to the rows allowed, below a
+#: share of the table (measured, lancedb 0.40, 2.5M passages: a project of 10% of them 17-67
+#: ms, the same search as "not the others" 4-6 ms, the same hits; benchmarks/README.md).
+#: Past this many other projects the list itself costs more (~5 us a name) and ``=`` is used.
+MAX_EXCLUDED_PROJECTS = 1000
 #: How long closing the store waits for the index thread. A catch-up ends sooner; a merge
 #: in progress (over a minute on a few million rows) is left behind rather than waited for.
 FTS_STOP_WAIT_SECONDS = 5.0
@@ -1443,6 +1449,9 @@ class _Index:
         self._calls = CallMemo()
         #: Called with the items indexed so far during a catch-up (``lore reindex``).
         self.progress: Callable[[int], None] | None = None
+        # Every project of the table's rows (a superset: read from DuckDB, then grown by
+        # each append before it is made), for the project filter; loaded at first need.
+        self._projects: set[str] | None = None
 
     def _statement(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A cursor on the store's connection, with its trim gate held (``_TrimGate``)."""
@@ -1605,6 +1614,9 @@ class _Index:
                 break
             passages = self._passage_rows(rows)
             if passages.num_rows:
+                if self._projects is not None:
+                    # A new set, not an update: a search may be iterating the old one.
+                    self._projects = self._projects | set(passages.column("project").to_pylist())
                 table.add(passages)
                 if self._has_fts(table):
                     self.unmerged += passages.num_rows
@@ -1700,18 +1712,48 @@ class _Index:
         table = self._table
         if table is None or not self._has_fts(table):
             return []
+        # A session is a small allow-list (fast); a project alone is filtered as "none of
+        # the other projects" (MAX_EXCLUDED_PROJECTS), its hits checked after: a project
+        # whose rows were appended after the list was made is then searched again with "=".
+        others = self._other_projects(project) if project is not None and session_id is None else None
+        if others is not None:
+            where = f"project NOT IN ({', '.join(map(_sql_str, others))})" if others else None
+            hits = self._search(table, query, where, limit)
+            strays = {h.project for h in hits} - {project}
+            if not strays:
+                return hits
+            self._projects = (self._projects or set()) | strays  # listed from now on
         filters = []
         if session_id is not None:
             filters.append(f"session_id = {_sql_str(session_id)}")
         if project is not None:
             filters.append(f"project = {_sql_str(project)}")
+        return self._search(table, query, " AND ".join(filters) or None, limit)
+
+    @staticmethod
+    def _search(table: Any, query: str, where: str | None, limit: int) -> list[SearchHit]:
         builder = table.search(query, query_type="fts").limit(limit)
-        if filters:
-            builder = builder.where(" AND ".join(filters), prefilter=True)
+        if where:
+            builder = builder.where(where, prefilter=True)
         rows = builder.select(["hit", "text", "_score"]).to_arrow().to_pylist()
         hits = [_search_hit(r["hit"], r["text"], r["_score"]) for r in rows]
         hits.sort(key=lambda h: (-h.score, h.id, h.passage or 0))
         return hits
+
+    def _other_projects(self, project: str) -> list[str] | None:
+        """The projects of the table's rows but ``project``, sorted (``None``: too many to
+        list, filter with ``=``)."""
+        if self._projects is None:
+            with self._append_lock:  # no append between the read and the set taking over
+                if self._projects is None:
+                    with self._statement() as cur:
+                        rows = cur.execute(
+                            "SELECT DISTINCT project FROM messages "
+                            "UNION SELECT DISTINCT project FROM distillations"
+                        ).fetchall()
+                    self._projects = {r[0] for r in rows}
+        others = sorted(p for p in self._projects if p != project)
+        return others if len(others) <= MAX_EXCLUDED_PROJECTS else None
 
     def health(self) -> dict[str, Any]:
         return {

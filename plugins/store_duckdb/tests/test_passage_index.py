@@ -164,3 +164,52 @@ def test_health_reports_the_index_caches_within_their_bounds(tmp_path: Path) -> 
     cache = asyncio.run(go())["index_cache"]
     assert set(cache) == {"mib", "entries"} and cache["entries"] >= 0
     assert 0 <= cache["mib"] <= (lance.INDEX_CACHE_BYTES + lance.METADATA_CACHE_BYTES) / 2**20
+
+
+def test_a_project_search_finds_that_project_only_whatever_the_list_of_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project is filtered as "none of the other projects" (see MAX_EXCLUDED_PROJECTS): the
+    hits must be those of ``project = ...`` also for a project that arrives after the list
+    was made, a list that misses one, and too many projects to list."""
+
+    def session_of(project: str, n: int) -> object:
+        words = [text("user", f"heron sighting {i} in {project}") for i in range(n)]
+        return exchange(words, session=f"s-{project.strip('/')}", project=project)
+
+    async def go() -> None:
+        store = DuckDBStore(tmp_path / "lore.duckdb")
+        await store.open()
+        try:
+            await store.write(batch_of(session_of("/p/a", 3), session_of("/p/b", 5)))
+
+            async def projects_of(project: str) -> list[str]:
+                hits = await store.search("heron", project=project, limit=20)
+                return sorted({h.project for h in hits}) if hits else []
+
+            assert await projects_of("/p/a") == ["/p/a"]
+            assert len(await store.search("heron", project="/p/a", limit=20)) == 3
+            # A project written after the list was made joins it.
+            await store.write(batch_of(session_of("/p/c", 4)))
+            assert await projects_of("/p/a") == ["/p/a"]
+            assert len(await store.search("heron", project="/p/c", limit=20)) == 4
+            index = store._index
+            assert index is not None and index._projects == {"/p/a", "/p/b", "/p/c"}
+            # A list missing a project (its rows in the table): the hits are checked, the
+            # search made again with "=", and the project listed from then on.
+            index._projects = {"/p/a", "/p/b"}
+            hits = await store.search("heron", project="/p/a", limit=20)
+            assert len(hits) == 3 and {h.project for h in hits} == {"/p/a"}
+            assert index._projects == {"/p/a", "/p/b", "/p/c"}
+            # Too many projects to list: "=".
+            monkeypatch.setattr("lore_store_duckdb.store.MAX_EXCLUDED_PROJECTS", 1)
+            assert index._other_projects("/p/a") is None
+            hits = await store.search("heron", project="/p/b", limit=20)
+            assert len(hits) == 5 and {h.project for h in hits} == {"/p/b"}
+            # The session filter is unchanged, and a project nobody wrote finds nothing.
+            assert len(await store.search("heron", session_id="s-p/c", limit=20)) == 4
+            assert await store.search("heron", project="/p/none", limit=20) == []
+        finally:
+            await store.close()
+
+    asyncio.run(go())
