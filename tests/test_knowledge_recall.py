@@ -104,3 +104,37 @@ def test_restricted_entries_never_reach_the_model_through_recall() -> None:
     found, opened = asyncio.run(run())
     assert all("VPN" not in r.text for r in found.results)
     assert "restricted" in opened.results[0].text and "VPN" not in opened.results[0].text
+
+
+def test_a_search_reads_the_entries_once_and_the_next_search_sees_a_new_entry() -> None:
+    """The text list, the cascade's relaxed rounds and the vector list share one read of
+    the entries per search; a write between two searches is found by the second."""
+    from lore_core.testing.builders import TopicEmbedder
+
+    async def run() -> tuple[int, Any, Any]:
+        store = MemoryStore()
+        await store.open()
+        book = KnowledgeBook(store)
+        reads = 0
+        read = store.current_knowledge
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await read(*args, **kwargs)
+
+        store.current_knowledge = counted  # type: ignore[method-assign]
+        engine = store_recall_engine(store, embedder=TopicEmbedder())
+        # Nothing matches: the cascade relaxes the query and searches again.
+        before = await recall(engine, "deployment rollout broken canary", "knowledge", None, HERE)
+        searched = reads
+        await book.create(
+            project=HERE, category="gotcha", title="Canary rollout", content="Canary rollouts need a flag."
+        )
+        after = await recall(engine, "deployment rollout broken canary", "knowledge", None, HERE)
+        return searched, before, after
+
+    searched, before, after = asyncio.run(run())
+    assert searched == 1
+    assert before.error is None and before.results == []
+    assert after.results and after.results[0].id.startswith("k:") and "Canary" in after.results[0].text

@@ -10,6 +10,7 @@ kept by version id (a version never changes), so an entry is embedded once.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -29,6 +30,8 @@ OTHER_PROJECT_WEIGHT = 0.5
 #: Confidence a recall hit adds to the entries the model opens.
 RECALL_REINFORCEMENT = 0.05
 MAX_CACHED_VECTORS = 20_000
+#: The name of a search's read of the entries (:attr:`SearchFilter.reads`).
+_ENTRIES_READ = "knowledge.entries"
 
 
 class EntryVectors:
@@ -75,8 +78,21 @@ class KnowledgeSource:
         self._vectors = EntryVectors(embedder) if embedder is not None else None
 
     async def _entries(self, where: SearchFilter) -> list[KnowledgeVersion]:
+        """The entries a search may return, read once per search (its text list, the
+        cascade's rounds and its vector list each asked: three reads at every search)."""
+        read = where.reads.get(_ENTRIES_READ)
+        if read is None:
+            read = asyncio.ensure_future(self._read_entries(where.project))
+            # Retrieved even when every list that asked gave up waiting (a timeout).
+            read.add_done_callback(lambda done: done.cancelled() or done.exception())
+            where.reads[_ENTRIES_READ] = read
+        # Shielded: one list's timeout must not cancel the read the others wait for.
+        entries: list[KnowledgeVersion] = await asyncio.shield(read)
+        return entries
+
+    async def _read_entries(self, project: str | None) -> list[KnowledgeVersion]:
         try:
-            entries = await self.store.current_knowledge(where.project)
+            entries = await self.store.current_knowledge(project)
         except NotImplementedError:
             return []
         # Recall results go to the model, a hosted one most of the time: restricted entries

@@ -77,6 +77,10 @@ class SearchFilter:
     #: The asking session's project, also when ``project`` is ``None`` (a source may weigh
     #: other projects' items below its own).
     home: str | None = None
+    #: What sources read for this one search, by a name of their choosing, so a kind's text
+    #: and vector lists, the cascade's relaxed rounds and the rephrasings share one read. The
+    #: engine makes a filter per search, so nothing read here outlives the search.
+    reads: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
 
 class TextSource(Protocol):
