@@ -112,6 +112,12 @@ _SCALAR_INDEXES = (("project", "bitmap"), ("session_id", "btree"))
 #: ms, the same search as "not the others" 4-6 ms, the same hits; benchmarks/README.md).
 #: Past this many other projects the list itself costs more (~5 us a name) and ``=`` is used.
 MAX_EXCLUDED_PROJECTS = 1000
+#: DuckDB block size of a new store file (DuckDB's default is 256 KiB). Recall reads a few
+#: dozen messages at random, and a row of a long text column costs DuckDB a whole block
+#: read and checksum: at 1M messages the read of a recall's ~18 passages took 7.7-8.5 ms of
+#: SQL with 256 KiB blocks and 4.0-4.4 ms with 16 KiB (hybrid recall 52.0 -> 49.2 ms p50,
+#: the same queries alternating; benchmarks/README.md). The smallest size DuckDB accepts.
+NEW_FILE_BLOCK_BYTES = 16_384
 #: How long closing the store waits for the index thread. A catch-up ends sooner; a merge
 #: in progress (over a minute on a few million rows) is left behind rather than waited for.
 FTS_STOP_WAIT_SECONDS = 5.0
@@ -239,6 +245,8 @@ def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
             options["memory_limit"] = f"{settings.memory_limit_mb}MiB"
         if settings.threads:
             options["threads"] = settings.threads
+        # For a new file only: an existing one keeps the block size it was made with.
+        options["default_block_size"] = NEW_FILE_BLOCK_BYTES
         return duckdb.connect(str(path), config=options)
     except duckdb.Error as exc:
         text = " ".join(str(exc).split())

@@ -288,3 +288,47 @@ asyncio.run(main())
         load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"indexCacheMb": 1}))
     with pytest.raises(ConfigError, match=r"store-duckdb\.metadataCacheMb: must be"):
         load_config({SECTION: DuckDBConfig}, env=config_file(tmp_path, {"metadataCacheMb": 1}))
+
+
+def test_a_new_file_has_small_blocks_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    """A new store file is made with NEW_FILE_BLOCK_BYTES blocks (a recall's random reads of
+    long rows cost a block each); a file made with DuckDB's default opens as it is, and
+    works."""
+    import duckdb
+    from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES
+
+    def block_size(store: DuckDBStore) -> int:
+        con = store._con
+        assert con is not None
+        return int(con.execute("SELECT block_size FROM pragma_database_size()").fetchone()[0])
+
+    old = tmp_path / "old.duckdb"
+    duckdb.connect(str(old)).close()  # DuckDB's default: 256 KiB
+
+    async def go() -> tuple[int, int, int]:
+        sizes = []
+        for path in (tmp_path / "new.duckdb", old):
+            store = DuckDBStore(path)
+            await store.open()
+            try:
+                message = StoredMessage(
+                    id=f"m-{path.stem}", session_id="s", parent_id=None, position=0, role="user",
+                    blocks=[{"type": "text", "text": "heron"}], text="heron", project="/p",
+                    created_at=1.0,
+                )  # fmt: skip
+                await store.write(WriteBatch(messages=[message]))
+                assert [h.id for h in await store.search("heron")] == [f"m-{path.stem}"]
+                sizes.append(block_size(store))
+            finally:
+                await store.close()
+        reopened = DuckDBStore(tmp_path / "new.duckdb")
+        await reopened.open()
+        try:
+            sizes.append(block_size(reopened))
+        finally:
+            await reopened.close()
+        return sizes[0], sizes[1], sizes[2]
+
+    new, existing, reopened = asyncio.run(go())
+    assert new == NEW_FILE_BLOCK_BYTES == reopened
+    assert existing == 256 * 1024
