@@ -30,7 +30,7 @@ from lore_core.knowledge.entities import (
 from lore_core.knowledge.prompt import baseline_text
 from lore_core.recall.store_engine import recall, store_recall_engine
 from lore_core.storage.entities import AUTHOR_CURATOR
-from lore_core.testing.builders import answer, batch_of, exchange, text
+from lore_core.testing.builders import CallCount, answer, batch_of, exchange, text
 
 HERE, ELSEWHERE = "/work/shop", "/work/blog"
 
@@ -311,20 +311,12 @@ def test_entity_ids_open_with_relations_and_merged_ids_redirect(make_store: Call
 
 def test_no_entities_means_no_expansion_work(make_store: Callable[[], Store]) -> None:
     async def body(store: Store) -> tuple[Any, int]:
-        calls = 0
-        original = store.list_entities
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return await original(*args, **kwargs)
-
-        store.list_entities = counted  # type: ignore[method-assign]
+        listed = CallCount(store, "list_entities")
         _, entities = await _seed_postgres(store)
         engine = store_recall_engine(store, entities=entities)
         for _ in range(5):
             response = await recall(engine, "postgresql port", "project", None, HERE)
-        return response, calls
+        return response, listed.calls
 
     response, calls = run(make_store, body)
     assert "aliases" not in response.metadata and response.results

@@ -109,25 +109,17 @@ def test_restricted_entries_never_reach_the_model_through_recall() -> None:
 def test_a_search_reads_the_entries_once_and_the_next_search_sees_a_new_entry() -> None:
     """The text list, the cascade's relaxed rounds and the vector list share one read of
     the entries per search; a write between two searches is found by the second."""
-    from lore_core.testing.builders import TopicEmbedder
+    from lore_core.testing.builders import CallCount, TopicEmbedder
 
     async def run() -> tuple[int, Any, Any]:
         store = MemoryStore()
         await store.open()
         book = KnowledgeBook(store)
-        reads = 0
-        read = store.current_knowledge
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            nonlocal reads
-            reads += 1
-            return await read(*args, **kwargs)
-
-        store.current_knowledge = counted  # type: ignore[method-assign]
+        reads = CallCount(store, "current_knowledge")
         engine = store_recall_engine(store, embedder=TopicEmbedder())
         # Nothing matches: the cascade relaxes the query and searches again.
         before = await recall(engine, "deployment rollout broken canary", "knowledge", None, HERE)
-        searched = reads
+        searched = reads.calls
         await book.create(
             project=HERE, category="gotcha", title="Canary rollout", content="Canary rollouts need a flag."
         )

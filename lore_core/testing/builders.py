@@ -110,3 +110,18 @@ def batch_of(*exchanges: Exchange) -> WriteBatch:
     for ex in exchanges:
         out.extend(records_from_exchange(ex))
     return out
+
+
+class CallCount:
+    """Counts the calls of one async method of ``obj`` (replaced on the instance), for tests
+    that pin how often a path reads the store."""
+
+    def __init__(self, obj: Any, method: str) -> None:
+        self.calls = 0
+        original = getattr(obj, method)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await original(*args, **kwargs)
+
+        setattr(obj, method, counted)
