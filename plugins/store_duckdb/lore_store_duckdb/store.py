@@ -438,8 +438,8 @@ class DuckDBStore(Store):
         live in the same pool, cannot be evicted and grow with the data, and past the limit
         writes and reads fail. So the limit is lowered to that pinned part plus the page
         cache, which evicts at once, and given back straight after: a trim, like
-        ``malloc_trim``, at most once a second after a write (~0.3 ms), and only while no
-        statement runs (``_TrimGate``). Returns whether it trimmed.
+        ``malloc_trim``, at most once a second after a write or a read (~0.3 ms), and only
+        while no statement runs (``_TrimGate``). Returns whether it trimmed.
         """
         if not self.settings.page_cache_mb:
             return False
@@ -685,7 +685,11 @@ class DuckDBStore(Store):
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._statement() as cur:
-            return cur.execute(sql, params).fetchall()
+            rows = cur.execute(sql, params).fetchall()
+        # Reads fill the pool as writes do: a process that only reads (an MCP server, an
+        # export) would otherwise keep every page it touched until memory_limit.
+        self._trim_page_cache()
+        return rows
 
     async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
         rows = await asyncio.to_thread(

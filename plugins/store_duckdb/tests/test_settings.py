@@ -128,6 +128,52 @@ def test_the_page_cache_bound_keeps_table_pages_from_growing_with_the_store(tmp_
     assert bounded <= 16 + 2
 
 
+def pages_held_after_reads(path: Path, page_cache_mb: int) -> float:
+    """Open a written store and only read it, every message through ``get_messages``:
+    DuckDB's table pages then held, in MiB."""
+
+    async def run() -> float:
+        store = DuckDBStore(path, DuckDBConfig(page_cache_mb=page_cache_mb))
+        await store.open()
+        try:
+            assert store._index is not None
+            await asyncio.to_thread(store._index.catch_up)  # nothing left for it to read
+            ids = [f"m-{batch}-{i}" for batch in range(10) for i in range(1000)]
+            for start in range(0, len(ids), 500):
+                assert len(await store.get_messages(ids[start : start + 500])) == 500
+            # The trim runs at most once a second and is skipped while another statement
+            # runs: read on until one ran after the pages were read.
+            held = store._memory_mib().get("base_table", 0.0)
+            for _ in range(20):
+                if held <= page_cache_mb + 2:
+                    break
+                await asyncio.sleep(0.3)
+                await store.get_messages(ids[:1])
+                held = store._memory_mib().get("base_table", 0.0)
+            return held
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def test_reads_alone_are_trimmed_too(tmp_path: Path) -> None:
+    """A process that only reads (an MCP server, an export) trims as a writing one does."""
+
+    async def write() -> None:
+        store = DuckDBStore(tmp_path / "db", DuckDBConfig(page_cache_mb=0))
+        await store.open()
+        try:
+            for batch in range(10):
+                await store.write(WriteBatch(messages=messages(batch, 1000, 3000)))
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    assert pages_held_after_reads(tmp_path / "db", 0) > 40
+    assert pages_held_after_reads(tmp_path / "db", 16) <= 16 + 2
+
+
 def test_a_trim_gives_back_a_fixed_memory_limit(tmp_path: Path) -> None:
     store = DuckDBStore(tmp_path / "db", DuckDBConfig(memory_limit_mb=300, page_cache_mb=8))
 
