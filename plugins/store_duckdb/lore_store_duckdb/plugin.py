@@ -11,8 +11,9 @@ from pathlib import Path
 
 from lore_core import hookimpl
 from lore_core.config import LoreConfig, default_data_dir
-from lore_core.interfaces import Store, StoreFactory
+from lore_core.interfaces import Command, Store, StoreFactory
 from lore_core.plugins import Factory
+from lore_store_duckdb.compact import CompactCommand
 from lore_store_duckdb.config import SECTION, DuckDBConfig
 
 DEFAULT_FILENAME = "lore.duckdb"
@@ -52,3 +53,8 @@ def lore_config_sections() -> dict[str, type]:
 def lore_register_stores(register: Callable[[StoreFactory], None]) -> None:
     # A factory rather than DuckDBStore itself: importing the store module imports DuckDB.
     register(Factory("duckdb", make_store))
+
+
+@hookimpl
+def lore_register_commands(register: Callable[[Command], None]) -> None:
+    register(CompactCommand())
