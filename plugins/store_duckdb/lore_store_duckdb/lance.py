@@ -9,6 +9,7 @@ caches; what falls out is read from disk again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,20 @@ def cache_usage() -> dict[str, float] | None:
     if _session is None:
         return None
     return {"mib": round(_session.size_bytes / 2**20, 1), "entries": int(_session.approx_num_items)}
+
+
+def run_query(table: Any, build: Callable[[Any], Any]) -> Any:
+    """Run the query ``build`` makes of ``table``'s async query builder, from the calling
+    (worker) thread, on LanceDB's own event loop; the rows as an Arrow table.
+
+    The synchronous builder (``table.search(...)``) asks LanceDB for the table's schema
+    three times per query (lancedb 0.40 checks every query for blob columns), each a round
+    trip to LanceDB's event-loop thread: ~2 ms of wall time and ~2.5 ms of CPU of a
+    1M-message ANN search (benchmarks/README.md, seventh session). The async builder of the
+    same table runs the same query without them. It reaches ``LanceTable._table`` and
+    ``lancedb.background_loop.LOOP``, private in lancedb 0.40 (pinned in pyproject.toml):
+    every search test fails if either moves.
+    """
+    from lancedb.background_loop import LOOP
+
+    return LOOP.run(build(table._table.query()).to_arrow())

@@ -1744,10 +1744,11 @@ class _Index:
 
     @staticmethod
     def _search(table: Any, query: str, where: str | None, limit: int) -> list[SearchHit]:
-        builder = table.search(query, query_type="fts").limit(limit)
-        if where:
-            builder = builder.where(where, prefilter=True)
-        rows = builder.select(["hit", "text", "_score"]).to_arrow().to_pylist()
+        def build(q: Any) -> Any:
+            q = q.nearest_to_text(query).limit(limit).select(["hit", "text", "_score"])
+            return q.where(where) if where else q  # a filter before the search (the default)
+
+        rows = lance.run_query(table, build).to_pylist()
         hits = [_search_hit(r["hit"], r["text"], r["_score"]) for r in rows]
         hits.sort(key=lambda h: (-h.score, h.id, h.passage or 0))
         return hits

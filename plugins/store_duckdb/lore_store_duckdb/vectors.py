@@ -372,16 +372,18 @@ class VectorIndex:
 
         def run(exact: bool) -> tuple[list[tuple[str, float, int]], int]:
             """The passages found, best first, and how many rows the search returned."""
-            builder = (
-                m.table.search(list(vector), vector_column_name="vector").distance_type("cosine").limit(limit)
-            )
-            if exact:
-                builder = builder.bypass_vector_index()
-            elif m.ann_rows:
-                builder = builder.nprobes(ANN_NPROBES).refine_factor(ANN_REFINE_FACTOR)
-            if where:
-                builder = builder.where(where, prefilter=True)
-            rows = builder.select(["item_id", "chunk", "_distance"]).to_arrow().to_pylist()
+
+            def build(q: Any) -> Any:
+                q = q.nearest_to(list(vector)).column("vector").distance_type("cosine").limit(limit)
+                if exact:
+                    q = q.bypass_vector_index()
+                elif m.ann_rows:
+                    q = q.nprobes(ANN_NPROBES).refine_factor(ANN_REFINE_FACTOR)
+                if where:
+                    q = q.where(where)  # a filter before the search (the default)
+                return q.select(["item_id", "chunk", "_distance"])
+
+            rows = lance.run_query(m.table, build).to_pylist()
             best: dict[tuple[str, int], float] = {}
             for r in rows:
                 key = (r["item_id"], int(r["chunk"]))
