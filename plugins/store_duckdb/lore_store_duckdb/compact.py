@@ -104,7 +104,11 @@ def compact_file(path: Path, block_bytes: int | None = None, keep_old: bool = Tr
         copy.unlink(missing_ok=True)
         raise CompactError(f"{path} was opened by another process meanwhile: stop it and run again")
     os.replace(path, kept)
-    os.replace(copy, path)
+    try:
+        os.replace(copy, path)
+    except OSError as exc:
+        os.replace(kept, path)  # the store back where it was
+        raise CompactError(f"cannot put the copy in place, the store is unchanged: {exc}") from exc
     _sync_directory(path.parent)
     if not keep_old:
         kept.unlink()
