@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,12 @@ def compact_file(path: Path, block_bytes: int | None = None, keep_old: bool = Tr
 
     started = time.monotonic()
     bytes_before = path.stat().st_size
+    free = shutil.disk_usage(path.parent).free
+    if free < bytes_before:
+        # The copy is about the size of the file (smaller when rows were deleted).
+        raise CompactError(
+            f"the copy needs up to {_mib(bytes_before)} beside {path}, and {_mib(free)} are free"
+        )
     try:
         # Read-write, so DuckDB's lock refuses while a gateway (or any process) has the file,
         # and the checkpoint folds the write-ahead log into the file before it is copied.

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 from lore_store_duckdb.compact import KEPT_SUFFIX, CompactError, compact_file
 from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES, DuckDBStore
 
@@ -141,3 +142,20 @@ def test_an_earlier_kept_file_is_never_overwritten(tmp_path: Path) -> None:
     done = compact_file(db, keep_old=False)
     assert done.kept is None and not kept.exists()
     assert block_size(db) == NEW_FILE_BLOCK_BYTES
+
+
+def test_too_little_free_space_is_refused_before_copying(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from lore_store_duckdb import compact
+
+    db = tmp_path / "lore.duckdb"
+    old_layout_store(db, 5)
+    full = shutil.disk_usage(tmp_path)._replace(free=db.stat().st_size // 2)
+    monkeypatch.setattr(compact.shutil, "disk_usage", lambda _: full)
+    with pytest.raises(CompactError, match="are free"):
+        compact_file(db)
+    assert not db.with_name(db.name + ".compacting").exists()
+    assert block_size(db) == 256 * 1024
