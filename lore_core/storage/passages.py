@@ -577,19 +577,20 @@ def _pieces(body: str) -> list[tuple[int, int]]:
     about :data:`TARGET_CHARS` and ending early at a paragraph break past half of that."""
     spans: list[tuple[int, int]] = []
     start = end = 0
-    for line in _line_spans(body):
-        line_start, line_end = line
-        blank = not body[line_start:line_end].strip()
+    for line_start, line_end in _line_spans(body):
         size = end - start
-        grown = line_end - start
-        if size and (
-            (grown > TARGET_CHARS and size >= _MIN_PIECE)
-            or grown > MAX_CHARS
-            or (blank and size >= _PARAGRAPH_MIN)
-        ):
-            spans.append((start, end))
-            start = line_start
-        if not size and blank:
+        if size:
+            grown = line_end - start
+            # Whether the line is blank is asked only where it decides (most lines of a long
+            # output do not): cutting runs on every stored message and on every recall read.
+            if (
+                (grown > TARGET_CHARS and size >= _MIN_PIECE)
+                or grown > MAX_CHARS
+                or (size >= _PARAGRAPH_MIN and not body[line_start:line_end].strip())
+            ):
+                spans.append((start, end))
+                start = line_start
+        elif not body[line_start:line_end].strip():
             start = line_end + 1
             end = start
             continue
