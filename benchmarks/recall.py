@@ -383,6 +383,13 @@ def main() -> None:
                 missed = p50 > 50 or p99 > 150
                 flag = "  misses the 50/150 ms target" if key == "hybrid" and level == "1m" and missed else ""
                 print(f"   {label:<44} {p50:>8.1f} {p99:>8.1f}{flag}")
+            # A shared machine's speed moves by the hour (the same run 1.6-1.9x slower a
+            # quarter hour later); the ratios to the baselines of the same run move far less.
+            hybrid = statistics.median(lat["hybrid"])
+            print(
+                f"   hybrid p50 / baselines of this run: {hybrid / statistics.median(lat['full-text']):.2f}x "
+                f"full text, {hybrid / statistics.median(lat['vector']):.2f}x the one-project vector search"
+            )
             if not args.workdir:
                 shutil.rmtree(workdir / level, ignore_errors=True)
         if not args.skip_throughput:
