@@ -831,7 +831,9 @@ class Store(Protocol):
 
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,
-        ``schema_version`` and backend-specific figures, for ``lore status``."""
+        ``schema_version`` and backend-specific figures, for ``lore status``; ``advice``
+        (optional, a list of one-line strings) is printed under them: something the user
+        can do for the store (a command to run), never an error."""
 
 
 class StoreFactory(Protocol):

@@ -1110,6 +1110,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{store.get('messages', 0)} messages, {store.get('distillations', 0)} distillations "
             f"(schema v{store.get('schema_version')})"
         )
+        for advice in store.get("advice") or []:
+            print(f"         note: {advice}")
         for model, v in sorted((store.get("vectors") or {}).items()):
             print(f"vectors: {model}: {v.get('vectors', 0)} vectors, {v.get('pending', 0)} items pending")
         indexer = (data.get("health") or {}).get("indexer") or {}

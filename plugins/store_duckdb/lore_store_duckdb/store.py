@@ -803,6 +803,16 @@ class DuckDBStore(Store):
             )
             ((entities,),) = self._query("SELECT count(*) FROM entities WHERE merged_into IS NULL")
             version = self._query("SELECT value FROM lore_meta WHERE key = 'schema_version'")
+            ((block_size,),) = self._query(
+                "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
+            )
+            advice = []
+            if int(block_size) > NEW_FILE_BLOCK_BYTES:
+                advice.append(
+                    f"the file has {int(block_size) // 1024} KiB blocks (made by an older Lore): with the "
+                    f"gateway stopped, `lore duckdb-compact` moves it to {NEW_FILE_BLOCK_BYTES // 1024} KiB "
+                    "ones, which recall reads faster"
+                )
             return {
                 "backend": self.name,
                 "path": str(self.path),
@@ -821,6 +831,8 @@ class DuckDBStore(Store):
                 "index": self._index.health() if self._index else None,
                 # Per embedding model; opening LanceDB only when some model was indexed.
                 "vectors": self._vector_stats(None),
+                "block_size_bytes": int(block_size),
+                "advice": advice,
             }
 
         return await asyncio.to_thread(run)

@@ -72,6 +72,9 @@ def test_the_command_moves_an_old_store_to_small_blocks_and_keeps_everything(tmp
     db = tmp_path / "lore.duckdb"
     old_layout_store(db, 400)
     assert block_size(db) == 256 * 1024
+    status = lore(tmp_path, db, "status")
+    assert status.returncode == 0, status.stderr
+    assert "note: the file has 256 KiB blocks" in status.stdout and "lore duckdb-compact" in status.stdout
 
     out = lore(tmp_path, db, "duckdb-compact")
     assert out.returncode == 0, out.stderr
@@ -80,6 +83,8 @@ def test_the_command_moves_an_old_store_to_small_blocks_and_keeps_everything(tmp
     assert kept.is_file() and str(kept) in out.stdout
     assert block_size(db) == NEW_FILE_BLOCK_BYTES
     assert block_size(kept) == 256 * 1024
+    status = lore(tmp_path, db, "status")
+    assert status.returncode == 0 and "note:" not in status.stdout
 
     async def use() -> tuple[int, list[str], list[str]]:
         store = DuckDBStore(db)
