@@ -64,7 +64,7 @@ from lore_core.recall.sources import (
     TextSource,
     VectorSource,
 )
-from lore_core.storage.passages import passage_key, tags_of
+from lore_core.storage.passages import passage_key, prose_header, tags_of
 from lore_core.storage.records import PassageRef
 
 log = logging.getLogger("lore.recall")
@@ -102,7 +102,7 @@ EVENT_WEIGHT = 1.0
 ANSWER_PRIOR = 0.3
 #: ... and the share of a reply's score its request gets, if more than its own.
 REQUEST_LIFT = 1.0
-_ANSWER_HEADER = "[assistant]"
+_ANSWER_HEADER = prose_header("assistant")
 #: Full-text hits read to place an "after 'X'" anchor in time.
 ANCHOR_FETCH = 20
 #: Without asked events, a "first"/"last" query orders the results scoring at least this

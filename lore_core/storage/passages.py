@@ -616,6 +616,12 @@ def _line_spans(body: str) -> Iterable[tuple[int, int]]:
         at = end + 1
 
 
+def prose_header(role: str) -> str:
+    """How a passage of a message's own prose (not a tool call, output or reasoning) starts:
+    ``[assistant]``, then its part number and tags if any."""
+    return f"[{role}]"
+
+
 def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str] = ()) -> str:
     where = f" part {piece}/{pieces}" if pieces > 1 else ""
     tags = "".join(f" #{t}" for t in tags)
@@ -627,7 +633,7 @@ def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str]
         return f"[{role} -> {part.tool}]{where}{tags}"
     if part.kind == THINKING:
         return f"[{role} thinking]{where}{tags}"
-    return f"[{role}]{where}{tags}"
+    return f"{prose_header(role)}{where}{tags}"
 
 
 def cut(
