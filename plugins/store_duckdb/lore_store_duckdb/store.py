@@ -438,11 +438,12 @@ class DuckDBStore(Store):
         live in the same pool, cannot be evicted and grow with the data, and past the limit
         writes and reads fail. So the limit is lowered to that pinned part plus the page
         cache, which evicts at once, and given back straight after: a trim, like
-        ``malloc_trim``, at most once a second after a write or a read (~0.3 ms), and only
-        while no statement runs (``_TrimGate``). Returns whether it trimmed.
+        ``malloc_trim``, at most once a second after any statement (``_statement``: every
+        read and write, ~0.3 ms), and only while no statement runs (``_TrimGate``).
+        Returns whether it trimmed.
         """
-        if not self.settings.page_cache_mb:
-            return False
+        if not self.settings.page_cache_mb or self._closed:
+            return False  # closed: a trim would open the database again
         moment = time.monotonic()
         if moment - self._page_cache_trimmed_at < 1.0:
             return False
@@ -470,13 +471,18 @@ class DuckDBStore(Store):
                 return False
             return True
 
-    def _statement(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
+    @contextlib.contextmanager
+    def _statement(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor for one or more statements, closed after them, with the trim gate held
-        (the database reopened first if an error invalidated it)."""
+        (the database reopened first if an error invalidated it); then the page cache is
+        trimmed if due. Every read and write of the store goes through here: a process that
+        only reads (an MCP server, an export) would otherwise keep every page it touched."""
         if self._con is None:
             self._open()
         assert self._con is not None
-        return _gated_cursor(self._con, self._gate)
+        with _gated_cursor(self._con, self._gate) as cur:
+            yield cur
+        self._trim_page_cache()
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A bare cursor: only under the trim gate (``_statement``, or a trim itself)."""
@@ -520,7 +526,6 @@ class DuckDBStore(Store):
 
     def _write(self, batch: WriteBatch) -> int:
         added = self._write_rows(batch)
-        self._trim_page_cache()
         if added and self._index is not None:
             self._index.wake()
         return added
@@ -685,11 +690,7 @@ class DuckDBStore(Store):
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._statement() as cur:
-            rows = cur.execute(sql, params).fetchall()
-        # Reads fill the pool as writes do: a process that only reads (an MCP server, an
-        # export) would otherwise keep every page it touched until memory_limit.
-        self._trim_page_cache()
-        return rows
+            return cur.execute(sql, params).fetchall()
 
     async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
         rows = await asyncio.to_thread(
