@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from lore_store_duckdb.compact import KEPT_SUFFIX, CompactError, compact_file
 from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES, DuckDBStore
 
 from lore_core.storage.records import StoredMessage, WriteBatch
+from lore_core.testing.net import free_port
 
 
 def message(ident: str, position: int, text: str) -> StoredMessage:
@@ -51,12 +51,6 @@ def old_layout_store(path: Path, count: int) -> None:
             await store.close()
 
     asyncio.run(fill())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def lore(tmp_path: Path, db: Path, *argv: str) -> subprocess.CompletedProcess[str]:
