@@ -58,14 +58,13 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def compact_file(path: Path, block_bytes: int | None = None, keep_old: bool = True) -> Compacted:
-    """Copy the DuckDB file at ``path`` into a new one of ``block_bytes`` blocks (the
-    store's size for new files by default) and put it in its place."""
+def compact_file(path: Path, keep_old: bool = True) -> Compacted:
+    """Copy the DuckDB file at ``path`` into a new one of the block size of new store files
+    and put it in its place."""
     import duckdb
 
-    from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES
+    from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES, block_size
 
-    block_bytes = block_bytes or NEW_FILE_BLOCK_BYTES
     path = Path(path)
     copy = path.with_name(path.name + COPYING_SUFFIX)
     kept = path.with_name(path.name + KEPT_SUFFIX)
@@ -94,8 +93,8 @@ def compact_file(path: Path, block_bytes: int | None = None, keep_old: bool = Tr
     try:
         con.execute("CHECKPOINT")
         source = str(con.execute("SELECT current_database()").fetchall()[0][0])
-        block_before = _block_size(con, source)
-        con.execute(f"ATTACH {_literal(str(copy))} AS compacted (BLOCK_SIZE {int(block_bytes)})")
+        block_before = block_size(con)
+        con.execute(f"ATTACH {_literal(str(copy))} AS compacted (BLOCK_SIZE {NEW_FILE_BLOCK_BYTES})")
         con.execute(f"COPY FROM DATABASE {_quoted(source)} TO compacted")
         _check_copy(con, source, "compacted")
         con.execute("CHECKPOINT compacted")
@@ -125,16 +124,9 @@ def compact_file(path: Path, block_bytes: int | None = None, keep_old: bool = Tr
         bytes_before=bytes_before,
         bytes_after=path.stat().st_size,
         block_before=block_before,
-        block_after=int(block_bytes),
+        block_after=NEW_FILE_BLOCK_BYTES,
         seconds=time.monotonic() - started,
     )
-
-
-def _block_size(con: duckdb.DuckDBPyConnection, database: str) -> int:
-    rows = con.execute(
-        "SELECT block_size FROM pragma_database_size() WHERE database_name = ?", [database]
-    ).fetchall()
-    return int(rows[0][0])
 
 
 def _check_copy(con: duckdb.DuckDBPyConnection, source: str, target: str) -> None:

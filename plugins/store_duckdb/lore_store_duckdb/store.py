@@ -263,6 +263,14 @@ def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
         raise StoreUnavailable(f"cannot open {path}: {text}") from None
 
 
+def block_size(con: duckdb.DuckDBPyConnection) -> int:
+    """The block size of the file ``con`` opened (what the file was made with)."""
+    rows = con.execute(
+        "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
+    ).fetchall()
+    return int(rows[0][0])
+
+
 def _memory_by_tag(cur: duckdb.DuckDBPyConnection) -> dict[str, float]:
     rows = cur.execute(
         "SELECT tag, memory_usage_bytes FROM duckdb_memory() WHERE memory_usage_bytes > 0"
@@ -804,13 +812,12 @@ class DuckDBStore(Store):
             )
             ((entities,),) = self._query("SELECT count(*) FROM entities WHERE merged_into IS NULL")
             version = self._query("SELECT value FROM lore_meta WHERE key = 'schema_version'")
-            ((block_size,),) = self._query(
-                "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"
-            )
+            with self._statement() as cur:
+                file_blocks = block_size(cur)
             advice = []
-            if int(block_size) > NEW_FILE_BLOCK_BYTES:
+            if file_blocks > NEW_FILE_BLOCK_BYTES:
                 advice.append(
-                    f"the file has {int(block_size) // 1024} KiB blocks (made by an older Lore): with the "
+                    f"the file has {file_blocks // 1024} KiB blocks (made by an older Lore): with the "
                     f"gateway stopped, `lore duckdb-compact` moves it to {NEW_FILE_BLOCK_BYTES // 1024} KiB "
                     "ones, which recall reads faster"
                 )
@@ -832,7 +839,7 @@ class DuckDBStore(Store):
                 "index": self._index.health() if self._index else None,
                 # Per embedding model; opening LanceDB only when some model was indexed.
                 "vectors": self._vector_stats(None),
-                "block_size_bytes": int(block_size),
+                "block_size_bytes": file_blocks,
                 "advice": advice,
             }
 

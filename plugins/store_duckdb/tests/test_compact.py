@@ -14,6 +14,7 @@ import duckdb
 import pytest
 from lore_store_duckdb.compact import KEPT_SUFFIX, CompactError, compact_file
 from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES, DuckDBStore
+from lore_store_duckdb.store import block_size as file_block_size
 
 from lore_core.storage.records import StoredMessage, WriteBatch
 from lore_core.testing.net import free_port
@@ -29,7 +30,7 @@ def message(ident: str, position: int, text: str) -> StoredMessage:
 def block_size(path: Path) -> int:
     con = duckdb.connect(str(path), read_only=True)
     try:
-        return int(con.execute("SELECT block_size FROM pragma_database_size()").fetchall()[0][0])
+        return file_block_size(con)
     finally:
         con.close()
 
