@@ -871,6 +871,12 @@ class Embedder(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed a search's query: the same vectors as ``embed``, but interactive, so a
+        provider that queues background work (the indexer's) runs it first. Default:
+        ``embed``."""
+        return await self.embed(texts)
+
     def chunk(self, text: str) -> list[str]:
         """Split a long text into pieces that fit the model. The indexer embeds passages,
         which are sized to fit, and does not use it. Default: the text whole."""

@@ -29,7 +29,8 @@ whatever else is in the batch and across restarts (stored vectors are compared w
 tomorrow's query vectors), ``model_id`` (else ``name``) naming that vector space, texts longer
 than the model reads handled (truncated, or split by the optional ``chunk``), related texts
 closer than unrelated ones (and on the right side of ``min_similarity`` when the provider
-declares it), ``embed`` never blocking the event loop, and failures that mean "no embeddings
+declares it), ``embed_query`` (a search's query) giving the vectors ``embed`` gives, ``embed``
+never blocking the event loop, and failures that mean "no embeddings
 here" raised as :class:`~lore_core.interfaces.EmbedderUnavailable` with a one-line reason.
 
 Texts are few and short, so a real model runs the suite in seconds. Tests drive coroutines
@@ -265,6 +266,16 @@ class EmbedderConformance:
                 assert near >= floor, f"{related!r} is related to {query!r} ({near:.3f} < {floor})"
                 assert far < floor, f"{unrelated!r} is unrelated to {query!r} ({far:.3f} >= {floor})"
 
+    def test_embed_query_gives_the_vectors_embed_gives(self, embedder: Embedder) -> None:
+        # Recall compares a query's vector (embed_query) with stored ones (embed).
+        texts = list(TEXTS)
+        vectors = self.embed(embedder, texts)
+        queries = asyncio.run(embedder.embed_query(texts))
+        self.check_vectors(embedder, texts, queries)
+        for text, a, b in zip(texts, vectors, queries, strict=True):
+            assert_same_vector(a, b, f"{text!r} by embed and by embed_query")
+        assert asyncio.run(embedder.embed_query([])) == []
+
     # -- the event loop --------------------------------------------------------------------
 
     def test_concurrent_calls_get_their_own_vectors(self, embedder: Embedder) -> None:
@@ -321,13 +332,13 @@ class EmbedderConformance:
                 await _maybe(emb.load())
             except EmbedderUnavailable as exc:
                 errors.append(exc)
-            for _ in range(2):
+            for embed in (emb.embed, emb.embed, emb.embed_query):
                 try:
-                    await emb.embed(["hello", "world"])
+                    await embed(["hello", "world"])
                 except EmbedderUnavailable as exc:
                     errors.append(exc)
                 else:
-                    raise AssertionError("embed worked on an embedder that cannot")
+                    raise AssertionError(f"{embed.__name__} worked on an embedder that cannot")
             await _close(emb)
             return errors
 

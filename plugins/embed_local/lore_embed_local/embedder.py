@@ -6,9 +6,13 @@ for CLI commands that never embed.
 
 Inference runs in one dedicated thread. One, because onnxruntime already spreads a single
 run over ``threads`` cores; two concurrent runs would only fight over the same cores. Each
-``embed`` call hands that thread one batch at a time, so a short query never waits behind
-more than one batch of a long backfill, and at most ``queueSize`` batches wait in front of
-the thread; further callers wait on the event loop.
+``embed`` call hands that thread one batch at a time, and at most ``queueSize`` batches wait
+in front of the thread; further callers wait on the event loop.
+
+``embed_query`` (a search's query) skips that queue: its batches go to a lane of their own
+that the thread serves before each model run of a background batch, and as a job of its own
+when the thread is idle. A query so waits for at most one model run (``maxBatchTokens``
+padded tokens) of the indexer's backlog, not for the queued batches.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +66,19 @@ class _Runtime:
         self.output = output
 
 
+class _Query:
+    """One batch of a query's texts, waiting in the urgent lane; ``future`` gets its vectors."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.future: Future[list[list[float]]] = Future()
+
+
 class LocalEmbedder(Embedder):
     """The ``local`` embedding provider (see :class:`lore_core.interfaces.Embedder`).
 
-    ``embed`` returns one unit-length 384-dim vector per text. Each text is truncated to
+    ``embed`` returns one unit-length 384-dim vector per text; ``embed_query`` the same
+    vectors, ahead of queued ``embed`` batches. Each text is truncated to
     ``maxTokens``: callers that need all of a long message split it first with
     :meth:`chunk` and embed the pieces. If the model cannot be loaded, ``health()`` says
     why and every ``embed`` raises :class:`EmbedderUnavailable` (logged once).
@@ -92,30 +106,31 @@ class LocalEmbedder(Embedder):
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
+        # The urgent lane: queries' batches, oldest first. A deque's append and popleft are
+        # atomic, so the event loop adds and the inference thread takes without a lock.
+        self._queries: deque[_Query] = deque()
+        # ``free`` is set only in the inference thread, while it may serve queries (not
+        # while it runs one: a query's own runs do not stop to serve the next).
+        self._thread = threading.local()
 
     # -- the Embedder interface ------------------------------------------------------------
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed ``texts`` in the inference thread; one unit vector per text, in order."""
-        texts = list(texts)
-        if not texts:
-            return []
-        if self._error is not None:
-            raise EmbedderUnavailable(self._error)
         loop = asyncio.get_running_loop()
-        # Shortest first, so each batch holds texts of similar length and pads little.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out: list[list[float]] = [[] for _ in texts]
-        size = self.settings.batch_size
-        for start in range(0, len(order), size):
-            picked = order[start : start + size]
+
+        async def run(batch: list[str]) -> list[list[float]]:
             async with self._slot(loop):
-                vectors = await loop.run_in_executor(
-                    self._worker(), self._embed_lists, [texts[i] for i in picked]
-                )
-            for i, vector in zip(picked, vectors, strict=True):
-                out[i] = vector
-        return out
+                return await loop.run_in_executor(self._worker(), self._embed_lists, batch)
+
+        return await self._embed_batches(texts, run)
+
+    async def embed_query(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed a search's query: the vectors ``embed`` gives (the same batches, so the
+        same runs), but in the urgent lane, ahead of queued ``embed`` batches. It takes no
+        queue slot: those bound background work, and a query waits for at most the model
+        run in progress."""
+        return await self._embed_batches(texts, self._run_query)
 
     def health(self) -> dict[str, Any]:
         """``ok``, a one-line ``detail`` and, when not ok, the bare ``reason``. Never loads
@@ -151,7 +166,8 @@ class LocalEmbedder(Embedder):
 
         For batch jobs and benchmarks that own their thread; never call it on the event
         loop. The texts are tokenised together, then run in model calls of at most
-        ``maxBatchTokens`` padded tokens each, texts of similar length together.
+        ``maxBatchTokens`` padded tokens each, texts of similar length together. In the
+        inference thread, waiting queries run before each of those calls.
         """
         runtime = self._ensure_runtime()
         np = runtime.np
@@ -169,6 +185,8 @@ class LocalEmbedder(Embedder):
             while end < len(order) and (end + 1 - start) * len(rows[order[end]]) <= budget:
                 end += 1
             picked = order[start:end]
+            # Cooperative: a background batch lets the queries that came meanwhile go first.
+            self._serve_queries()
             out[picked] = self._run(runtime, [rows[i] for i in picked])
             start = end
         return out
@@ -316,6 +334,28 @@ class LocalEmbedder(Embedder):
     def _embed_lists(self, texts: list[str]) -> list[list[float]]:
         return self.embed_blocking(texts).tolist()
 
+    def _serve_queries(self) -> None:
+        """Run the waiting queries, oldest first; a no-op outside the inference thread (a
+        batch job's own thread must not run the model beside it) and inside a query."""
+        if not getattr(self._thread, "free", False):
+            return
+        # Only this thread takes from the lane, so a non-empty lane has a query to take.
+        while self._queries:
+            query = self._queries.popleft()
+            # False when its caller was cancelled: skip it.
+            if not query.future.set_running_or_notify_cancel():
+                continue
+            self._thread.free = False
+            try:
+                query.future.set_result(self._embed_lists(query.texts))
+            except BaseException as exc:  # the caller gets it, as from run_in_executor
+                query.future.set_exception(exc)
+            finally:
+                self._thread.free = True
+
+    def _mark_inference_thread(self) -> None:
+        self._thread.free = True
+
     def _run(self, runtime: _Runtime, rows: list[list[int]]) -> Any:
         """One model run over token rows: unit vectors, float32, shape (len(rows), 384)."""
         np = runtime.np
@@ -350,11 +390,44 @@ class LocalEmbedder(Embedder):
 
     # -- helpers ---------------------------------------------------------------------------
 
+    async def _embed_batches(
+        self, texts: Sequence[str], run: Callable[[list[str]], Awaitable[list[list[float]]]]
+    ) -> list[list[float]]:
+        """Cut ``texts`` into batches, ``run`` each, and return the vectors in order."""
+        texts = list(texts)
+        if not texts:
+            return []
+        if self._error is not None:
+            raise EmbedderUnavailable(self._error)
+        # Shortest first, so each batch holds texts of similar length and pads little.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
+        size = self.settings.batch_size
+        for start in range(0, len(order), size):
+            picked = order[start : start + size]
+            vectors = await run([texts[i] for i in picked])
+            for i, vector in zip(picked, vectors, strict=True):
+                out[i] = vector
+        return out
+
+    async def _run_query(self, batch: list[str]) -> list[list[float]]:
+        query = _Query(batch)
+        self._queries.append(query)
+        # Two paths to the query; whichever comes first takes it from the lane and the
+        # other finds it gone: a background batch in progress serves it before its next
+        # model run, and this job serves it when the thread is idle.
+        self._worker().submit(self._serve_queries)
+        return await asyncio.wrap_future(query.future)
+
     def _worker(self) -> ThreadPoolExecutor:
         if self._executor is None:
             with self._lock:
                 if self._executor is None:
-                    self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lore-embed")
+                    self._executor = ThreadPoolExecutor(
+                        max_workers=1,
+                        thread_name_prefix="lore-embed",
+                        initializer=self._mark_inference_thread,
+                    )
         return self._executor
 
     def _slot(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
