@@ -54,6 +54,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import bm25_reference
 import httpx
 from transcripts import (
     CLAUDE,
@@ -66,6 +67,7 @@ from transcripts import (
     load_questions,
     load_sessions,
     model_calls,
+    replayed_text,
     supported,
 )
 
@@ -273,16 +275,18 @@ def wait_until_indexed(server: ThreadedServer, timeout: float = 7200.0) -> None:
 
 def ask(url: str, questions: list[Question], sessions: dict[str, Session], responder: Responder) -> None:
     with httpx.Client(timeout=600) as client:
-        for agent in sorted({q.agent for q in questions}):
-            # One question session per agent, with storage off, so no question is remembered.
-            sample = next(s for s in sessions.values() if s.agent == agent)
+        groups = sorted({(q.agent, sessions[q.session].project) for q in questions})
+        for agent, project in groups:
+            # One question session per agent and project, with storage off, so no question is
+            # remembered; asked in the project the question's session is filed under.
+            sample = next(s for s in sessions.values() if s.agent == agent and s.project == project)
             qsid = f"bench-questions-{uuid.uuid4().hex[:8]}"
             command = _user_item(agent, "/lore:amnesia on")
             first = _question_body(sample, [command], stream=False)
             path = "/v1/messages" if agent == CLAUDE else "/v1/responses"
             answer = client.post(url + path, json=first, headers=_headers(sample, qsid)).json()
             reply = _answer_item(agent, answer)
-            for q in (q for q in questions if q.agent == agent):
+            for q in (q for q in questions if q.agent == agent and sessions[q.session].project == project):
                 responder.questions[q.id] = q
                 asked = _user_item(agent, q.question)
                 body = _question_body(sample, [command, reply, asked], stream=True)
@@ -325,17 +329,7 @@ def _pct(part: int, whole: int) -> str:
 
 
 def report(questions: list[Question], responder: Responder) -> dict[str, Any]:
-    groups: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
-    for q in questions:
-        ok = supported(responder.results.get(q.id, ""), q.key_facts)
-        groups["overall"]["all"].append(ok)
-        groups["agent"][q.agent].append(ok)
-        groups["kind"][q.kind].append(ok)
-        groups["depth"][q.depth].append(ok)
-        groups["compaction"]["before" if q.before_compaction else "after"].append(ok)
-    for name, group in groups.items():
-        cells = ", ".join(f"{k} {_pct(sum(v), len(v))}" for k, v in sorted(group.items()))
-        print(f"  {name:<11} {cells}")
+    figures = report_answers(questions, responder.results)
     missing = [q.id for q in questions if q.id not in responder.results]
     if missing:
         print(f"  no tool result for {len(missing)} questions: {', '.join(missing[:5])} ...")
@@ -347,6 +341,22 @@ def report(questions: list[Question], responder: Responder) -> dict[str, Any]:
     sizes = [len(t) for t in responder.results.values()]
     if sizes:
         print(f"  tool result size: mean {statistics.mean(sizes):.0f} chars, max {max(sizes)}")
+    return figures
+
+
+def report_answers(questions: list[Question], answers: dict[str, str]) -> dict[str, Any]:
+    """Supported counts of ``answers`` (question id -> retrieved text), by group."""
+    groups: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for q in questions:
+        ok = supported(answers.get(q.id, ""), q.key_facts)
+        groups["overall"]["all"].append(ok)
+        groups["agent"][q.agent].append(ok)
+        groups["kind"][q.kind].append(ok)
+        groups["depth"][q.depth].append(ok)
+        groups["compaction"]["before" if q.before_compaction else "after"].append(ok)
+    for name, group in groups.items():
+        cells = ", ".join(f"{k} {_pct(sum(v), len(v))}" for k, v in sorted(group.items()))
+        print(f"  {name:<11} {cells}")
     overall = groups["overall"]["all"]
     return {"supported": sum(overall), "questions": len(overall)}
 
@@ -379,6 +389,11 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, help="skip the replay: ask against this kept directory")
     parser.add_argument("--config", default="{}", help="extra .lore.json for the gateway (JSON)")
     parser.add_argument("--dump", type=Path, help="write each question's tool result to this JSONL file")
+    parser.add_argument(
+        "--ask-while-indexing",
+        action="store_true",
+        help="also ask every question right after the replay, while the indexer works (latency only)",
+    )
     parser.add_argument(
         "--entities", type=Path, help="ask again with these entities (JSON list) added: the alias effect"
     )
@@ -421,10 +436,33 @@ def main() -> None:
                 distilled = httpx.post(server.url + "/lore/api/distill", headers=auth, timeout=3600)
                 print(f"distill: HTTP {distilled.status_code} in {time.perf_counter() - started:.0f} s")
             started = time.perf_counter()
+            if args.ask_while_indexing:
+                # The same questions while the indexer works through the replay: what a user
+                # asking during a backfill waits (their answers are not scored: half the store
+                # has no vectors yet).
+                ask(server.url, questions, by_id, responder)
+                trips = sorted(responder.round_trip.values())
+                print(
+                    f"  recall round trip while indexing: p50 {statistics.median(trips) * 1000:.0f} ms, "
+                    f"p95 {trips[min(len(trips) - 1, int(0.95 * len(trips)))] * 1000:.0f} ms "
+                    f"({len(trips)} questions)"
+                )
+                responder.calls.clear()
+                responder.results.clear()
+                responder.round_trip.clear()
             wait_until_indexed(server)
-            print(f"indexing finished {time.perf_counter() - started:.0f} s after the replay")
+            indexing = time.perf_counter() - started
+            print(f"indexing finished {indexing:.0f} s after the replay")
             stats = server.call(server.gateway.store.stats(), timeout=60)
             print(f"store: {stats.get('messages')} messages, {stats.get('size_bytes', 0) / 1e6:.0f} MB")
+            if not args.reuse and indexing > 1:
+                text_mb = (
+                    sum(len(replayed_text(i)) for s in sessions for w in s.windows for i in w.items) / 1e6
+                )
+                print(
+                    f"indexing rate: {int(stats.get('messages') or 0) / indexing:.1f} messages/s, "
+                    f"{text_mb / indexing:.3f} MB/s of replayed text ({text_mb:.1f} MB)"
+                )
             ask(server.url, questions, by_id, responder)
             baseline = dict(responder.results)
             if args.entities:
@@ -445,6 +483,10 @@ def main() -> None:
     else:
         print(f"questions through the recall tool ({args.data.name}, real sessions):")
     report(questions, responder)
+    top, chars = bm25_reference.TOP, bm25_reference.SLICE_CHARS
+    print(f"plain BM25 reference, same run (top {top} slices of {chars} chars):")
+    reference = bm25_reference.answers(sessions, questions)
+    report_answers(questions, reference)
     if args.dump:
         with open(args.dump, "w", encoding="utf-8") as f:
             for q in questions:

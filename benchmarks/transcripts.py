@@ -96,10 +96,13 @@ class Session:
     #: Codex: the system prompt (``instructions``); Claude Code transcripts hold none.
     instructions: str = ""
     lines: int = 0
+    #: The project the session is filed under: ``SOURCE.json``'s ``project`` (one per source
+    #: repository), else the agent's default (:data:`PROJECTS`).
+    source_project: str = ""
 
     @property
     def project(self) -> str:
-        return PROJECTS[self.agent]
+        return self.source_project or PROJECTS[self.agent]
 
 
 @attrs.define
@@ -267,7 +270,54 @@ def load_sessions(data: Path, only: set[str] | None = None) -> list[Session]:
     seen: dict[str, str] = {}
     for q in load_questions(data):
         seen.setdefault(q.session, q.agent)
-    return [load_session(data, sid, agent) for sid, agent in seen.items() if only is None or sid in only]
+    projects = session_projects(data)
+    out = []
+    for sid, agent in seen.items():
+        if only is None or sid in only:
+            session = load_session(data, sid, agent)
+            session.source_project = projects.get(sid, "")
+            out.append(session)
+    return out
+
+
+def session_projects(data: Path) -> dict[str, str]:
+    """Session id -> project, from the folder's ``SOURCE.json`` (empty when it has none)."""
+    source = data / "SOURCE.json"
+    if not source.exists():
+        return {}
+    sessions = json.loads(source.read_text(encoding="utf-8")).get("sessions") or []
+    return {s["session"]: s["project"] for s in sessions if s.get("session") and s.get("project")}
+
+
+def replayed_text(item: Item) -> str:
+    """What a reader of the session sees of one item: message text, each tool call's name and
+    input JSON, tool outputs; not thinking (the data set's "replayed text")."""
+    wire = item.wire
+    parts: list[str] = []
+
+    def content_text(content: Any) -> None:
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict):
+                    kind = block.get("type")
+                    if kind in ("text", "input_text", "output_text"):
+                        parts.append(str(block.get("text", "")))
+                    elif kind == "tool_use":
+                        parts.append(f"{block.get('name')} {json.dumps(block.get('input', {}))}")
+                    elif kind == "tool_result":
+                        content_text(block.get("content"))
+
+    if "content" in wire:
+        content_text(wire["content"])
+    kind = wire.get("type")
+    if kind in ("function_call", "custom_tool_call", "local_shell_call", "web_search_call"):
+        arguments = wire.get("arguments") or wire.get("input") or wire.get("action") or ""
+        parts.append(f"{wire.get('name', kind)} {arguments}")
+    if "output" in wire:
+        content_text(wire["output"])
+    return "\n".join(p for p in parts if p)
 
 
 def model_calls(window: Window, every: int = 150) -> list[ModelCall]:
