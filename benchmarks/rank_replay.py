@@ -33,7 +33,7 @@ import attrs
 import lore_core.recall.engine as recall_engine
 from lore_core.recall.engine import RecallResult
 from lore_core.recall.ids import parse_id
-from lore_core.recall.intent import Intent
+from lore_core.recall.intent import QueryPlan
 from lore_core.recall.intent import parse as parse_intent
 from lore_core.storage.passages import split_key
 
@@ -49,9 +49,9 @@ def engine(dump: dict[str, Any], search: dict[str, Any]) -> list[RecallResult]:
     return recall_engine.rank(search["lists"], intent_of(dump), search["anchor"], search["limit"])
 
 
-def intent_of(dump: dict[str, Any]) -> Intent:
+def intent_of(dump: dict[str, Any]) -> QueryPlan:
     """The question's intent as the engine reads it today (parsed again: a dump made by
-    older code holds an older ``Intent``). The engine parses the query it was given, which
+    older code holds an older ``QueryPlan``). The engine parses the query it was given, which
     here is the question itself."""
     return parse_intent(dump["question"]["question"])
 

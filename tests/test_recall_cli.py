@@ -30,7 +30,8 @@ def test_lore_recall_through_the_gateway(start_gateway, fake_upstream, monkeypat
     )
     results = json.loads(capsys.readouterr().out)
     assert results and set(results[0]) == {
-        "id", "source", "score", "created_at", "session", "role", "tool", "tool_source", "span", "text",
+        "id", "source", "relevance", "score", "created_at", "session", "role", "tool", "tool_source",
+        "span", "text",
     }  # fmt: skip
     top = results[0]
     # A result is a passage (not its whole message): its span in the message's text.

@@ -183,17 +183,23 @@ def _first(response: RecallResponse) -> str:
 
 
 def test_first_last_after_and_most_often_are_about_time_and_events() -> None:
+    """The asked events, their order and the anchor weigh results up within bounds
+    (``engine.boost``): the event asked about is in the tool result the model reads, with
+    its message, even where the question's words match something else better."""
     store = _session_with_events()
-    assert "--- FAIL: TestLedgerOpen" in _first(search(store, "which test failed first?"))
-    assert "--- FAIL: TestLedgerClose" in _first(search(store, "which test was the last one we saw failing?"))
-    assert "1a2b3c4" in _first(search(store, "what short hash did the first commit get?"))
+
+    def shown(query: str) -> str:
+        return format_response(search(store, query))
+
+    assert "--- FAIL: TestLedgerOpen" in shown("which test failed first?")
+    assert "--- FAIL: TestLedgerClose" in shown("which test was the last one we saw failing?")
+    assert "1a2b3c4" in shown("what short hash did the first commit get?")
     after = search(store, "what did we commit right after 'Port the ledger to the new clock'?")
     assert "Close the ledger once" in _first(after)
     assert "ledger/clock.go" in _first(search(store, "which file did we change most often?"))
     assert "ledger/clock.go" in _first(search(store, "which file did we edit first?"))
-    # The answer is in the tool result the model reads, with the message it failed with.
-    shown = format_response(search(store, "which test failed first, and with what message?"))
-    assert "TestLedgerOpen" in shown and "got 3, want 4" in shown
+    both = shown("which test failed first, and with what message?")
+    assert "TestLedgerOpen" in both and "got 3, want 4" in both
 
 
 def test_a_quoted_first_prompt_names_the_session_to_search() -> None:

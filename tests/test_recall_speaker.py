@@ -50,7 +50,7 @@ def test_questions_not_about_the_user(query: str) -> None:
 def test_questions_about_coding_events_are_not_about_the_user(query: str) -> None:
     """The model calling recall may say "I" of itself: what the assistant did answers these."""
     intent = parse(query)
-    assert about_user(query) and intent.events and not intent.about_user
+    assert intent.events and not intent.about_user
 
 
 def _store() -> MemoryStore:

@@ -11,6 +11,8 @@ import pytest
 from lore_core.interfaces import Codec
 from lore_core.recall import Kind, RecallEngine, RecallResponse, RecallResult, SourceHit
 from lore_core.recall.tool import (
+    CLOSEST_CHARS,
+    CLOSEST_RESULTS,
     INPUT_SCHEMA,
     MAX_OPEN_CHARS,
     MAX_RESULT_CHARS,
@@ -141,22 +143,30 @@ def test_unreadable_arguments():
     assert parse_arguments("[1]").error == "recall arguments must be an object"
 
 
-def result(i: int, text: str = "text") -> RecallResult:
+def result(i: int, text: str = "text", relevance: float = 0.8) -> RecallResult:
     meta = {"session": "s1", "role": "user", "created_at": 1_790_000_000.0 + 60 * i}
-    return RecallResult(f"t:m{i}", "message", 1 / (60 + i), text, meta)
+    return RecallResult(f"t:m{i}", "message", 1 / (60 + i), text, meta, relevance)
 
 
 def test_format_results_lists_ids_sources_and_snippets():
     response = RecallResponse("reconnect", "project", [result(1, "first hit"), result(2, "x" * 5000)])
     text = format_response(response)
     assert text.startswith(
-        '2 memories for "reconnect" (scope project); open one with recall(id=...) to read on around it:'
+        '2 memories for "reconnect" (scope project), best first (relevance 0-1: how well each matches '
+        "the query); open one with recall(id=...) to read on around it:"
     )
     # When each was said (UTC), for questions about "last week" or "before the migration".
-    assert "[t:m1] (message, score 0.0164) 2026-09-21 14:14 UTC session=s1 role=user\nfirst hit" in text
+    assert "[t:m1] (message, relevance 0.80) 2026-09-21 14:14 UTC session=s1 role=user\nfirst hit" in text
     # A long result is cut around the query's terms, so others still fit beside it.
     assert "[5000 chars, cut]" in text
     assert len(text) < RESULT_CHARS + 600
+
+
+def test_nothing_relevant_says_so_with_the_closest_few():
+    weak = RecallResponse("banana bread", "project", [result(i, "z" * 900, relevance=0.2) for i in range(10)])
+    text = format_response(weak)
+    assert text.startswith('Nothing in memory matches "banana bread" (scope project)')
+    assert text.count("[t:m") == CLOSEST_RESULTS and len(text) < CLOSEST_CHARS + 600
 
 
 def test_format_is_bounded():

@@ -738,20 +738,25 @@ def _clip(line: str, limit: int) -> str:
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    from lore_core.recall.tool import snippet
+    from lore_core.recall.tool import CLOSEST_RESULTS, nothing_relevant, snippet
 
     def action(reader: Any) -> int:
         answer = reader.recall(args.query, args.scope, args.session, args.project, args.limit)
         results = answer.get("results") or []
+        matched = bool(answer.get("matched", True))
         if args.json:
             fields = (
-                "id", "source", "score", "created_at", "session", "role",
+                "id", "source", "relevance", "score", "created_at", "session", "role",
                 "tool", "tool_source", "span", "text",
             )  # fmt: skip
             _print_json([{k: r.get(k) for k in fields} for r in results])
         else:
+            if results and not matched:
+                print(nothing_relevant(args.query, answer.get("scope") or args.scope or "project"))
+                results = results[:CLOSEST_RESULTS]
             for r in results:
-                print(f"{r['score']:8.4f}  {r['id']}  [{r['source']}]  {_when(r.get('created_at'))}")
+                relevance = float(r.get("relevance") or 0.0)
+                print(f"{relevance:5.2f}  {r['id']}  [{r['source']}]  {_when(r.get('created_at'))}")
                 head, _, body = str(r.get("text", "")).partition("\n")
                 # The passage's header, then its lines where the query matched.
                 shown = snippet(body, args.query, RECALL_CHARS).splitlines()

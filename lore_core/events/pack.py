@@ -32,7 +32,7 @@ import attrs
 
 from lore_core.events.log import EventInputError, EventLog
 from lore_core.interfaces import Store
-from lore_core.recall.engine import RecallEngine, RecallResponse
+from lore_core.recall.engine import MATCH_FLOOR, RecallEngine, RecallResponse
 from lore_core.storage.events import RunEvent, WorkingFact, run_session_id, seq_of_ref
 from lore_core.storage.records import DISTILLATION_PREFIX, mask_secrets
 
@@ -227,6 +227,8 @@ async def _retrieve(
             if name not in degraded:
                 degraded.append(name)
         for result in response.results:
+            if result.relevance < MATCH_FLOOR:
+                continue  # matches nothing of the query: not worth the pack's budget
             # A result is a passage (``d:<id>:<n>``); the pack shows whole memories.
             item_key = result.meta.get("item")
             ident = (
@@ -285,7 +287,7 @@ def _render(
         lines.append("(none)")
     lines += ["", "## Distilled memories"]
     if not distilled:
-        lines.append("(none found)")
+        lines.append("(nothing in memory matches the query)")
     for item in distilled:
         span = f" (events {item.first_seq}-{item.last_seq})" if item.first_seq is not None else ""
         lines += [f"### {item.id}{span}", item.text]

@@ -33,23 +33,31 @@ import attrs
 _TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.\-][A-Za-z0-9_]+)*", re.UNICODE)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-# The last words place a question in time ("lately", "in the past two months"): they say
-# when, not what, and matched as words they find whatever else was "recent" (LongMemEval:
-# "my phone's battery lately" ranked other "lately" remarks above the battery one).
+# English function words and the words of asking ("remember", "recall", "tell"): they make a
+# question a sentence and say nothing of its topic. Words that are topics in a coding
+# project ("search", "find", "show", "make", "time", "run") are not here.
 STOP_WORDS = frozenset(
     """
     a about above after again against all also am an and any are as at be because been
     before being below between both but by can could did do does doing done down during each
     either else ever every few for from further get gets got had has have having he her here
-    hers him his how i if in into is it its itself just last let like made make many may me
+    hers him his how i if in into is it its itself just let like many may me
     might more most much must my myself no nor not now of off on once one only or other our
     ours out over own per please quite rather really same shall she should so some something
     somewhere still such than that the their theirs them then there these they thing things
     this those through to too under until up upon us very via was we were what whatever when
     where whether which while who whom whose why will with within without would yes yet you
-    your yours remember recall find search show tell know earlier before previously ago
-    week weeks day days month months year years yesterday today time times way past recent
-    recently lately
+    your yours remember recall tell know way
+    """.split()
+)
+# Words that place a question in time ("lately", "in the past two months", "last week"):
+# they say when, not what, and matched as words they find whatever else was "recent"
+# (LongMemEval: "my phone's battery lately" ranked other "lately" remarks above the battery
+# one). Dropped beside other terms; a query of nothing else keeps them.
+TIME_WORDS = frozenset(
+    """
+    last earlier previously ago week weeks day days month months year years yesterday today
+    past recent recently lately
     """.split()
 )
 
@@ -82,7 +90,8 @@ def query_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
     """The informative terms of a query: tokens without stop words or single characters,
     at most ``max_terms`` (the first ones: a pasted log's head is usually its point)."""
     terms = [t for t in tokenize(text) if t not in STOP_WORDS and (len(t) > 1 or t.isdigit())]
-    return terms[:max_terms]
+    topical = [t for t in terms if t not in TIME_WORDS]
+    return (topical or terms)[:max_terms]
 
 
 def _original_case(text: str) -> dict[str, str]:

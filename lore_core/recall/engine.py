@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from lore_core.interfaces import Embedder, EmbedderUnavailable
-from lore_core.recall.cascade import DEFAULT_MIN_HITS, cascade_search, query_terms
+from lore_core.recall.cascade import DEFAULT_MIN_HITS, cascade_search, heuristic_informativeness, query_terms
 from lore_core.recall.expansion import DEFAULT_TIMEOUT_SECONDS, Completer, Expansion, expand_query
 from lore_core.recall.fusion import (
     BM25,
@@ -44,7 +44,7 @@ from lore_core.recall.fusion import (
     rerank,
 )
 from lore_core.recall.ids import Kind, RecallIdError, Scope, ScopeError, format_id, parse_id, parse_scope
-from lore_core.recall.intent import BEFORE, FIRST, LAST, MOST, Intent, title_match
+from lore_core.recall.intent import BEFORE, FIRST, LAST, MOST, QueryPlan, title_match
 from lore_core.recall.intent import parse as parse_intent
 from lore_core.recall.sources import (
     ITEM,
@@ -64,7 +64,7 @@ from lore_core.recall.sources import (
     TextSource,
     VectorSource,
 )
-from lore_core.storage.passages import passage_key, prose_header, tags_of
+from lore_core.storage.passages import passage_key, prose_header, reasoning_header, tags_of
 from lore_core.storage.records import PassageRef
 
 log = logging.getLogger("lore.recall")
@@ -96,17 +96,35 @@ OUTPUT_PRIOR = 0.75
 _OUTPUT_HEADER = "[tool "
 #: Passages fetched for the events a query asks about (a session rarely has more of one kind).
 EVENT_FETCH = 200
-#: Weight of the event lists in fusion, beside the query's own lists.
+#: Weight of the event lists in fusion, beside the query's own lists (1.0 each). 0.5 lost
+#: 2 of the 166 generated real-session questions and changed none of the 96 natural ones.
 EVENT_WEIGHT = 1.0
+#: The focus search (``RecallEngine._focus_lists``): the best full-text hits read for the
+#: session they point at, the share of their scores it must hold, the hits of it needed to
+#: tell its subject's words from the detail's, the share of those hits a detail term may
+#: be in at most, and the weight of its list.
+FOCUS_HITS = 20
+FOCUS_SHARE = 0.5
+FOCUS_MIN_TEXTS = 5
+DETAIL_SHARE = 0.3
+FOCUS_WEIGHT = 1.0
+#: The shares of its score a result gains for what the query asks beyond its words
+#: (:func:`boost`): recording the asked events (all of them), being the first/last/nearest
+#: the anchor of the candidates, and at most in all.
+EVENT_BOOST = 0.5
+ORDER_BOOST = 0.5
+MAX_BOOST = 1.0
 #: Score factor of the assistant's prose in a question about the user (see _user_said) ...
 ANSWER_PRIOR = 0.3
 #: ... and the share of a reply's score its request gets, if more than its own.
 REQUEST_LIFT = 1.0
-_ANSWER_HEADER = prose_header("assistant")
+# The assistant's own words: its answers and its reasoning (which restates the request too:
+# "The user is asking me to ...").
+_ANSWER_HEADERS = (prose_header("assistant"), reasoning_header("assistant"))
 #: Full-text hits read to place an "after 'X'" anchor in time.
 ANCHOR_FETCH = 20
-#: Without asked events, a "first"/"last" query orders the results scoring at least this
-#: share of the best by time.
+#: Without asked events, a "first"/"last" query weighs up by time the results scoring at
+#: least this share of the best.
 ORDER_SHARE = 0.5
 #: A quoted phrase names a session when it matches that session's title this well (the
 #: share of its words, in order) ...
@@ -116,6 +134,15 @@ SESSION_MARGIN = 0.15
 #: A result is kept when, in some list, its score is at least this share of that list's
 #: best: what scores a small fraction of the best match is noise the model would pay to read.
 RELEVANCE_FLOOR = 0.1
+#: A search matched something when a result's :func:`relevance` reaches this: it holds at
+#: least this weighted share of the query's terms, or its embedding is this close to the
+#: query's. Below it on every result, the memory holds nothing on the query, and the model
+#: is told so with the closest results (``tool.format_response``). Calibrated in
+#: docs/recall.md ("nothing relevant") on the questions of two real-session sets and
+#: LongMemEval against questions about things never discussed.
+MATCH_FLOOR = 0.5
+# Endings :func:`_stem` takes off, longest first.
+_ENDINGS = ("ations", "ation", "ings", "ing", "ies", "ied", "ers", "er", "ed", "es", "ly", "s")
 DEFAULT_SOURCE_TIMEOUT_SECONDS = 10.0
 # What a vector list answers when the query has no embedding (the embedder failed).
 _NO_VECTOR = object()
@@ -153,15 +180,21 @@ class RecallResult:
     id: str
     #: The kind's label: ``message``, ``distillation``, ``knowledge`` or ``entity``.
     source: str
+    #: The ranking score: what orders the results of one search (fused list scores, kind
+    #: priors, boosts). Comparable only within one search; never shown as a confidence.
     score: float
     text: str
     meta: dict[str, Any] = attrs.field(factory=dict)
+    #: How well this result matches the query on its own, 0-1 (:func:`relevance`): the
+    #: number shown to the model and the one the "nothing relevant" floor reads.
+    relevance: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "source": self.source,
             "score": round(self.score, 6),
+            "relevance": round(self.relevance, 2),
             "text": self.text,
             **self.meta,
         }
@@ -185,6 +218,12 @@ class RecallResponse:
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
+
+    @property
+    def matched(self) -> bool:
+        """Whether some result clears :data:`MATCH_FLOOR`: when none does, the memory holds
+        nothing that matches the query, and the results are only the closest there is."""
+        return any(r.relevance >= MATCH_FLOOR for r in self.results)
 
 
 def truncate_query(query: str, max_chars: int = MAX_QUERY_CHARS) -> tuple[str, bool]:
@@ -227,7 +266,7 @@ def _user_said(results: Sequence[RecallResult]) -> None:
         position = r.meta.get("position")
         if (
             r.meta.get("role") == "assistant"
-            and r.text.startswith(_ANSWER_HEADER)
+            and r.text.startswith(_ANSWER_HEADERS)
             and isinstance(position, int)
         ):
             request = (r.meta.get("session"), position - 1)
@@ -251,40 +290,123 @@ def when(meta: Mapping[str, Any]) -> tuple[float, int, int]:
     )
 
 
-def arrange(
-    results: Sequence[RecallResult], intent: Intent, anchor: tuple[float, int, int] | None = None
-) -> list[RecallResult]:
-    """Results in the order the query asks for. Results recording the asked events come
-    first (those matching the most of them); when the query asks for the ``first`` or
-    ``last`` one, or for what came ``after``/``before`` an anchor, those are ordered by time
-    (the earliest first, or the latest first), the others follow by score."""
-    if not results or (not intent.events and not intent.order and anchor is None):
-        return list(results)
-    wanted = set(intent.events)
-    matched = [len(set(r.meta.get(TAGS, ())) & wanted) for r in results]
-    best = max(matched)
-    if wanted and best:
-        lead = [r for r, m in zip(results, matched, strict=True) if m == best]
-    else:
-        top = results[0].score
-        lead = [r for r in results if r.score >= ORDER_SHARE * top]
-    if anchor is not None:
-        after = intent.anchor_side != BEFORE
-        lead = [r for r in lead if (when(r.meta) > anchor) == after and when(r.meta) != anchor]
-        lead.sort(key=lambda r: when(r.meta), reverse=not after)
-    elif intent.order == MOST:
-        # What the events acted on most often first (a file edited twelve times), each
-        # group in time order.
-        counts = Counter(r.meta.get(SOURCE) for r in lead)
-        lead.sort(key=lambda r: (-counts[r.meta.get(SOURCE)], when(r.meta)))
-    elif intent.order is not None:
-        lead.sort(key=lambda r: when(r.meta), reverse=intent.order == LAST)
-    chosen = {id(r) for r in lead}
-    return [*lead, *(r for r in results if id(r) not in chosen)]
+def _stem(term: str) -> str:
+    """A term without its commonest English endings, so "installation" finds "installing"
+    and "InstallHooks" (the full-text index stems as well)."""
+    for ending in _ENDINGS:
+        if len(term) - len(ending) >= 4 and term.endswith(ending):
+            return term[: -len(ending)]
+    return term
+
+
+def term_patterns(terms: Sequence[str]) -> list[tuple[re.Pattern[str], float]]:
+    """Per informative term of a query, a pattern finding it (stemmed, at a word's start)
+    and its weight (:func:`~lore_core.recall.cascade.heuristic_informativeness`: names,
+    paths and numbers weigh more than plain words)."""
+    return [(re.compile(r"(?<![a-z0-9])" + re.escape(_stem(t))), heuristic_informativeness(t)) for t in terms]
+
+
+def relevance(
+    text: str, patterns: Sequence[tuple[re.Pattern[str], float]], similarity: float | None
+) -> float:
+    """How well a result matches a query on its own, 0-1: the larger of the weighted share
+    of the query's terms its text holds and its embedding's cosine similarity to the query
+    (when a vector list found it). Unlike the ranking score it does not depend on the other
+    candidates, so it can say that nothing matches (:data:`MATCH_FLOOR`)."""
+    lexical = 0.0
+    if patterns:
+        lowered = text.lower()
+        total = sum(w for _, w in patterns)
+        lexical = sum(w for p, w in patterns if p.search(lowered)) / total if total else 0.0
+    return max(lexical, min(1.0, max(0.0, similarity or 0.0)))
+
+
+def focus_session(hits: Sequence[SourceHit]) -> str | None:
+    """The session a query's full-text hits point at: the one holding at least
+    :data:`FOCUS_SHARE` of the best :data:`FOCUS_HITS` hits' scores (``None`` when no
+    session does, or the hits name none)."""
+    top = list(hits[:FOCUS_HITS])
+    total = sum(max(0.0, float(h.score)) for h in top)
+    if total <= 0:
+        return None
+    by_session: dict[str, float] = {}
+    for h in top:
+        sid = h.meta.get("session")
+        if sid:
+            by_session[sid] = by_session.get(sid, 0.0) + max(0.0, float(h.score))
+    if not by_session:
+        return None
+    best = max(by_session, key=lambda sid: by_session[sid])
+    return best if by_session[best] >= FOCUS_SHARE * total else None
+
+
+def detail_terms(terms: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """The terms of a query that at most :data:`DETAIL_SHARE` of ``texts`` (one session's
+    hits) hold: the detail asked, once the subject's words, which that session's hits
+    nearly all hold, are left out. Empty when every term is that common or none is."""
+    if len(texts) < FOCUS_MIN_TEXTS or len(terms) < 2:
+        return []
+    lowered = [t.lower() for t in texts]
+    detail = []
+    for term, (pattern, _) in zip(terms, term_patterns(terms), strict=True):
+        share = sum(1 for t in lowered if pattern.search(t)) / len(lowered)
+        if share <= DETAIL_SHARE:
+            detail.append(term)
+    return detail if 0 < len(detail) < len(terms) else []
+
+
+def boost(
+    results: Sequence[RecallResult], plan: QueryPlan, anchor: tuple[float, int, int] | None = None
+) -> None:
+    """Weigh up, in place, the results that show what the query asks for beyond its words:
+    the asked events (a result recording them), the ``first``/``last`` of them (or of the
+    best matches, without events), what the events acted on ``most`` often, what came
+    ``after``/``before`` the anchor. Each reading adds a bounded share of the best score to
+    a result's (:data:`EVENT_BOOST`, :data:`ORDER_BOOST`, at most :data:`MAX_BOOST` in all),
+    so it reorders results of comparable relevance only: a result scoring under half the
+    best is never lifted past it, however many patterns it fits, and a reading that fired
+    on an incidental word costs little."""
+    if not results or (not plan.events and not plan.order and anchor is None):
+        return
+    extra = dict.fromkeys((id(r) for r in results), 0.0)
+    wanted = set(plan.events)
+    if wanted:
+        for r in results:
+            extra[id(r)] += EVENT_BOOST * len(set(r.meta.get(TAGS, ())) & wanted) / len(wanted)
+    if plan.order is not None or anchor is not None:
+        # The candidates for "which one": those showing an asked event, else the best matches.
+        lead = [r for r in results if wanted & set(r.meta.get(TAGS, ()))] if wanted else []
+        if not lead:
+            top = max(r.score for r in results)
+            lead = [r for r in results if r.score >= ORDER_SHARE * top]
+        if anchor is not None:
+            after = plan.anchor_side != BEFORE
+            lead = [r for r in lead if (when(r.meta) > anchor) == after and when(r.meta) != anchor]
+            lead.sort(key=lambda r: when(r.meta), reverse=not after)  # nearest the anchor first
+            shares = [1.0 - i / len(lead) for i in range(len(lead))]
+        elif plan.order == MOST:
+            # What the events acted on most often (a file edited twelve times).
+            counts = Counter(r.meta.get(SOURCE) for r in lead)
+            most = max(counts.values(), default=1)
+            shares = [counts[r.meta.get(SOURCE)] / most for r in lead]
+        else:
+            lead.sort(key=lambda r: when(r.meta), reverse=plan.order == LAST)
+            shares = [1.0 - i / len(lead) for i in range(len(lead))]
+        for r, share in zip(lead, shares, strict=True):
+            extra[id(r)] += ORDER_BOOST * share
+    # Added, in shares of the best score: a result the lists ranked last (normalised to 0)
+    # can still be the one asked for, and none gains more than MAX_BOOST of the best.
+    # Scaled by how much of the query its readings explain (QueryPlan.reading_share): a
+    # question that is all "which test failed first" gains the whole boost, one that names
+    # a test failure in passing, as the subject of something else it asks, a fraction.
+    top = max(r.score for r in results)
+    gate = plan.reading_share if plan.events else 1.0
+    for r in results:
+        r.score += top * min(MAX_BOOST, extra[id(r)]) * gate
 
 
 def rank(
-    lists: Sequence[RankedList], intent: Intent, anchor: tuple[float, int, int] | None, limit: int
+    lists: Sequence[RankedList], intent: QueryPlan, anchor: tuple[float, int, int] | None, limit: int
 ) -> list[RecallResult]:
     """The answer made of a search's ranked lists: fused and re-ranked, what scores too
     little of its lists' best left out, weighed by kind (:func:`_prior`) and, in a question
@@ -293,30 +415,46 @@ def rank(
     the lists are fetched, so a benchmark can replay captured lists through exactly this
     (``benchmarks/rank_replay.py``). Passages not read yet (:class:`Unread`) count in the
     fusion of the others and are left out of the answer."""
-    return answer_of(rerank(fuse(lists), lists), relevant_ids(lists), intent, anchor, limit)
+    return answer_of(
+        rerank(fuse(lists), lists), relevant_ids(lists), intent, anchor, limit, similarities(lists)
+    )
+
+
+def similarities(lists: Sequence[RankedList]) -> dict[str, float]:
+    """Each result's best cosine similarity to the query in the vector lists."""
+    out: dict[str, float] = {}
+    for ranked in lists:
+        if ranked.method == VECTOR:
+            for item in ranked.items:
+                out[item.id] = max(out.get(item.id, -1.0), float(item.score))
+    return out
 
 
 def answer_of(
     fused: Sequence[Fused],
     relevant: set[str],
-    intent: Intent,
+    intent: QueryPlan,
     anchor: tuple[float, int, int] | None,
     limit: int,
+    similarity: Mapping[str, float] | None = None,
 ) -> list[RecallResult]:
-    """:func:`rank` after fusion: ``fused`` re-ranked, ``relevant`` the ids kept."""
+    """:func:`rank` after fusion: ``fused`` re-ranked, ``relevant`` the ids kept,
+    ``similarity`` the results' cosines to the query (:func:`similarities`)."""
+    similarity = similarity or {}
+    patterns = term_patterns(intent.terms)
     results = [
         RecallResult(id=f.id, source=f.payload[0].label, score=f.score * _prior(f.payload[1].text),
-                     text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)})
+                     text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)},
+                     relevance=relevance(f.payload[1].text, patterns, similarity.get(f.id)))
         for f in fused
         if f.id in relevant and not isinstance(f.payload, Unread)
     ]  # fmt: skip
     if intent.about_user:
         _user_said(results)
+    boost(results, intent, anchor)
     results.sort(key=lambda r: -round(r.score, 12))  # stable: equal scores keep their order
     grouped = group_passages(results, intent.events, intent.order)
-    if not intent.events and not intent.order and anchor is None:
-        return distinct(grouped, limit)  # nothing to arrange: the first ``limit`` are the answer
-    return arrange(distinct(grouped), intent, anchor)[:limit]
+    return distinct(grouped, limit)
 
 
 def _known_passages(lists: Sequence[RankedList]) -> list[RankedList]:
@@ -389,7 +527,7 @@ def group_passages(
             index = r.meta[PASSAGE]
             if len(members) < MERGE_PASSAGES and all(index != i for i, _ in members):
                 members.append((index, r))
-        held = RecallResult(best.id, best.source, best.score, best.text, dict(best.meta))
+        held = RecallResult(best.id, best.source, best.score, best.text, dict(best.meta), best.relevance)
         if len(members) > 1 or members[0][1] is not best:
             _regroup(held, members)
             held.score = best.score  # the item ranks by its best passage
@@ -413,6 +551,7 @@ def _regroup(held: RecallResult, members: list[tuple[int, RecallResult]]) -> Non
         texts.append(r.text)
     held.text = "\n".join(texts)
     held.score = max(r.score for _, r in members)  # the item's best passage
+    held.relevance = max(r.relevance for _, r in members)
     held.meta[TEXTS] = [r.text for _, r in members]
     held.meta[TAGS] = sorted({t for _, r in members for t in r.meta.get(TAGS, ())})
     held.meta["passages"] = [i for i, _ in members]
@@ -559,6 +698,9 @@ class RecallEngine:
         named = await self._named_session(intent, scope, project, response)
         if named is not None:
             session = named
+            # Confined to the session the query names, what it asks of that session is all
+            # the question: its readings weigh fully (``boost``).
+            intent = attrs.evolve(intent, reading_share=1.0)
         # The session's name is not what to look for in it.
         if named is not None and (query_terms(intent.text) or intent.events):
             text = intent.text
@@ -628,6 +770,8 @@ class RecallEngine:
                     )  # fmt: skip
             if intent.events:
                 lists += await self._event_lists(kinds, filters, intent, response, failures)
+            if named is None and scope is not Scope.SESSION:
+                lists += await self._focus_lists(kinds, filters, intent, lists, fetch, response)
             anchor = await self._anchor(kinds, filters, intent) if intent.anchor else None
         finally:
             if expansion_task is not None:
@@ -680,7 +824,7 @@ class RecallEngine:
         )
 
     async def _named_session(
-        self, intent: Intent, scope: Scope, project: str | None, response: RecallResponse
+        self, intent: QueryPlan, scope: Scope, project: str | None, response: RecallResponse
     ) -> str | None:
         """The session a quoted phrase of the query names by its title (its first prompt),
         when one title matches clearly better than the others; ``None`` otherwise."""
@@ -705,7 +849,7 @@ class RecallEngine:
         if self.embedder is None or "full_text_only" in response.metadata:
             return None
         try:
-            vectors = await self._bounded(self.embedder.embed(list(texts)))
+            vectors = await self._bounded(self.embedder.embed_query(list(texts)))
         except EmbedderUnavailable as exc:
             reason = exc.reason
             response.metadata["full_text_only"] = reason
@@ -815,7 +959,7 @@ class RecallEngine:
     async def _rank(
         self,
         lists: list[RankedList],
-        intent: Intent,
+        intent: QueryPlan,
         anchor: tuple[float, int, int] | None,
         limit: int,
         response: RecallResponse,
@@ -844,7 +988,7 @@ class RecallEngine:
             lists = await self._read(lists, None, response, failures)
             return rank(lists, intent, anchor, limit)
         fused, relevant = rerank(fuse(lists), lists), relevant_ids(lists)
-        answer = answer_of(fused, relevant, intent, anchor, limit)
+        answer = answer_of(fused, relevant, intent, anchor, limit, similarities(lists))
         for round_ in range(1, READ_ROUNDS + 1):
             bounds = _unread_bounds(fused, relevant)
             if not bounds:
@@ -874,7 +1018,7 @@ class RecallEngine:
                 wanted = set(bounds)  # the rest, in one last read
             lists = await self._read(lists, wanted, response, failures)
             fused, relevant = rerank(fuse(lists), lists), relevant_ids(lists)
-            answer = answer_of(fused, relevant, intent, anchor, limit)
+            answer = answer_of(fused, relevant, intent, anchor, limit, similarities(lists))
         return answer  # the last round read every passage left
 
     async def _read(
@@ -931,7 +1075,7 @@ class RecallEngine:
         self,
         kinds: Sequence[Kind],
         filters: dict[Kind, SearchFilter],
-        intent: Intent,
+        intent: QueryPlan,
         response: RecallResponse,
         failures: list[str],
     ) -> list[RankedList]:
@@ -962,8 +1106,60 @@ class RecallEngine:
                 lists.append(RankedList(f"{kind.value}:{source.name}:events", items, EVENT_WEIGHT, BM25))
         return lists
 
+    async def _focus_lists(
+        self,
+        kinds: Sequence[Kind],
+        filters: dict[Kind, SearchFilter],
+        plan: QueryPlan,
+        lists: Sequence[RankedList],
+        fetch: int,
+        response: RecallResponse,
+    ) -> list[RankedList]:
+        """A question names its subject, then asks a detail of it ("which timeouts did the
+        wingman review end up with"): the subject's words are all over the session that
+        was about it, so across the project they find that session, and inside it they find
+        everything. Once the query's own full-text hits point at one session, its
+        :func:`detail_terms` (the query's terms that few of that session's hits hold) are
+        searched again inside it: one more candidate list, weighed like the others."""
+        hits = [
+            item.payload[1]
+            for ranked in lists
+            if ranked.method == BM25
+            and ranked.name.startswith(Kind.MESSAGE.value)
+            and ranked.name.endswith(":q0")
+            for item in ranked.items
+            if not isinstance(item.payload, Unread)
+        ]
+        session = focus_session(hits)
+        if session is None:
+            return []
+        detail = detail_terms(plan.terms, [h.text for h in hits if h.meta.get("session") == session])
+        if not detail:
+            return []
+        response.metadata["focus"] = {"session": session, "terms": detail}
+        out: list[RankedList] = []
+        where = attrs.evolve(filters[Kind.MESSAGE], session=session)
+        for source in self._text.get(Kind.MESSAGE, []):
+            try:
+                found = await self._bounded(source.search(" ".join(detail), where, fetch))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._log_once(f"message focus search ({source.name}) failed: {_reason(exc)}")
+                continue
+            items = [
+                Ranked(
+                    format_id(hit.kind or Kind.MESSAGE, str(hit.key)),
+                    float(hit.score),
+                    (hit.kind or Kind.MESSAGE, hit),
+                )
+                for hit in found
+            ]
+            out.append(RankedList(f"{Kind.MESSAGE.value}:{source.name}:focus", items, FOCUS_WEIGHT, BM25))
+        return out
+
     async def _anchor(
-        self, kinds: Sequence[Kind], filters: dict[Kind, SearchFilter], intent: Intent
+        self, kinds: Sequence[Kind], filters: dict[Kind, SearchFilter], intent: QueryPlan
     ) -> tuple[float, int, int] | None:
         """When the anchor phrase of the query ("after 'X'") happened: the time of the best
         full-text match for it, preferring passages that record one of the asked events (a

@@ -1,4 +1,5 @@
-"""What a recall query asks for, beyond its words: which session, which events, which one.
+"""Reading a recall query once into its :class:`QueryPlan`: its words, and what it asks for
+beyond them (which session, which events, which one, whose words).
 
 Developers ask a coding memory about *events*: "which test failed first", "what did we commit
 right after 'Fix the parser'", "which file did we create first in the session that started
@@ -18,8 +19,14 @@ vector scores know nothing of. :func:`parse` reads four things out of a query:
   have"): then what the user said is the evidence, and the assistant's replies mostly
   restate it (:func:`about_user`).
 
-It is a small set of patterns, not a language model: a query it does not recognise is
-searched by its words as before.
+It is a small set of patterns, not a language model, and what it reads is *evidence*, never
+a command: the engine searches the query's words as always, and each reading adds at most a
+candidate list and a bounded boost (:mod:`lore_core.recall.engine`, ``boost``), so a pattern
+that fires on an incidental word ("what *web* framework", "which *editor* config") can
+reorder results of comparable relevance only, and never changes what the query means. The
+patterns are written to fire on the phrase that names the event ("searched the web", "which
+test failed"), not on a word that merely occurs in it; ``tests/test_recall_plan.py`` holds
+questions whose incidental words must read as plain.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import re
 
 import attrs
 
+from lore_core.recall.cascade import query_terms
 from lore_core.storage import passages as P
 
 FIRST = "first"
@@ -67,32 +75,43 @@ _LAST_WORDS = re.compile(
 
 
 #: Query patterns -> the event tags they ask about. Checked against the lower-cased query.
+#: Each names the event as a phrase (a verb with its object, or an unambiguous noun), so a
+#: word that merely occurs ("web framework", "editor config", "linear regression", "the
+#: plan's author") does not read as the event.
 EVENT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
-    (re.compile(r"\btests?\b[^?]*\bfail|\bfail\w*\b[^?]*\btests?\b|\btest failures?\b"), (P.TEST_FAILURE,)),
-    (re.compile(r"\bcommands?\b[^?]*\b(fail\w*|error\w*|exit\w*)|\bexit (code|status)\b|\bnon-?zero\b"),
-     (P.FAILED_COMMAND,)),
-    (re.compile(r"\blint\w*\b|\bgolangci|\beslint\b|\bruff\b|\bflake8\b|\bclippy\b"), (P.LINT_FINDING,)),
-    (re.compile(r"\bcompil\w*\b|\bbuild (error|fail\w*|broke\w*)|\btype ?errors?\b|"
-                r"does ?n.t (build|compile)"), (P.BUILD_ERROR,)),
-    (re.compile(r"\bcommit\w*\b|\bshort hash\b|\bsha\b"), (P.GIT_COMMIT,)),
+    (re.compile(r"\btests?\b[^?.]*\bfail|\bfail\w*\b[^?.]*\btests?\b|\btest failures?\b"), (P.TEST_FAILURE,)),
+    (re.compile(r"\bcommands?\b[^?.]*\b(fail\w*|error\w*|exit\w*)|\bexit (code|status)\b|"
+                r"\bnon-?zero exit\b"), (P.FAILED_COMMAND,)),
+    (re.compile(r"\blint(er|ers|ing)?\b|\bgolangci|\beslint\b|\bruff\b|\bflake8\b|\bclippy\b"),
+     (P.LINT_FINDING,)),
+    (re.compile(r"\bcompil(e|er|ed|ing|ation) (error|fail\w*)|\bbuild (error|fail\w*|broke\w*)|"
+                r"\btype ?errors?\b|does ?n.t (build|compile)|\bfailed to (build|compile)\b"),
+     (P.BUILD_ERROR,)),
+    (re.compile(r"\bcommit(s|ted)?\b(?! to\b)|\bcommit (message|hash)\b|\bshort hash\b|\bsha\b"),
+     (P.GIT_COMMIT,)),
     (re.compile(r"\bhow big\b|\bfiles? changed\b|\binsertions?\b|\bdeletions?\b|\bdiffstat\b"),
      (P.DIFFSTAT,)),
     (re.compile(r"\bpull request\b|\bpr\b|\bmerge request\b"), (P.PULL_REQUEST,)),
-    (re.compile(r"\bbranch\b"), (P.BRANCH_CREATED, P.GIT_COMMIT)),
-    (re.compile(r"\b(edit\w*|modif\w+)\b|\b(change[ds]?|touch\w*)\b[^?]*\bfiles?\b|\bfiles?\b[^?]*\b(change[ds]?|touch\w*)\b"),
+    (re.compile(r"\b(git )?branch(es)?\b(?! (of|in) (the )?(code|logic|if|switch|statement))"),
+     (P.BRANCH_CREATED, P.GIT_COMMIT)),
+    (re.compile(r"\b(edit(s|ed|ing)?|modif(y|ied|ies|ying))\b(?! (mode|config))|"
+                r"\b(change[ds]?|touch\w*)\b[^?.]*\bfiles?\b|\bfiles?\b[^?.]*\b(change[ds]?|touch\w*)\b"),
      (P.FILE_EDITED,)),
-    (re.compile(r"\b(creat\w+|add\w*|new)\b[^?]*\bfiles?\b|\bnew files?\b"), (P.FILE_CREATED,)),
-    (re.compile(r"\btests?\b[^?]*\b(wrote|write|written|add|added|adding|created?)\b|"
-                r"\b(wrote|write|written|add|added|adding|created?)\b[^?]*\btests?\b"), (P.TEST_WRITTEN,)),
-    (re.compile(r"\bplan\b|\btask ?list\b|\btodos?\b|\bto-do\b"), (P.TASK_PLAN,)),
-    (re.compile(r"\bsub-?agents?\b|\bdelegat\w+|\bagents?\b[^?]*\b(job|task)\b|\b(job|task)\b[^?]*\bagents?\b"),
-     (P.SUBAGENT,)),
-    (re.compile(r"\bweb\b|\bonline\b|\binternet\b|\blook(ed)? up\b|\bgoogl\w+"), (P.WEB_LOOKUP,)),
-    (re.compile(r"\bgrep\w*|\bsearch(ed)? the code\b|\bsearch pattern\b|\bpattern\b[^?]*\bsearch"),
+    (re.compile(r"\b(creat(e|ed|es|ing)|add(ed|ing)?)\b[^?.]*\bfiles?\b|\bnew files?\b"), (P.FILE_CREATED,)),
+    (re.compile(r"\btests?\b[^?.]*\b(wrote|write|written|add|added|adding|created?)\b|"
+                r"\b(wrote|write|written|add|added|adding|created?)\b[^?.]*\btests?\b"), (P.TEST_WRITTEN,)),
+    (re.compile(r"\b(the|our|a|its|your) plan\b(?! to\b)|\btask ?list\b|\btodos?\b|\bto-do\b"),
+     (P.TASK_PLAN,)),
+    (re.compile(r"\bsub-?agents?\b|\bdelegat\w+"), (P.SUBAGENT,)),
+    (re.compile(r"\bweb ?search\w*|\bsearch(ed|ing)? (the )?(web|online|internet)\b|"
+                r"\b(on|from) the (web|internet)\b|\blook(ed|ing)? (it |that |this )?up online\b|"
+                r"\bonline docs?\b|\bgoogl\w+|\bfetch(ed)? (the|a) (url|web ?page)\b"),
+     (P.WEB_LOOKUP,)),
+    (re.compile(r"\bgrep\w*|\bsearch(ed)? the code\b|\bsearch pattern\b|\bpattern\b[^?.]*\bsearch"),
      (P.CODE_SEARCH,)),
-    (re.compile(r"\btickets?\b|\blinear\b|\bjira\b"), (P.TICKET,)),
-    (re.compile(r"\bwhy (did|do|does|are|is|was|were) (we|you|i|it)\b|\bdecid\w*|\bdecision\b|"
-                r"\bchos\w*|\bchoose\b|\bgo(ing)? with\b|\bopt(ed)? for\b|\binstead of\b|"
+    (re.compile(r"\btickets?\b|\blinear (issue|ticket|task)s?\b|\bjira\b"), (P.TICKET,)),
+    (re.compile(r"\bdecid(e|ed|ing)\b|\bdecisions?\b|"
+                r"\bchos(e|en)\b|\bchoose\b|\bwent with\b|\bopt(ed)? for\b|\binstead of\b|"
                 r"\brather than\b|\btrade-?offs?\b"),
      (P.DECISION,)),
 )  # fmt: skip
@@ -107,9 +126,29 @@ _ASSISTANT_SAID = re.compile(
 )
 
 
+# What the user said, asked or told: "what did I tell you", "how did I describe", "when I
+# asked for". The user's own words are the evidence.
+_USER_WORDS = re.compile(
+    r"\b(i|me)\s+(?:\w+\s+){0,2}?(ask|asked|tell|told|say|said|mention|mentioned|describe|described|"
+    r"want|wanted|request|requested|insist|insisted|complain|complained|correct|corrected|"
+    r"instruct|instructed|push(ed)? back|object|objected|specif(y|ied)|call|called|put it|phrase|phrased)\b"
+)
+# Work the agent does in a session, said in the first person by whoever asks: "how did I fix
+# the flaky test", "where did I set the timeout". The model calling recall may say "I" of
+# itself, and the session's work (mostly the assistant's) is the answer, not the user's life.
+_WORK_WORDS = re.compile(
+    r"\b(fix|fixed|fixing|implement\w*|refactor\w*|debug\w*|merge[ds]?|deploy\w*|build|built|"
+    r"compile[ds]?|run|ran|install\w*|configur\w+|rename[ds]?|delete[ds]?|remove[ds]?|"
+    r"write|wrote|written|test\w*|edit\w*|update[ds]?|solve[ds]?|resolve[ds]?|(work(ed)?|g[eo]t) around|"
+    r"set|setting|code|function|file|bug|error|branch|commit\w*|pr|api|config\w*|flag|script|"
+    r"module|package|class|method|query|schema|endpoint|repo\w*)\b"
+)
+
+
 @attrs.frozen
-class Intent:
-    """What :func:`parse` found in a query."""
+class QueryPlan:
+    """What :func:`parse` read in a query, once: the later stages of a search (the lists,
+    the boosts, grouping, the result text) consume this and never read the query again."""
 
     #: The query with the session reference and the anchor taken out: what to search for.
     text: str
@@ -124,9 +163,18 @@ class Intent:
     #: ``before`` it.
     anchor: str | None = None
     anchor_side: str | None = None
-    #: The query asks about the user's own doings or things ("which airline did I fly")
-    #: and not about what the assistant said: see :func:`about_user`.
+    #: The query asks about the user's own doings or things ("which airline did I fly"),
+    #: or what the user said ("what did I tell you"), and not about what the assistant
+    #: said or did: see :func:`about_user`.
     about_user: bool = False
+    #: The informative terms of :attr:`text` (:func:`~lore_core.recall.cascade.query_terms`).
+    terms: tuple[str, ...] = ()
+    #: How much of the query its readings explain: the share of :attr:`terms` inside the
+    #: phrases that named the events (1 when the order, anchor or session reference took
+    #: every word). "which test failed first?" is all event; "why did the wingman state
+    #: test fail on the first run?" names a test failure in passing, as the subject of a
+    #: question about something else. The engine's boosts scale by it.
+    reading_share: float = 1.0
 
     @property
     def plain(self) -> bool:
@@ -134,23 +182,27 @@ class Intent:
 
 
 def about_user(text: str) -> bool:
-    """Whether a query asks about the user's own life or doings: in the first person
-    singular, and not about something the assistant said ("you mentioned", "remind me").
-    Then the evidence is what the user said (in passing, often: "by the way, I take Zumba on
-    Tuesdays"), and the assistant's replies about it mostly restate or riff on it. Coding
-    questions are mostly in the first person plural ("which test did we break"); "what did
-    I ask you to change" asks about the user's words too."""
+    """Whether a query asks about the user: what the user said ("what did I tell you when
+    ...", "how did I describe ..."), or, in the first person singular, the user's own life
+    or doings ("which airline did I fly") and not a session's work ("how did I fix the
+    flaky test": the model calling recall may say "I" of itself) nor something the
+    assistant said ("you mentioned", "remind me"). Then the evidence is what the user
+    said (in passing, often: "by the way, I take Zumba on Tuesdays"), and the assistant's
+    replies about it mostly restate or riff on it. Coding questions are mostly in the first
+    person plural ("which test did we break")."""
     lowered = text.lower().replace("\u2019", "'")
-    return bool(_FIRST_PERSON.search(lowered)) and not _ASSISTANT_SAID.search(lowered)
+    if _ASSISTANT_SAID.search(lowered) or not _FIRST_PERSON.search(lowered):
+        return False
+    return bool(_USER_WORDS.search(lowered)) or not _WORK_WORDS.search(lowered)
 
 
 def _drop(text: str, span: tuple[int, int]) -> str:
     return text[: span[0]] + " " + text[span[1] :]
 
 
-def parse(query: str) -> Intent:
+def parse(query: str) -> QueryPlan:
     """Read a session reference, events, order, anchor and whether it asks about the user
-    out of ``query``. What is left to search for (:attr:`Intent.text`) has the reference
+    out of ``query``. What is left to search for (:attr:`QueryPlan.text`) has the reference
     ("in the session that started with "..."), the anchor's phrase and the words of order
     taken out."""
     text = query
@@ -168,12 +220,16 @@ def parse(query: str) -> Intent:
         text = _drop(text, (found.start(2) - 1, found.end(2) + 1))
     lowered = " ".join(text.lower().split())
     events: list[str] = []
+    said: list[str] = []  # the phrases that named the events
     code = _EXIT_CODE.search(lowered)
     if code:
         events.append(f"{P.EXIT_CODE}{code.group(1)}")
+        said.append(code.group(0))
     for pattern, tags in EVENT_PATTERNS:
-        if pattern.search(lowered):
+        phrases = [m.group(0) for m in pattern.finditer(lowered)]
+        if phrases:
             events.extend(t for t in tags if t not in events)
+            said.extend(phrases)
     order = None
     first, last = _FIRST_WORDS.search(lowered), _LAST_WORDS.search(lowered)
     if _MOST_WORDS.search(lowered):
@@ -186,8 +242,14 @@ def parse(query: str) -> Intent:
         order = FIRST if first.start() < last.start() else LAST
     if order in (FIRST, LAST):
         text = _ORDER_WORDS.sub(" ", text)
-    return Intent(
-        text=" ".join(text.split()),
+    text = " ".join(text.split())
+    terms = tuple(query_terms(text))
+    named = query_terms(" ".join(said))
+    explained = [t for t in terms if any(t.startswith(w) or w.startswith(t) for w in named)]
+    return QueryPlan(
+        text=text,
+        terms=terms,
+        reading_share=len(explained) / len(terms) if terms else 1.0,
         session_quote=session_quote,
         events=tuple(events),
         order=order,

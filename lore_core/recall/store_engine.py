@@ -105,6 +105,8 @@ def response_json(response: RecallResponse) -> dict[str, Any]:
         "query": response.query,
         "scope": response.scope,
         "results": [r.as_json() for r in response.results],
+        # False when no result clears the relevance floor: the results are only the closest.
+        "matched": response.matched,
         "error": response.error,
         "notes": list(response.notes),
         # The entities the query named and the other names searched for them.

@@ -84,6 +84,10 @@ RESULT_CHARS = 1600
 #: A result shorter than this is not worth cutting down to fit the space left.
 MIN_RESULT_CHARS = 240
 SNIPPET_CHARS = 500
+#: When nothing matches (:attr:`RecallResponse.matched`), the closest results shown, and
+#: their room in all.
+CLOSEST_RESULTS = 3
+CLOSEST_CHARS = 1500
 MARKER_QUERY_CHARS = 80
 
 
@@ -169,6 +173,14 @@ def parse_arguments(raw: object) -> RecallArgs:
         scope=scope if isinstance(scope, str) else None,
         id=rid if isinstance(rid, str) and rid.strip() else None,
         limit=limit_value,
+    )
+
+
+def nothing_relevant(query: str, scope: str) -> str:
+    """The line that says a search matched nothing (every surface says it the same way)."""
+    return (
+        f'Nothing in memory matches "{_one_line(query, 200)}" (scope {scope}): no result holds most '
+        "of its words or means the same. Closest, probably unrelated:"
     )
 
 
@@ -275,7 +287,7 @@ def _body(result: RecallResult, query: str, limit: int, events: Sequence[str] = 
     return f"\n{GAP}\n".join(cut)
 
 
-def _packed(response: RecallResponse, room: int) -> list[str]:
+def _packed(response: RecallResponse, room: int, per_result: int = RESULT_CHARS) -> list[str]:
     """As many results as fit in ``room`` characters, best first: each headed by its id,
     source, score and when it was stored, then its passage(s). A result that does not fit
     whole is shown cut around the query's terms when enough room is left, else skipped
@@ -284,8 +296,8 @@ def _packed(response: RecallResponse, room: int) -> list[str]:
     intent = response.metadata.get("intent") or {}
     events = list(intent.get("events") or []) if isinstance(intent, dict) else []
     for r in response.results:
-        head = f"[{r.id}] ({r.source}, score {r.score:.4f}){_meta_line(r.meta)}"
-        body = _body(r, response.query, RESULT_CHARS, events)
+        head = f"[{r.id}] ({r.source}, relevance {r.relevance:.2f}){_meta_line(r.meta)}"
+        body = _body(r, response.query, per_result, events)
         need = len(head) + 1 + len(body) + 2
         if need > room:
             space = room - len(head) - 3
@@ -308,13 +320,23 @@ def format_response(response: RecallResponse, max_chars: int | None = None) -> s
         lines = [_opened(response)]
     elif not response.results:
         lines = [f'No memories found for "{_one_line(response.query, 200)}" (scope {response.scope}).']
+    elif not response.matched:
+        # Nothing clears the floor: say so, and show only the closest few, briefly, so the
+        # model neither takes them for an answer nor pays to read a page of unrelated text.
+        closest = attrs.evolve(response, results=response.results[:CLOSEST_RESULTS])
+        per_result = CLOSEST_CHARS // CLOSEST_RESULTS
+        lines = [
+            nothing_relevant(response.query, response.scope),
+            *_packed(closest, CLOSEST_CHARS, per_result),
+        ]
     else:
         intro_room = 320
         room = limit - intro_room - sum(len(n) + 2 for n in notes)
         blocks = _packed(response, room)
         lines = [
-            f'{len(blocks)} memories for "{_one_line(response.query, 200)}" (scope {response.scope}); '
-            "open one with recall(id=...) to read on around it:",
+            f'{len(blocks)} memories for "{_one_line(response.query, 200)}" (scope {response.scope}), '
+            "best first (relevance 0-1: how well each matches the query); open one with "
+            "recall(id=...) to read on around it:",
             *blocks,
         ]
     text = "\n\n".join([*lines, *notes])

@@ -622,6 +622,12 @@ def prose_header(role: str) -> str:
     return f"[{role}]"
 
 
+def reasoning_header(role: str) -> str:
+    """How a passage of a message's reasoning starts: ``[assistant thinking]``, then its
+    part number and tags if any."""
+    return f"[{role} thinking]"
+
+
 def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str] = ()) -> str:
     where = f" part {piece}/{pieces}" if pieces > 1 else ""
     tags = "".join(f" #{t}" for t in tags)
@@ -632,7 +638,7 @@ def _header(role: str, part: _Part, piece: int, pieces: int, tags: Sequence[str]
     if part.kind == TOOL_CALL:
         return f"[{role} -> {part.tool}]{where}{tags}"
     if part.kind == THINKING:
-        return f"[{role} thinking]{where}{tags}"
+        return f"{reasoning_header(role)}{where}{tags}"
     return f"{prose_header(role)}{where}{tags}"
 
 

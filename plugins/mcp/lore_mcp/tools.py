@@ -30,6 +30,7 @@ from pydantic import Field
 
 from lore_core import __version__
 from lore_core.interfaces import ApiAnswer, LocalApi
+from lore_core.recall.tool import CLOSEST_RESULTS, nothing_relevant
 
 #: The header an HTTP client names its project in (the one harnesses send to the gateway).
 PROJECT_HEADER = "x-lore-project"
@@ -117,12 +118,16 @@ def recall_text(payload: Mapping[str, Any]) -> str:
     elif not results:
         lines = [f'No memories found for "{query}" (scope {scope}).']
     else:
-        lines = [
-            f'{len(results)} memories for "{query}" (scope {scope}); pass an id as the query to '
-            "read on around it:"
-        ]
+        if payload.get("matched", True):
+            lines = [
+                f'{len(results)} memories for "{query}" (scope {scope}), best first (relevance 0-1: '
+                "how well each matches the query); pass an id as the query to read on around it:"
+            ]
+        else:
+            lines = [nothing_relevant(str(query), str(scope))]
+            results = results[:CLOSEST_RESULTS]
         for r in results:
-            head = f"[{r.get('id')}] ({r.get('source')}, score {float(r.get('score') or 0):.4f})"
+            head = f"[{r.get('id')}] ({r.get('source')}, relevance {float(r.get('relevance') or 0):.2f})"
             lines.append(f"{head}\n{r.get('text', '')}")
     return "\n\n".join([*lines, *notes])
 
