@@ -19,12 +19,25 @@ from lore_core.interfaces import EmbedderUnavailable
 from lore_core.plugins import Factory
 from lore_core.recall import indexer as indexer_module
 from lore_core.recall.ids import Scope
-from lore_core.recall.indexer import VectorIndexer, embedded_passages
+from lore_core.recall.indexer import VectorIndexer, embedded_passages, embedded_texts
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
-from lore_core.storage.passages import MAX_FACETS_PER_ITEM, PASSAGE_RULES, VECTOR_RULES, cut
-from lore_core.storage.records import ItemVectors, StoredDistillation, distillation_id
+from lore_core.storage.passages import (
+    MAX_FACETS_PER_ITEM,
+    PASSAGE_RULES,
+    TOOL_EMBED_CHARS,
+    VECTOR_RULES,
+    cut,
+    embedded_body,
+)
+from lore_core.storage.records import (
+    VECTOR_MESSAGE,
+    EmbeddingItem,
+    ItemVectors,
+    StoredDistillation,
+    distillation_id,
+)
 from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
@@ -76,6 +89,28 @@ def test_embedded_passages_keep_head_and_tail() -> None:
     assert [p.index for p in capped] == [0, 1, 2, len(passages) - 1]
     assert [p.index for p in embedded_passages(passages, 1)] == [0]
     assert embedded_passages(passages, 1000) == passages
+
+
+def test_a_tool_output_is_embedded_by_its_first_piece() -> None:
+    """What was said is embedded whole; a tool call or output by its first piece, cut to
+    TOOL_EMBED_CHARS (the rest is found by its words)."""
+    blocks = [
+        {"type": "text", "text": "Running the suite now."},
+        {
+            "type": "tool_call",
+            "tool_name": "Bash",
+            "tool_call_id": "c1",
+            "tool_input": {"command": "go test ./..."},
+        },
+    ]
+    said = cut("assistant", blocks)
+    output = cut("user", [{"type": "tool_result", "tool_call_id": "c1", "text": _lines("ok", 200)}])
+    assert len(output) > 3
+    chosen = embedded_passages([*said, *output])
+    assert [p.index for p in chosen] == [*(p.index for p in said), output[0].index]
+    texts = embedded_texts(EmbeddingItem(VECTOR_MESSAGE, "m1", "", role="user"), chosen)
+    assert all(len(body) <= TOOL_EMBED_CHARS for _, body in texts if body.startswith("[tool "))
+    assert embedded_body(output[1]) is None and embedded_body(said[0]) == said[0].text
 
 
 def test_recall_shows_the_capped_tail_passage_that_matched() -> None:

@@ -41,6 +41,7 @@ from lore_core.storage.passages import (
     CallMemo,
     Passage,
     cut_text,
+    embedded_body,
     facets,
     message_passages,
 )
@@ -73,9 +74,12 @@ def item_passages(item: EmbeddingItem, calls: CallMemo | None = None) -> list[Pa
 
 
 def embedded_passages(passages: Sequence[Passage], max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[Passage]:
-    """The passages of one item that get a vector: all of them, or at most ``max_chunks``:
-    the first ones and the last (a long output's head says what it is, its end how it
-    ended). Full-text search covers every passage either way."""
+    """The passages of one item that get a vector: those with an
+    :func:`~lore_core.storage.passages.embedded_body` (all that was said, a tool call's or
+    output's first piece), at most ``max_chunks``: the first ones and the last (a long run
+    of steps' head says what it set out to do, its end how it ended). Full-text search
+    covers every passage either way."""
+    passages = [p for p in passages if embedded_body(p) is not None]
     if len(passages) <= max_chunks:
         return list(passages)
     if max_chunks <= 1:
@@ -84,14 +88,19 @@ def embedded_passages(passages: Sequence[Passage], max_chunks: int = DEFAULT_MAX
 
 
 def embedded_texts(item: EmbeddingItem, passages: Sequence[Passage]) -> list[tuple[int, str]]:
-    """``(passage index, text)`` of what gets a vector: each passage, and after it its
-    facets (:func:`~lore_core.storage.passages.facets`, the sentences of what the user
-    wrote), stored under the passage's index so a search finds the passage by either."""
+    """``(passage index, text)`` of what gets a vector: each passage's
+    :func:`~lore_core.storage.passages.embedded_body` (a tool call's or output's first piece
+    only), and after it its facets (:func:`~lore_core.storage.passages.facets`, the
+    sentences of what the user wrote), stored under the passage's index so a search finds
+    the passage by either."""
     role = item.role if item.kind == VECTOR_MESSAGE else ""
     out: list[tuple[int, str]] = []
     room = MAX_FACETS_PER_ITEM
     for passage in passages:
-        out.append((passage.index, passage.text))
+        body = embedded_body(passage)
+        if body is None:
+            continue  # not one that gets a vector (embedded_passages leaves these out)
+        out.append((passage.index, body))
         sentences = facets(role, passage)[:room] if room else []
         out.extend((passage.index, text) for text in sentences)
         room -= len(sentences)
