@@ -64,7 +64,7 @@ from lore_core.recall.sources import (
     TextSource,
     VectorSource,
 )
-from lore_core.storage.passages import passage_key, prose_header, reasoning_header, tags_of
+from lore_core.storage.passages import only_recall_calls, passage_key, prose_header, reasoning_header, tags_of
 from lore_core.storage.records import PassageRef
 
 log = logging.getLogger("lore.recall")
@@ -448,7 +448,7 @@ def answer_of(
                      text=f.payload[1].text, meta={**f.payload[1].meta, TAGS: tags_of(f.payload[1].text)},
                      relevance=relevance(f.payload[1].text, patterns, similarity.get(f.id)))
         for f in fused
-        if f.id in relevant and not isinstance(f.payload, Unread)
+        if f.id in relevant and not isinstance(f.payload, Unread) and not only_recall_calls(f.payload[1].text)
     ]  # fmt: skip
     if intent.about_user:
         _user_said(results)

@@ -646,6 +646,14 @@ def prose_header(role: str) -> str:
     return f"[{role}]"
 
 
+def only_recall_calls(text: str) -> bool:
+    """Whether a passage is nothing but the model's own recall calls (``[assistant ->
+    recall]``): their input is a question asked of memory, not a memory. The passage rules
+    index them (leaving them out would renumber every store's passages), so recall drops
+    them from its answers."""
+    return text.startswith(f"[assistant -> {_RECALL_TOOL}]")
+
+
 def reasoning_header(role: str) -> str:
     """How a passage of a message's reasoning starts: ``[assistant thinking]``, then its
     part number and tags if any."""

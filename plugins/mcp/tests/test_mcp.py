@@ -387,3 +387,23 @@ def test_the_gateway_stops_cleanly_after_serving_mcp(
     run(main)
     server.stop()
     assert server._error is None
+
+
+def test_recall_of_something_never_stored_says_nothing_matches(
+    gateway: ThreadedServer, project: Path
+) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with stdio_session(gateway, project) as session:
+            await exercise_knowledge(session, "Build toolchain")
+            never = await session.call_tool(
+                "recall", {"query": "which sourdough starter recipe did grandma send for the toolchain?"}
+            )
+            stored = await session.call_tool("recall", {"query": "zebrafish toolchain"})
+        return never, stored
+
+    never, stored = run(main)
+    assert not never.is_error and not stored.is_error
+    assert text_of(never).startswith("Nothing in memory matches") or text_of(never).startswith(
+        "No memories found"
+    )
+    assert "Nothing in memory matches" not in text_of(stored) and "zebrafish" in text_of(stored)
