@@ -18,7 +18,7 @@ import pluggy
 
 from lore_core import __version__
 from lore_core.builtin.harness_support import fingerprint_session
-from lore_core.config import ConfigError, LoreConfig
+from lore_core.config import ConfigError, LoreConfig, default_data_dir
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
@@ -56,6 +56,7 @@ from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import TOOL_NAME
 from lore_core.storage.amnesia import Amnesia
 from lore_core.storage.journal import Journal
+from lore_core.storage.private import private_directory
 from lore_core.storage.records import logical_messages
 from lore_core.storage.writer import StoreWriter, choose_store
 from lore_core.worker.client import WorkerClient
@@ -80,6 +81,9 @@ class Gateway:
 
     def __init__(self, config: LoreConfig, pm: pluggy.PluginManager, registry: Registry) -> None:
         self.config = config
+        # The data directory (token, default store, logs) is its owner's only, a store made
+        # before with looser modes included: before anything is written there.
+        secure_data_dir(default_data_dir())
         # Who may talk to the gateway (lore_core/http/access.py): made or read at start.
         self.tokens = TokenKeeper(config)
         # Whose /lore: commands each session obeys (in memory only).
@@ -587,6 +591,15 @@ class Gateway:
             "events": self.events.health(),
             "knowledge": {"curation": dict(self.knowledge_upkeep.counts)},
         }
+
+
+def secure_data_dir(directory: Path) -> None:
+    """:func:`~lore_core.storage.private.private_directory` on the data directory; a failure
+    is logged, not fatal (the token or the store then says what it cannot write)."""
+    try:
+        private_directory(directory)
+    except OSError as exc:
+        log.warning("cannot make the data directory %s owner-only: %s", directory, exc.strerror or exc)
 
 
 def expansion_enabled(config: LoreConfig) -> bool:

@@ -1629,6 +1629,12 @@ def _add_plugin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lore_core.storage.private import restrict_umask
+
+    # Everything any lore command creates is its user's only (the store, its WAL and indexes,
+    # the journal, the token, logs, exports), whatever the shell's umask: a umask because
+    # DuckDB and LanceDB create files of their own. See lore_core/storage/private.py.
+    restrict_umask()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser(argv)

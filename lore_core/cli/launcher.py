@@ -29,6 +29,7 @@ from typing import Any
 
 from lore_core.config import default_data_dir
 from lore_core.interfaces import Harness, LaunchPlan
+from lore_core.storage.private import users_umask
 
 # How long a freshly started gateway may take to answer /health (imports, store open).
 START_TIMEOUT_SECONDS = 60.0
@@ -355,7 +356,8 @@ def _run_with_siginfo(argv: list[str], env: Mapping[str, str]) -> int:
     waited = {*FORWARDED_SIGNALS, signal.SIGCHLD}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
-        pid = os.posix_spawn(argv[0], argv, dict(env), setsigmask=previous)
+        with users_umask():  # the client's files are as the user's shell would make them
+            pid = os.posix_spawn(argv[0], argv, dict(env), setsigmask=previous)
         while True:
             info = signal.sigtimedwait(waited, 1.0)
             if info is None or info.si_signo == signal.SIGCHLD:
@@ -373,7 +375,8 @@ def _run_with_siginfo(argv: list[str], env: Mapping[str, str]) -> int:
 def _run_with_handlers(argv: list[str], env: Mapping[str, str]) -> int:
     """Elsewhere (no ``sigtimedwait``): handlers forward every signal except a Ctrl+C that
     the terminal delivered to our whole foreground process group, client included."""
-    child = subprocess.Popen(argv, env=dict(env))
+    with users_umask():
+        child = subprocess.Popen(argv, env=dict(env))
 
     def forward(signum: int, _frame: object) -> None:
         if signum == getattr(signal, "SIGINT", None) and _terminal_delivers_to_us():

@@ -567,7 +567,9 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     except FileNotFoundError:
         mode = None
     temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666: the umask applies, as for any file an editor creates.
+    # os.open with 0o666: the umask applies, as for any file an editor creates (Lore's is
+    # 0o077, lore_core/storage/private.py: a new file is its owner's only). An existing
+    # file keeps its mode.
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as file:

@@ -1,7 +1,7 @@
 """A stand-in coding client for the ``lore run`` tests (installed on PATH as ``claude``).
 
 fake_client.py call REPORT EXIT
-    Write the argv and the environment Lore set to REPORT (JSON), send one Messages
+    Write the argv, the environment Lore set and the umask to REPORT (JSON), send one Messages
     request to $ANTHROPIC_BASE_URL, print the answer, exit with EXIT.
 fake_client.py signals RECORD READY [SENTINEL]
     Append the name of every SIGINT/SIGTERM/SIGHUP received to RECORD; die by SIGTERM or
@@ -30,7 +30,10 @@ WATCHED = (
 
 
 def call(report: str, code: str) -> int:
-    Path(report).write_text(json.dumps({"argv": sys.argv, "env": {k: os.environ.get(k) for k in WATCHED}}))
+    umask = os.umask(0)
+    os.umask(umask)
+    seen = {"argv": sys.argv, "env": {k: os.environ.get(k) for k in WATCHED}, "umask": umask}
+    Path(report).write_text(json.dumps(seen))
     body = {"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": "ping"}]}
     request = urllib.request.Request(
         os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",

@@ -140,6 +140,38 @@ def test_starts_a_shared_gateway_runs_the_client_and_returns_its_exit_code(
     assert len(fake_upstream.api_requests()) == 2
 
 
+def readable_by_others(root: Path) -> list[str]:
+    """Every entry under ``root`` (itself included) with a group or other permission bit."""
+    return [
+        f"{p} {p.lstat().st_mode & 0o777:o}"
+        for p in [root, *root.rglob("*")]
+        if not p.is_symlink() and p.lstat().st_mode & 0o077
+    ]
+
+
+def test_under_a_loose_umask_lores_files_are_the_owners_and_the_clients_are_as_usual(
+    lore_run: LoreRun, tmp_path: Path
+) -> None:
+    """Started from a shell with the usual umask (0o022), ``lore run`` and the gateway it
+    starts write nothing another user could read (pid, log and lock files, the token, the
+    store, its journal), while the client gets the shell's umask for its own files."""
+    report = tmp_path / "report.json"
+    shells = os.umask(0o022)
+    try:
+        result = lore_run("claude", "call", str(report), "0")
+    finally:
+        os.umask(shells)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(report.read_text())["umask"] == 0o022
+    assert report.stat().st_mode & 0o777 == 0o644
+    data = lore_run.data_dir
+    expected = {lore_run.pid_file.name, lore_run.log_file.name, "gateway.token", "lore.duckdb"}
+    # The store is opened at the gateway's start; the journal beside it holds the exchange.
+    wait_for(lambda: expected <= {p.name for p in data.iterdir()}, "the gateway's files")
+    wait_for(lambda: any((data / "lore.duckdb.journal").glob("*")), "the journal")
+    assert readable_by_others(data) == []
+
+
 def test_concurrent_runs_start_one_gateway(
     lore_run: LoreRun, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
 import shutil
 import threading
@@ -59,6 +60,7 @@ from lore_core.storage.knowledge import (
     normalize_title,
 )
 from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, cut_text, message_passages
+from lore_core.storage.private import tighten
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
@@ -232,7 +234,8 @@ _ENTITY_SELECT = f"SELECT {', '.join(_ENTITY_COLUMNS)} FROM entities"
 def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
     """Open the file, turning DuckDB's errors into one line that says what to do."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # A directory made for the store is its owner's only (an existing one is the user's).
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreUnavailable(f"cannot create the directory {path.parent}: {exc.strerror or exc}") from None
     try:
@@ -261,6 +264,18 @@ def _connect(path: Path, settings: DuckDBConfig) -> duckdb.DuckDBPyConnection:
                 f"{path} is not a readable DuckDB database ({text}); move it aside to start a new one"
             ) from None
         raise StoreUnavailable(f"cannot open {path}: {text}") from None
+
+
+def own_files(path: Path) -> list[Path]:
+    """The store's files: the database ``path`` and everything named after it beside it (the
+    WAL, DuckDB's spill directory, the ``.fts``/``.vec`` indexes, the journal, what ``lore
+    compact`` leaves), never the rest of the directory, which may be anybody's."""
+    try:
+        with os.scandir(path.parent) as scan:
+            names = [e.name for e in scan if e.name == path.name or e.name.startswith(path.name + ".")]
+    except OSError:
+        return []
+    return [path.parent / name for name in sorted(names)]
 
 
 def block_size(con: duckdb.DuckDBPyConnection) -> int:
@@ -372,6 +387,9 @@ class DuckDBStore(Store):
         if self._con is not None:
             return
         con = _connect(self.path, self.settings)
+        # The file, its WAL, indexes and journal are their owner's only, even when made before
+        # or by a process with a looser umask (lore_core/storage/private.py).
+        tighten(own_files(self.path), self.path.parent)
         # Statements run on a cursor that is closed after them, never on `con` itself: a
         # result left unread on a connection keeps its transaction open, and while any
         # transaction stays open DuckDB never checkpoints (the WAL and the memory holding
