@@ -1476,9 +1476,10 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_vector_hit_shows_the_matching_passage(self, make_store: Callable[[], Store]) -> None:
-        """End to end: the indexer embeds a long tool output's passages, the store reports
-        which passage a query's vector matched, and the recall result shows that passage
-        (no query word occurs in it, so only the vectors can have found it)."""
+        """End to end: the indexer embeds a long message's passages, the store reports which
+        passage a query's vector matched, and the recall result shows that passage (no query
+        word occurs in it, so only the vectors can have found it). The assistant's words are
+        embedded passage by passage (a tool output only by its first piece)."""
         from lore_core.recall.indexer import VectorIndexer
         from lore_core.recall.store_engine import store_recall_engine
         from lore_core.recall.tool import format_response
@@ -1489,10 +1490,7 @@ class StoreConformance:
 
         async def body(store: Store) -> None:
             await self._require_vectors(store)
-            call = tool_call("bash", "c1", {"cmd": "make assets"})
-            await store.write(
-                batch_of(exchange([text("user", "run the build"), call, tool_result("c1", output)]))
-            )
+            await store.write(batch_of(exchange([text("user", "run the build"), text("assistant", output)])))
             embedder = TopicEmbedder()
             assert await VectorIndexer(store, embedder).run_until_idle() > 0
             engine = store_recall_engine(store, embedder=embedder)
