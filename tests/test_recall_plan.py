@@ -52,7 +52,7 @@ PLAIN = [
 #: Questions about the session's work said in the first person: not about the user.
 WORK_IN_FIRST_PERSON = [
     "how did I fix the flaky test?",
-    "where did I set the retry limit?",
+    "where did I set the retry limit in the config?",
     "what did I change in the parser module?",
     "how did I get around the lock timeout?",
 ]
@@ -60,6 +60,9 @@ WORK_IN_FIRST_PERSON = [
 #: Questions about what the user said, or the user's own life: about the user.
 ABOUT_THE_USER = [
     "what did I tell you about the naming of the flags?",
+    "Which device did I set up first, the smart thermostat or the new router?",  # "set up"
+    "What was my previous personal best time for the charity 5K run?",  # "run"
+    "How many kitchen items did I replace or fix?",  # "fix"
     "when I asked for the audit, how did I describe the bug?",
     "Which airline did I fly with to Miami?",
     "How many tanks do I currently have?",
