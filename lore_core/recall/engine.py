@@ -20,6 +20,7 @@ the search full-text only, said once in the response.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import re
@@ -308,11 +309,20 @@ def _stem(term: str) -> str:
     return term
 
 
-def term_patterns(terms: Sequence[str]) -> list[tuple[re.Pattern[str], float]]:
+def term_patterns(terms: Sequence[str]) -> tuple[tuple[re.Pattern[str], float], ...]:
     """Per informative term of a query, a pattern finding it (stemmed, at a word's start)
     and its weight (:func:`~lore_core.recall.cascade.heuristic_informativeness`: names,
-    paths and numbers weigh more than plain words)."""
-    return [(re.compile(r"(?<![a-z0-9])" + re.escape(_stem(t))), heuristic_informativeness(t)) for t in terms]
+    paths and numbers weigh more than plain words). Built once per query: a search ranks
+    its lists up to four times (``RecallEngine._rank``'s read rounds) and the focus list
+    reads the same terms."""
+    return _term_patterns(tuple(terms))
+
+
+@functools.lru_cache(maxsize=256)
+def _term_patterns(terms: tuple[str, ...]) -> tuple[tuple[re.Pattern[str], float], ...]:
+    return tuple(
+        (re.compile(r"(?<![a-z0-9])" + re.escape(_stem(t))), heuristic_informativeness(t)) for t in terms
+    )
 
 
 def relevance(
