@@ -69,6 +69,7 @@ from lore_core.storage.records import (
     distillation_id,
     logical_messages,
     main_branch,
+    mask_secrets,
     message_key,
 )
 from lore_core.worker.client import WorkerClient, WorkerError, WorkerUnavailable
@@ -157,7 +158,9 @@ def _row(
         id=distillation_id(session_id, prov.generation, sources),
         session_id=session_id,
         generation=prov.generation,
-        text=dist.text,
+        # The worker read masked text, but its answer is not ours to trust: masked again
+        # before it is stored, as every text written to the store is (review F10).
+        text=mask_secrets(dist.text),
         source_ids=sources,
         project=project,
         created_at=time.time(),

@@ -7,8 +7,9 @@ written to is consolidated after :attr:`EventsConfig.consolidate_delay_ms` witho
 
 1. **extract**: the next events after the checkpoint, as many as fit one memory
    (``memoryMaxChars`` / ``memoryMaxEvents``); working facts go to the working snapshot, the
-   others become memory lines with their secrets masked (:func:`mask_secrets`) and a line
-   repeated from a recent memory of the run said once;
+   others become memory lines with their secrets masked (:func:`mask_secrets`; they were
+   masked when written too, :func:`masked_event`) and a line repeated from a recent memory
+   of the run said once;
 2. **consolidate**: the memory is written as a distillation of the run's session
    (:func:`run_session_id`) with the events it covers as its ``source_ids`` and an id
    derived from its first seq, then the checkpoint ``covered_seq`` and the working snapshot
@@ -145,6 +146,15 @@ def apply_working(facts: dict[str, WorkingFact], event: RunEvent | tuple[int, Ne
         facts.pop(slot, None)
 
 
+def masked_event(event: NewEvent) -> NewEvent:
+    """``event`` with secrets masked in its content and key (:func:`mask_secrets`)."""
+    content = mask_secrets(event.content)
+    key = mask_secrets(event.key) if event.key else event.key
+    if content is event.content and key is event.key:
+        return event
+    return attrs.evolve(event, content=content, key=key)
+
+
 def memory_line(event: RunEvent, max_chars: int) -> str:
     text = " ".join(mask_secrets(event.content).split())
     if len(text) > max_chars:
@@ -171,6 +181,9 @@ class EventLog:
     # -- writes --------------------------------------------------------------------------------
 
     async def write(self, project: str, run: str, events: Sequence[NewEvent]) -> list[int]:
+        # Masked before they are stored, as messages are: the events table is as readable as
+        # the rest of the store, and masking only on read left keys on disk (review F10).
+        events = [masked_event(e) for e in events]
         key = (project, run)
         lock = self._write_locks.setdefault(key, asyncio.Lock())
         async with lock:  # the live lane sees a run's writes in seq order
