@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from lore_core import cli
-from lore_core.recall.tool import TOOL_NAME
+from lore_core.context.framing import DATA_NOTICE
+from lore_core.recall.tool import RESULT_LABEL, TOOL_NAME
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
@@ -72,7 +73,11 @@ def test_nothing_relevant_on_every_surface(
         )
         follow_up = fake_upstream.api_requests()[-1].json
         result = follow_up["messages"][-1]["content"][0]["content"]
-        assert result.startswith(f'Nothing in memory matches "{query}"') is nothing, result[:1500]
+        # Results come framed as reference data (security review F9).
+        frame = f"<lore-{RESULT_LABEL}>\n{DATA_NOTICE}\n\n"
+        assert result.startswith(frame), result[:300]
+        shown = result.removeprefix(frame)
+        assert shown.startswith(f'Nothing in memory matches "{query}"') is nothing, result[:1500]
         if not nothing:
             assert "wallaby" in result
 

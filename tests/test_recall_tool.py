@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from lore_core.context.framing import DATA_NOTICE, data_frame
 from lore_core.interfaces import Codec
 from lore_core.recall import Kind, RecallEngine, RecallResponse, RecallResult, SourceHit
 from lore_core.recall.tool import (
@@ -17,6 +18,7 @@ from lore_core.recall.tool import (
     MAX_OPEN_CHARS,
     MAX_RESULT_CHARS,
     RESULT_CHARS,
+    RESULT_LABEL,
     TOOL_LIMIT,
     TOOL_NAME,
     add_recall_tool,
@@ -210,8 +212,10 @@ def test_run_recall_end_to_end():
         return asyncio.run(run_recall(engine, arguments, session="s", project="p"))
 
     assert "[t:a]" in call({"query": "arm64 deploy"})
-    assert call('{"id": "t:b"}') == "[t:b] (message)\ndeploy works"
-    assert call({"id": "t:b", "query": "ignored"}).startswith("[t:b]")  # an id replaces the query
+    # Memory reaches the model as one data frame (security review F9).
+    assert call('{"id": "t:b"}') == data_frame("[t:b] (message)\ndeploy works", RESULT_LABEL)
+    opened = call({"id": "t:b", "query": "ignored"})  # an id replaces the query
+    assert opened.startswith(f"<lore-{RESULT_LABEL}>\n{DATA_NOTICE}\n\n[t:b]")
     assert call({"id": "t:zz"}).startswith("no memory with id t:zz")
     assert call({"query": ""}).startswith("empty query")
     assert call({"query": "x", "scope": "mars"}).startswith("unknown scope 'mars'")

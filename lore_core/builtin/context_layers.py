@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from lore_core.context.compose import Composition, prefix_messages
+from lore_core.context.framing import escape_delimiters
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Codec, CompositionContext, PromptLayer
 from lore_core.model import TEXT, Block, Message, RequestView
@@ -54,7 +55,10 @@ class SystemLayer(_Layer):
 
 
 def _ltm_place(view: RequestView, codec: Codec, text: str, label: str) -> None:
-    codec.add_system_text(view, f"<lore-{label}>\n{text}\n</lore-{label}>")
+    # The text escapes stored text already (lore_core.knowledge.prompt); escaping the whole
+    # again is a no-op for it and covers a pin an older version persisted (F9: an entry
+    # holding "</lore-knowledge>" must not close the block).
+    codec.add_system_text(view, f"<lore-{label}>\n{escape_delimiters(text)}\n</lore-{label}>")
 
 
 class LtmBaselineLayer(_Layer):
@@ -78,7 +82,8 @@ class LtmContextLayer(_Layer):
 
 
 class DistilledPrefixLayer(_Layer):
-    """Meta-distillations and observation logs as a synthetic user/assistant pair."""
+    """Meta-distillations and observation logs as a synthetic user/assistant pair, framed
+    as reference data (:data:`lore_core.context.compose.PREFIX_HEADER`)."""
 
     name, priority = "distilled-prefix", 400
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.context.framing import DATA_NOTICE, escape_delimiters
 from lore_core.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCounter
 from lore_core.distill.render import annotate_output, clean, strip_housekeeping
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
@@ -54,14 +55,16 @@ ANNOTATION_CHARS = 600
 #: Roles that belong to the harness's preamble, not to the conversation.
 PREAMBLE_ROLES = frozenset({"system", "developer"})
 
+#: The distilled prefix is a synthetic user turn: its header frames the logs below as
+#: reference data (F9), and each log's text has Lore's delimiters escaped (:func:`render_part`).
 PREFIX_HEADER = (
     "[Lore memory] The earlier part of this conversation is not repeated here: Lore distilled "
     "it into the observation logs below (oldest first). The raw messages are stored; the recall "
-    "tool, when offered, searches them."
+    "tool, when offered, searches them. " + DATA_NOTICE
 )
 PREFIX_ACK = (
-    "Understood. I have the distilled record of our earlier conversation and continue from the "
-    "messages that follow."
+    "Understood. I have the distilled record of our earlier conversation, as reference data, and "
+    "continue from the messages that follow."
 )
 
 
@@ -298,7 +301,8 @@ class PrefixPart:
 
 def render_part(d: StoredDistillation) -> str:
     kind = "meta-distillation" if d.generation >= 1 else "observation log"
-    return f'<distillation id="{d.ref}" kind="{kind}">\n{clean(d.text)}\n</distillation>'
+    # Escaped: a log quotes tool output, which must not close its tag or open a Lore block.
+    return f'<distillation id="{d.ref}" kind="{kind}">\n{escape_delimiters(clean(d.text))}\n</distillation>'
 
 
 def prefix_parts(

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.context.framing import data_frame, escape_delimiters, frame_overhead
 from lore_core.interfaces import Codec
 from lore_core.recall.cascade import query_terms
 from lore_core.recall.engine import GAP, MAX_LIMIT, TEXTS, RecallEngine, RecallResponse, RecallResult
@@ -27,6 +28,8 @@ from lore_core.storage.records import RECALL_TOOL_NAME
 
 # One name in one place: the store leaves this tool's results out of search.
 TOOL_NAME = RECALL_TOOL_NAME
+#: The data frame of a tool result: ``<lore-recall>`` (:func:`tool_result_text`).
+RESULT_LABEL = "recall"
 
 DESCRIPTION = (
     "Search what this project remembers: its earlier conversations (this session and others: "
@@ -360,4 +363,18 @@ async def run_recall(
         response = await engine.open(args.id)
     else:
         response = await engine.search(args.query, args.scope, session, project, args.limit)
-    return format_response(response, max_chars)
+    return tool_result_text(response, max_chars)
+
+
+def tool_result_text(response: RecallResponse, max_chars: int | None = None) -> str:
+    """The recall tool's result as the model reads it on every wire API: the formatted
+    response in one data frame (F9: what memory holds is reference data, and a planted
+    ``</lore-...>`` cannot close the frame), within ``max_chars`` in all. A response that
+    holds no memory (an error, nothing found) is a plain sentence, escaped."""
+    if response.error or not response.results:
+        return escape_delimiters(format_response(response, max_chars))
+    limit = max_chars or (MAX_OPEN_CHARS if response.opened else MAX_RESULT_CHARS)
+    room = limit - frame_overhead(RESULT_LABEL)
+    # Escaped before the cut: an escape lengthens the text, the bound holds for what is sent.
+    body = _cut(escape_delimiters(format_response(response, room)), room)
+    return data_frame(body, RESULT_LABEL)

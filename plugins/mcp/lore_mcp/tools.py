@@ -29,8 +29,9 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from lore_core import __version__
+from lore_core.context.framing import data_frame, escape_delimiters
 from lore_core.interfaces import ApiAnswer, LocalApi
-from lore_core.recall.tool import CLOSEST_RESULTS, nothing_relevant
+from lore_core.recall.tool import CLOSEST_RESULTS, RESULT_LABEL, nothing_relevant
 
 #: The header an HTTP client names its project in (the one harnesses send to the gateway).
 PROJECT_HEADER = "x-lore-project"
@@ -109,7 +110,9 @@ def _failed(answer: ApiAnswer) -> CallToolResult:
 
 
 def recall_text(payload: Mapping[str, Any]) -> str:
-    """The text of a ``/lore/api/recall`` answer, as the model reads it."""
+    """The text of a ``/lore/api/recall`` answer, as the model reads it: results in one data
+    frame (``<lore-recall>``, as the gateway's own recall tool answers: F9), a sentence
+    without results escaped."""
     notes = [f"Note: {n}" for n in payload.get("notes") or []]
     results = payload.get("results") or []
     query, scope = payload.get("query", ""), payload.get("scope", "")
@@ -129,7 +132,8 @@ def recall_text(payload: Mapping[str, Any]) -> str:
         for r in results:
             head = f"[{r.get('id')}] ({r.get('source')}, relevance {float(r.get('relevance') or 0):.2f})"
             lines.append(f"{head}\n{r.get('text', '')}")
-    return "\n\n".join([*lines, *notes])
+    text = "\n\n".join([*lines, *notes])
+    return data_frame(text, RESULT_LABEL) if results else escape_delimiters(text)
 
 
 def build_server(api: LocalApi, default_project: DefaultProject) -> MCPServer:

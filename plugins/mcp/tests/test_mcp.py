@@ -29,7 +29,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from lore_core.context.framing import DATA_NOTICE
 from lore_core.http.app import create_app
+from lore_core.recall.tool import RESULT_LABEL
 from lore_core.testing.net import api_headers, free_port
 from lore_core.testing.server import ThreadedServer
 
@@ -403,7 +405,7 @@ def test_recall_of_something_never_stored_says_nothing_matches(
 
     never, stored = run(main)
     assert not never.is_error and not stored.is_error
-    assert text_of(never).startswith("Nothing in memory matches") or text_of(never).startswith(
-        "No memories found"
-    )
+    # Results come framed as reference data (security review F9); "no memories" is a sentence.
+    shown = text_of(never).removeprefix(f"<lore-{RESULT_LABEL}>\n{DATA_NOTICE}\n\n")
+    assert shown.startswith("Nothing in memory matches") or shown.startswith("No memories found")
     assert "Nothing in memory matches" not in text_of(stored) and "zebrafish" in text_of(stored)
