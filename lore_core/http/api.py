@@ -511,6 +511,18 @@ async def knowledge_edit(logical_id: str) -> Response:
     return _result(result)
 
 
+@api.post("/knowledge/<path:logical_id>/adopt")
+async def knowledge_adopt(logical_id: str) -> Response:
+    """The user approves an entry as it stands (no body): a preference the curator or an
+    import wrote becomes one the model is told to follow (security review F9)."""
+    from lore_core.knowledge.book import Provenance
+
+    book = _gateway().knowledge
+    if await book.get(logical_id) is None:
+        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
+    return _result(await book.adopt(logical_id, provenance=Provenance(source_ref="api")))
+
+
 @api.delete("/knowledge/<path:logical_id>")
 async def knowledge_delete(logical_id: str) -> Response:
     from lore_core.knowledge.book import Provenance

@@ -367,6 +367,14 @@ def document() -> dict[str, Any]:
                 params=[knowledge_id],
             ),
         },
+        "/lore/api/knowledge/{logical_id}/adopt": {
+            "post": _op(
+                "the user approves an entry as it stands: a curator's or an import's preference "
+                "becomes one the model is told to follow",
+                {"200": _json(_OBJECT), **_errors(404, 409)},
+                params=[knowledge_id],
+            )
+        },
         "/lore/api/knowledge/file": {
             "get": _op(
                 "the export of a project (.lore.md or JSON text)",

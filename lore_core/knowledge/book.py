@@ -261,6 +261,24 @@ class KnowledgeBook:
         )
         return await self._write(UPDATED, version)
 
+    async def adopt(self, logical_id: str, *, provenance: Provenance | None = None) -> WriteResult:
+        """A person approves an entry as it stands: a version with the same fields, written by
+        the user. A preference the curator or an import wrote is shown to the model as a
+        suggestion, not an instruction, until a person adopts or edits it (security review
+        F9). Unchanged when the user wrote the current version already."""
+        provenance = attrs.evolve(provenance or Provenance(), author=AUTHOR_USER)
+        current = await self.get(logical_id)
+        if current is None:
+            return self._refused(logical_id, f"no entry k:{logical_id.removeprefix('k:')}", provenance)
+        if current.is_deleted:
+            return self._refused(
+                current.title, f"k:{current.logical_id} was deleted ({_when(current)})", provenance
+            )
+        if current.updated_by == AUTHOR_USER:
+            return WriteResult(UNCHANGED, current)
+        version = next_version(current, updated_by=AUTHOR_USER, at=self.clock(), **_prov(provenance))
+        return await self._write(UPDATED, version)
+
     async def delete(self, logical_id: str, *, provenance: Provenance | None = None) -> WriteResult:
         """Append a death certificate."""
         provenance = provenance or Provenance()
