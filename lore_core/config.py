@@ -127,6 +127,9 @@ class ServerConfig:
     allowed_hosts: list[str] = attrs.field(factory=list)
     # Answer peers that are not on loopback (every request then needs the token).
     allow_remote: bool = False
+    # Memory (knowledge, distillations, recall, commands, storing the session) only for
+    # model requests that carry the token in X-Lore-Token; others are relayed untouched.
+    require_token_for_memory: bool = False
 
 
 @attrs.define
@@ -135,6 +138,9 @@ class UpstreamConfig:
     openai: str = "https://api.openai.com"
     # Model-name prefix -> upstream base URL; the longest matching prefix wins.
     by_model_prefix: dict[str, str] = attrs.field(factory=dict)
+    # Base URLs a client may name in X-Lore-Upstream-URL and keep its memory without the
+    # token (besides the ones above); any other named upstream gets the request untouched.
+    allowed_urls: list[str] = attrs.field(factory=list)
     connect_timeout_seconds: float = setting(10.0, low=0.01, high=3600)
     # Time allowed until the upstream's response headers arrive (non-streamed answers from
     # large models can take minutes).

@@ -27,7 +27,8 @@ from lore_core.context.pricing import PriceTable
 from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.events.log import EventLog
-from lore_core.http.access import SessionOwners, TokenKeeper
+from lore_core.http.access import MemoryAccess, SessionOwners, TokenKeeper, allowed_upstreams, owner_key
+from lore_core.http.peers import PeerUsers
 from lore_core.interfaces import (
     Codec,
     CompositionContext,
@@ -86,8 +87,6 @@ class Gateway:
         secure_data_dir(default_data_dir())
         # Who may talk to the gateway (lore_core/http/access.py): made or read at start.
         self.tokens = TokenKeeper(config)
-        # Whose /lore: commands each session obeys (in memory only).
-        self.owners = SessionOwners()
         self.pm = pm
         self.registry = registry
         self.upstream = UpstreamClient(config.upstream)
@@ -120,6 +119,18 @@ class Gateway:
         self._last_upstream_at: dict[str, float] = {}
         # /lore:amnesia: conversation positions of a session the store must not keep.
         self.amnesia = Amnesia(self.store)
+        # Whose memory a model request may reach (lore_core/pipeline/ownership.py): each
+        # session's owning credentials (kept in the store), the loopback client's OS user,
+        # the upstreams memory may go to.
+        self.owners = SessionOwners(self.store, owner_key())
+        self.peer_users = PeerUsers()
+        self.allowed_upstreams = allowed_upstreams(config)
+        if not self.peer_users.available:
+            log.warning(
+                "this system cannot tell which OS user a loopback client runs as: every local "
+                "process counts as the gateway's user on the model routes (server.requireTokenForMemory "
+                "makes memory need the token there)"
+            )
         # Small fire-and-forget jobs of the request path (held so they are not collected).
         self._background: set[asyncio.Task[Any]] = set()
         # The gradient context manager: which layer each turn's prompt is sent at.
@@ -354,6 +365,15 @@ class Gateway:
         project = _safe_call(harness.project, ctx) or self.cwd
         return harness, session, project
 
+    def note_stranger(self, access: MemoryAccess) -> None:
+        """A model request that may not reach memory was relayed untouched: counted on
+        ``/health`` by reason, logged once per reason (never the request's content)."""
+        self.stats["memory_refused"] += 1
+        key = f"memory_refused: {access.why_not}"
+        if key not in self.stats:
+            log.warning("relaying a model request without memory: %s", access.why_not)
+        self.stats[key] += 1
+
     def session_seen(
         self,
         session_id: str,
@@ -566,8 +586,14 @@ class Gateway:
         out += [f"upstream {origin}: {reason}" for origin, reason in self.upstream.failing.items()]
         return out
 
-    def health(self) -> dict[str, Any]:
+    def health(self, private: bool = False) -> dict[str, Any]:
+        """What ``/health`` shows anyone on loopback; ``private`` (the local API's status,
+        behind the token) adds what names sessions: they are what reaches a session's
+        memory."""
         degraded = self.degraded()
+        distill = self.distiller.health()
+        if not private:
+            del distill["running_sessions"]
         return {
             # "degraded": the proxy passes traffic, but something in "degraded" fails.
             "status": "degraded" if degraded else "ok",
@@ -579,7 +605,7 @@ class Gateway:
             "stats": dict(self.stats),
             "store": self.writer.health(),
             "worker": self.worker.status(),
-            "distill": self.distiller.health(),
+            "distill": distill,
             "context": self.context.health(),
             "embedder": _embedder_health(self.embedder),
             "indexer": self.indexer.health() if self.indexer is not None else {"ok": False, "state": "off"},

@@ -381,6 +381,11 @@ class RequestHandler:
 
     name: str = ""
     priority: int = 500
+    #: Whether the handler also sees requests that may not reach memory (``turn.access``
+    #: refused: another OS user's, another session owner's, one sent to an upstream the
+    #: client chose); such a handler must read and change nothing of memory for them.
+    #: By default it does not: those requests go upstream untouched.
+    answers_strangers: bool = False
 
     async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
         """The answer, or ``None`` to let the request go on."""

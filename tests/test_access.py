@@ -165,6 +165,11 @@ def test_remote_peers(lore_env: dict[str, str], tmp_path: Path, allow_remote: bo
                 assert model.status_code == 401  # the token is mandatory on the model routes too
                 with_token = CLIENT | {access.TOKEN_HEADER: token}
                 assert client.post("/v1/messages", json=BODY, headers=with_token).status_code == 200
+                # F13: not an open relay into the gateway's network, even for token holders.
+                relay = with_token | {"x-lore-upstream-url": "http://127.0.0.1:9/admin?"}
+                for method in ("POST", "DELETE"):
+                    refused = client.request(method, "/v1/messages", json=BODY, headers=relay)
+                    assert refused.status_code == 403, refused.text
         assert stored_messages(server) == (2 if allow_remote else 0)
     finally:
         server.stop()
@@ -174,7 +179,9 @@ def test_host_and_origin_rules() -> None:
     from lore_core.config import LoreConfig
 
     config = LoreConfig()
-    for host in ("127.0.0.1:8377", "localhost:8377", "[::1]:8377", "127.0.0.2", "app.localhost:8377", None):
+    loopback = ("127.0.0.1:8377", "localhost:8377", "[::1]:8377", "127.0.0.2", "app.localhost:8377", None)
+    # A fully qualified name's trailing dot names the same host (it was a false 421).
+    for host in (*loopback, "localhost.:8377", "localhost.", "127.0.0.1.:8377"):
         assert access.host_allowed(host, config), host
     for host in ("evil.example", "127.0.0.1.nip.io", "10.0.0.5:8377", "0.0.0.0:8377"):
         assert not access.host_allowed(host, config), host

@@ -286,7 +286,12 @@ def test_a_hung_worker_never_holds_up_the_request_path(start_gateway, fake_upstr
     poll(lambda: worker_requests(fake_upstream, OBSERVER_MARKER), "the observer call to start")
 
     def observing() -> bool:
-        return "hung-worker" in httpx.get(server.url + "/health", timeout=10).json()["distill"]["running"]
+        status = httpx.get(
+            server.url + "/lore/api/status",
+            headers={"authorization": f"Bearer {server.gateway.tokens.current()}"},
+            timeout=10,
+        ).json()
+        return "hung-worker" in status["health"]["distill"]["running_sessions"]
 
     assert observing()
     # The observer call is still hanging, yet the next turns are answered at once.

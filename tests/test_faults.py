@@ -43,11 +43,17 @@ APIS = {
 FAST = {"upstream": {"retryBackoffSeconds": 0.01, "maxRetries": 2, "readTimeoutSeconds": 0.5}}
 
 
+def upstream_headers(server: ThreadedServer, upstream: str) -> dict[str, str]:
+    """Send the request to ``upstream`` as the gateway's owner would: with the token, the
+    pipeline treats it as a memory request (without, it is relayed untouched)."""
+    return {"x-lore-upstream-url": upstream, "x-lore-token": server.gateway.tokens.current()}
+
+
 def send(
     server: ThreadedServer, api: str, upstream: str | None = None, stream: bool = False
 ) -> httpx.Response:
     path, body = APIS[api]
-    headers = {"x-lore-upstream-url": upstream} if upstream else {}
+    headers = upstream_headers(server, upstream) if upstream else {}
     return httpx.post(server.url + path, json={**body, "stream": stream}, headers=headers, timeout=30)
 
 
@@ -155,7 +161,7 @@ def test_malformed_event_stream_is_relayed_as_it_came(
         response = httpx.post(
             server.url + path,
             json={**body, "stream": True},
-            headers={"x-lore-upstream-url": raw.url},
+            headers=upstream_headers(server, raw.url),
             timeout=30,
         )
     assert response.status_code == 200
@@ -212,7 +218,7 @@ def test_a_200_of_the_wrong_shape_is_relayed_as_is(
                 if tools:
                     request = {**request, "tools": [TOOLS[api]]}
                 response = httpx.post(
-                    server.url + path, json=request, headers={"x-lore-upstream-url": raw.url}, timeout=30
+                    server.url + path, json=request, headers=upstream_headers(server, raw.url), timeout=30
                 )
                 assert response.status_code == 200 and response.content == body, (api, body)
     still_serving(server)

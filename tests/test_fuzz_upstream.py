@@ -219,7 +219,11 @@ def _answer_and_check(
     if tools:
         request["tools"] = [TOOLS[api]]
     response = httpx.post(
-        server.url + PATHS[api], json=request, headers={"x-lore-upstream-url": raw.url}, timeout=30
+        server.url + PATHS[api],
+        json=request,
+        # With the token: a request the pipeline works on (without, it is relayed untouched).
+        headers={"x-lore-upstream-url": raw.url, "x-lore-token": server.gateway.tokens.current()},
+        timeout=30,
     )
     assert response.status_code == 200, response.text
     if not (tools and stream):

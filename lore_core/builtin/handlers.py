@@ -2,7 +2,7 @@
 the same hook as a plugin's (:func:`lore_core.hookspecs.lore_register_request_handlers`).
 
 * ``/lore:`` commands in the last user message (the model never sees them), acted on only
-  for the session's own credentials;
+  for a request that may reach the session's memory (:mod:`lore_core.pipeline.ownership`);
 * a harness's own "summarise the conversation" request, answered from the session's
   distillations without an upstream call, so the client's summary is Lore's memory.
 """
@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("lore.handlers")
 
 COMMAND_REFUSED = (
-    "Lore did not run this command: this session was started with other credentials (API key "
-    "or login), and only those may change or read its memory settings. Nothing was changed."
+    "Lore did not run this command: this request may not reach this session's memory (the "
+    "session was started with other credentials, or the client runs as another user or names "
+    "its own upstream). Nothing was changed."
 )
 
 
@@ -35,25 +36,20 @@ def _kernel(app: LoreApp) -> Gateway:
 
 
 class SlashCommands(RequestHandler):
-    name, priority = "slash-commands", 100
+    # It sees every request, to refuse the commands of one that may not reach memory (they
+    # would go upstream to the model otherwise).
+    name, priority, answers_strangers = "slash-commands", 100, True
 
     async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
         gateway = _kernel(app)
-        view = turn.view
-        command = find_command(view)
-        # The request's first message: carrying it shows a request has the session's history
-        # (a command sent alone shows nothing).
-        with_history = bool(view.messages) and (command is None or len(view.messages) > 1)
-        first_message = view.messages[0].text if with_history else None
+        command = find_command(turn.view)
         if command is None:
-            # Any request may be a session's first: its credentials own the session.
-            gateway.owners.request_seen(turn.session_id, turn.headers, first_message)
             return None
-        # Only the session's own credentials may change or read it (any process can name a
-        # session).
-        if command.name == "help" or gateway.owners.may_command(turn.session_id, turn.headers, first_message):
+        # Only the session's owner may change or read it (any process can name a session):
+        # turn.access says whether this request is the owner's.
+        if command.name == "help" or turn.access.allowed:
             gateway.stats["commands_answered"] += 1
-            text = await gateway.answer_command(command, turn.session_id, view)
+            text = await gateway.answer_command(command, turn.session_id, turn.view)
         else:
             gateway.stats["commands_refused"] += 1
             text = COMMAND_REFUSED

@@ -646,7 +646,9 @@ class DistillScheduler:
         return {
             "idle_timeout_seconds": self.config.idle_timeout_seconds,
             "tracked_sessions": len(self._seen),
-            "running": sorted(self._tasks),
+            "running": len(self._tasks),
+            # Session ids: the local API's status shows them, the open /health does not.
+            "running_sessions": sorted(self._tasks),
             # Sessions whose turns asked for a run not started yet (every slot busy).
             "turn_runs_waiting": len(self._turned),
             # Sessions dropped from tracking since start: runs did not keep up (overload).

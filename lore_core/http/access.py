@@ -32,15 +32,21 @@ import functools
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 import secrets
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any, ClassVar
 
 import attrs
 
 from lore_core.config import LoreConfig, default_data_dir
+from lore_core.pipeline.upstream import UPSTREAM_URL_HEADER, BadUpstreamURL, validate_base_url
+
+log = logging.getLogger("lore.access")
 
 TOKEN_FILE = "gateway.token"
 #: The header the token travels in on the model routes.
@@ -154,13 +160,28 @@ class Refusal:
     message: str
 
 
+@attrs.frozen
+class MemoryAccess:
+    """Whether a model request may reach memory, and why not (for the log and ``/health``):
+    decided once per request by :func:`lore_core.pipeline.ownership.decide`."""
+
+    allowed: bool
+    why_not: str = ""
+
+    ALLOWED: ClassVar[MemoryAccess]
+
+
+MemoryAccess.ALLOWED = MemoryAccess(True)
+
+
 def _hostname(host_header: str) -> str:
     """``"127.0.0.1:8377"`` -> ``"127.0.0.1"``, ``"[::1]:8377"`` -> ``"::1"``."""
     host = host_header.strip().lower()
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
     if host.count(":") == 1:
-        return host.split(":", 1)[0]
+        host = host.split(":", 1)[0]
+    # A fully qualified name may end in a dot ("localhost.:8377"): the same host.
     return host.rstrip(".")
 
 
@@ -206,6 +227,36 @@ def origin_allowed(origin: str | None, host_header: str | None, config: LoreConf
     return origin.strip().lower().rstrip("/") == f"http://{host_header.strip().lower()}"
 
 
+def allowed_upstreams(config: LoreConfig) -> tuple[str, ...]:
+    """Base URLs a client may name and keep its memory: the configured ones."""
+    urls = [
+        config.upstream.anthropic,
+        config.upstream.openai,
+        *config.upstream.by_model_prefix.values(),
+        *config.upstream.allowed_urls,
+        config.worker.upstream,
+    ]
+    out = []
+    for url in urls:
+        try:
+            out.append(validate_base_url(url))
+        except BadUpstreamURL:
+            continue  # empty (no worker upstream) or malformed: names nothing
+    return tuple(out)
+
+
+def upstream_allowed(named: str | None, allowed: tuple[str, ...]) -> bool:
+    """Whether ``X-Lore-Upstream-URL`` (absent: the configured routing) is one of ``allowed``
+    or under one of them (``http://host:1234`` allows ``http://host:1234/v1``)."""
+    if not named:
+        return True
+    try:
+        url = validate_base_url(named)
+    except BadUpstreamURL:
+        return False
+    return any(url == base or url.startswith(base + "/") for base in allowed)
+
+
 def bearer(headers: Mapping[str, str]) -> str | None:
     value = headers.get("authorization", "")
     scheme, _, token = value.partition(" ")
@@ -239,6 +290,9 @@ def check(
             )
     elif not local and path != "/health" and not tokens.matches(headers.get(TOKEN_HEADER)):
         return Refusal(401, f"remote clients must send the gateway token in {TOKEN_HEADER}")
+    if not local and not upstream_allowed(headers.get(UPSTREAM_URL_HEADER), allowed_upstreams(config)):
+        # Not an open relay into the gateway's network for whoever holds a team token.
+        return Refusal(403, "remote clients may name only a configured upstream in X-Lore-Upstream-URL")
     return None
 
 
@@ -259,83 +313,107 @@ def cli_token(config: LoreConfig, data_dirs: Iterable[Path] = ()) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Session commands belong to the session's owner
+# A session belongs to the credentials that opened it
 # ---------------------------------------------------------------------------------------------
 
 #: Request headers that carry a client's provider credentials.
 CREDENTIAL_HEADERS = ("x-api-key", "authorization", "api-key", "x-goog-api-key")
-#: Sessions whose owner is remembered at most (the oldest are forgotten first).
-MAX_OWNED_SESSIONS = 100_000
-
-
-@attrs.define
-class _Owner:
-    credential: bytes
-    # The session's first message (a digest): a request that carries it carries the
-    # session's own history.
-    first_message: bytes | None
+#: Sessions whose owner is kept in memory at most (the least recently used are forgotten
+#: first; the store keeps every one).
+MAX_CACHED_OWNERS = 100_000
+#: The per-session state key the owner is stored under, and the file of the key its
+#: credentials are hashed with (beside the gateway token, owner-only).
+OWNER_STATE_KEY = "owner"
+OWNER_KEY_FILE = "owners.key"
 
 
 class SessionOwners:
-    """Who may send a session its ``/lore:`` commands: the credentials of its first request.
+    """Which credentials each session belongs to: those of its first request.
 
-    Any local process can put a session id of its choosing on a request, so a command is
-    only obeyed from the credentials (a keyed hash of the provider key or bearer token, kept
-    in memory, never stored) the session was first seen with. Credentials that change inside
-    a session (an OAuth token refreshed) take it over only with a request that carries the
-    session's own first message, which a stranger guessing the id does not have. After a
-    restart the first request seen binds the session again.
+    Any local process can put a session id of its choosing on a request, so memory,
+    ``/lore:`` commands and background work act for a session only on a request with its
+    owner's credentials (a keyed BLAKE2 hash of the provider key or bearer token, never the
+    key itself). The owner is kept in the store's per-session state, so it survives a
+    restart, and cached in memory. Credentials that change inside a session (an OAuth
+    token refreshed) take it over only with a request that carries an answer the gateway
+    relayed to that session (see :meth:`claim`): a stranger who knows the id, or even the
+    session's first message, does not have one.
     """
 
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
-        self._owners: dict[str, _Owner] = {}
+    def __init__(self, store: Any, key: bytes) -> None:
+        self.store = store
+        self._key = key
+        self._owners: OrderedDict[str, bytes] = OrderedDict()
 
-    def _digest(self, text: str) -> bytes:
+    def credential(self, headers: Mapping[str, str]) -> bytes:
         # Keyed BLAKE2 (a MAC), not OpenSSL's HMAC: the latter releases the GIL on every
         # call, and on a gateway with busy background threads each release could cost the
         # request ~0.1 ms waiting to get it back (measured; BLAKE2 keeps it for short inputs).
+        text = "\0".join(headers.get(name, "") for name in CREDENTIAL_HEADERS)
         return hashlib.blake2b(text.encode(), key=self._key, digest_size=32).digest()
 
-    def _credential(self, headers: Mapping[str, str]) -> bytes:
-        return self._digest("\0".join(headers.get(name, "") for name in CREDENTIAL_HEADERS))
+    def _cache(self, session_id: str, credential: bytes) -> None:
+        self._owners[session_id] = credential
+        self._owners.move_to_end(session_id)
+        while len(self._owners) > MAX_CACHED_OWNERS:
+            self._owners.popitem(last=False)
 
-    def _first_message(self, first: str | None) -> bytes | None:
-        if first is None:
-            return None
-        return self._digest(first)
+    async def owner(self, session_id: str) -> bytes | None:
+        """The session's owner, from memory or the store (``None``: not seen yet)."""
+        cached = self._owners.get(session_id)
+        if cached is not None:
+            self._owners.move_to_end(session_id)
+            return cached
+        raw = await self.store.get_state(session_id, OWNER_STATE_KEY)
+        try:
+            credential = bytes.fromhex(raw["credential"]) if isinstance(raw, dict) else None
+        except (KeyError, TypeError, ValueError):
+            credential = None
+        if credential is not None:
+            self._cache(session_id, credential)
+        return credential
 
-    def _bind(self, session_id: str, credential: bytes, first: bytes | None) -> None:
-        self._owners[session_id] = _Owner(credential, first)
-        if len(self._owners) > MAX_OWNED_SESSIONS:
-            del self._owners[next(iter(self._owners))]
+    async def _bind(self, session_id: str, credential: bytes) -> None:
+        self._cache(session_id, credential)
+        try:
+            await self.store.set_state(session_id, OWNER_STATE_KEY, {"credential": credential.hex()})
+        except Exception as exc:
+            # Kept in memory: the session stays its owner's until a restart.
+            log.warning("could not store the owner of session %s: %s", session_id, exc)
 
-    def _claim(self, session_id: str, headers: Mapping[str, str], first_message: str | None) -> bool:
-        credential = self._credential(headers)
-        owner = self._owners.get(session_id)
+    async def claim(
+        self,
+        session_id: str,
+        headers: Mapping[str, str],
+        carries_its_answers: Callable[[], Awaitable[bool]],
+    ) -> bool:
+        """Whether a request with these headers acts for the session. A session seen for
+        the first time becomes the sender's. Other credentials take it over when
+        ``carries_its_answers()`` says the request holds an answer the gateway relayed in
+        this session (asked only then: it reads the store)."""
+        credential = self.credential(headers)
+        try:
+            owner = await self.owner(session_id)
+        except Exception as exc:
+            log.warning("could not read the owner of session %s: %s", session_id, exc)
+            owner = self._owners.get(session_id)
         if owner is None:
-            self._bind(session_id, credential, self._first_message(first_message))
+            await self._bind(session_id, credential)
             return True
-        if hmac.compare_digest(owner.credential, credential):
-            if owner.first_message is None:
-                owner.first_message = self._first_message(first_message)
+        if hmac.compare_digest(owner, credential):
             return True
-        first = self._first_message(first_message)
-        if owner.first_message is not None and first is not None:
-            if hmac.compare_digest(owner.first_message, first):
-                owner.credential = credential
-                return True
-        return False
+        try:
+            handed_over = await carries_its_answers()
+        except Exception as exc:
+            log.warning("could not check the history of session %s: %s", session_id, exc)
+            handed_over = False
+        if handed_over:
+            await self._bind(session_id, credential)
+        return handed_over
 
-    def request_seen(self, session_id: str, headers: Mapping[str, str], first_message: str | None) -> None:
-        """A model request of the session (not a command): binds a session seen for the
-        first time to its credentials; hands it over to new credentials that carry its
-        first message. ``first_message``: the text of the request's first message."""
-        self._claim(session_id, headers, first_message)
 
-    def may_command(self, session_id: str, headers: Mapping[str, str], first_message: str | None) -> bool:
-        """Whether a command sent with these headers may act on the session. A session seen
-        for the first time becomes the sender's. ``first_message``: the text of the
-        request's first message, ``None`` when the command is the only message (then it
-        proves nothing about the history)."""
-        return self._claim(session_id, headers, first_message)
+def owner_key(data_dir: Path | None = None) -> bytes:
+    """The key session owners' credentials are hashed with: ``owners.key`` in the data
+    directory (made like the token, owner-only), so stored owners stay valid across
+    restarts and a copied store alone does not confirm a guessed key."""
+    return load_or_create_token((data_dir or default_data_dir()) / OWNER_KEY_FILE).encode()

@@ -52,7 +52,7 @@ async def _settled() -> None:
 async def status() -> Response:
     await _settled()
     gateway = _gateway()
-    payload: dict[str, Any] = {"gateway": "running", "health": gateway.health()}
+    payload: dict[str, Any] = {"gateway": "running", "health": gateway.health(private=True)}
     try:
         payload["store"] = await gateway.store.stats()
     except Exception as exc:

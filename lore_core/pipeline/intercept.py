@@ -20,6 +20,8 @@ log = logging.getLogger("lore.pipeline")
 async def intercept(gateway: Gateway, turn: Turn) -> Response | None:
     """The first handler's answer in the API's shape, or ``None``: the request goes on."""
     for handler in gateway.request_handlers:
+        if not (turn.access.allowed or handler.answers_strangers):
+            continue  # a request that may not reach memory goes upstream untouched
         answer = await handler.answer(turn, gateway.app)
         if answer is None:
             continue

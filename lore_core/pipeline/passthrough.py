@@ -29,19 +29,27 @@ if TYPE_CHECKING:
 log = logging.getLogger("lore.pipeline")
 
 
-async def passthrough(gateway: Gateway, path: str, body: bytes | None = None) -> Response:
-    """Forward anything the pipeline does not model (models list, count_tokens, files, ...)."""
+async def passthrough(
+    gateway: Gateway,
+    path: str,
+    body: bytes | None = None,
+    provider: str | None = None,
+    model: str | None = None,
+) -> Response:
+    """Forward anything the pipeline does not model (models list, count_tokens, files, ...),
+    and model requests that may not reach memory (``provider`` and ``model`` then route
+    them as the pipeline would)."""
     if body is None:
         try:
             body = await read_body(gateway)
         except ClientError as exc:
             return error_response(None, exc.status, exc.message)
     headers = {k.lower(): v for k, v in request.headers.items()}
-    provider = _guess_provider(path, headers)
+    provider = provider or _guess_provider(path, headers)
     try:
-        base = gateway.upstream.resolve(provider, None, headers)
+        base = gateway.upstream.resolve(provider, model, headers)
     except BadUpstreamURL as exc:
-        return error_response(None, 400, f"X-Lore-Upstream-URL: {exc}")
+        return error_response(None, 400, f"X-Lore-Upstream-URL: {exc}", provider)
     url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
     try:
         upstream = await gateway.upstream.send(

@@ -12,7 +12,7 @@ from quart import Response
 from werkzeug.datastructures import Headers
 
 from lore_core.interfaces import Codec, EditPolicy
-from lore_core.pipeline import overflow
+from lore_core.pipeline import overflow, ownership
 from lore_core.pipeline.answers import ClientError, error_response
 from lore_core.pipeline.compose import compose, prepare
 from lore_core.pipeline.intercept import intercept
@@ -39,9 +39,16 @@ async def handle(gateway: Gateway, codec: Codec, path: str) -> Response:
     except Unparsed as unparsed:
         return await passthrough(gateway, path, body=unparsed.body)
 
+    turn.access = await ownership.decide(gateway, turn)
     answer = await intercept(gateway, turn)
     if answer is not None:
         return answer
+    if not turn.access.allowed:
+        # Not the memory's owner: the provider gets the request as it came, and nothing of
+        # it is stored, distilled or learned from.
+        gateway.note_stranger(turn.access)
+        model = turn.view.model
+        return await passthrough(gateway, path, body=turn.body, provider=codec.provider, model=model)
 
     try:
         await prepare(gateway, turn)

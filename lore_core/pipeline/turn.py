@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.http.access import MemoryAccess
 from lore_core.interfaces import Codec, CompositionContext, Harness, RequestContext
 from lore_core.model import Exchange, RequestView
 
@@ -39,6 +40,9 @@ class Turn:
     harness: Harness | None = None
     session_id: str = ""
     project: str = ""
+    #: Whether the request may reach memory (:mod:`lore_core.pipeline.ownership`); until
+    #: decided, it may not.
+    access: MemoryAccess = attrs.field(factory=lambda: MemoryAccess(False, "not decided yet"))
     #: The client's view with earlier recalls put back (what composition starts from).
     client_view: RequestView | None = None
     #: The upstream base URL and the full URL this request goes to.

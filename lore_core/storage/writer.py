@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
@@ -196,6 +196,11 @@ class StoreWriter:
         if self.journal_error != reason:
             log.error("store: %s (exchanges are kept in memory until written)", reason)
         self.journal_error = reason
+
+    def knows_any(self, message_ids: Sequence[str]) -> bool:
+        """Whether one of these messages was submitted lately (written or still queued):
+        what the store may not have yet."""
+        return any(mid in self._known for mid in message_ids)
 
     @property
     def queued(self) -> int:

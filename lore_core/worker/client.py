@@ -362,11 +362,14 @@ class WorkerClient:
 
     def _target(self, session_id: str | None) -> _Target:
         cfg = self.config
-        creds = self._sessions.get(session_id) if session_id else None
-        if creds is None and self._sessions:
-            # Work not tied to one session (query expansion, ...) uses the latest one seen.
-            creds = next(reversed(self._sessions.values()))
+        latest = next(reversed(self._sessions.values())) if self._sessions else None
+        # A session's work is billed to its own credentials only, never to another
+        # session's: a process could otherwise have its text sent under someone else's key.
+        # Work not tied to one session (query expansion, ...) uses the latest seen.
+        creds = self._sessions.get(session_id) if session_id else latest
         if cfg.upstream or cfg.api_key:
+            # The configured worker's own key; a session only lends its model's name.
+            creds = creds or latest
             model = cfg.model or (creds.model if creds else None) or ""
             if not model:
                 raise NoWorker("worker.model is not set (needed with worker.upstream / worker.apiKey)")
@@ -383,6 +386,11 @@ class WorkerClient:
                     headers["authorization"] = f"Bearer {cfg.api_key}"
             return _Target(api, provider, url, model, headers, "configured")
         if creds is None:
+            if session_id and self._sessions:
+                raise NoWorker(
+                    "the session's credentials are not known to this gateway run (kept in memory "
+                    "only, from its requests): its work waits for its next request"
+                )
             raise NoWorker("no worker configured and no session credentials seen yet")
         model = cfg.model or creds.model or ""
         if not model:

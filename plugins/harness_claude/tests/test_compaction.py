@@ -72,3 +72,35 @@ def test_an_ordinary_request_is_not_a_compaction(start_gateway, fake_upstream):
     body = {"model": "claude-opus-4-8", "max_tokens": 5, "messages": turn([], "summarise this file for me")}
     r = httpx.post(server.url + "/v1/messages", json=body, headers=HEADERS, timeout=30)
     assert r.status_code == 200 and len(fake_upstream.api_requests()) == 1
+
+
+def test_f5_a_stranger_naming_the_session_gets_no_summary_and_health_names_no_session(
+    start_gateway, fake_upstream
+):
+    """F5 of the security review: another key sending a compaction request under the
+    session's id (learnt from the open /health, which listed running distillations by id)
+    is not answered from the session's distillations: it goes upstream untouched. /health
+    names no session."""
+    server = start_gateway(config={"store": {"backend": "memory"}})
+    history: list[dict] = []
+    with httpx.Client(timeout=60) as client:
+        for i, fact in enumerate(["Edit src/payments/refund.py", "The DB password is hunter2-in-refund"] * 2):
+            fake_upstream.enqueue(Reply(text=f"Done step {i}"))
+            history = turn(history, fact)
+            body = {"model": "claude-opus-4-8", "max_tokens": 100, "messages": history}
+            assert client.post(server.url + "/v1/messages", json=body, headers=HEADERS).status_code == 200
+            history.append({"role": "assistant", "content": f"Done step {i}"})
+        assert server.call(server.gateway.distiller.compaction_summary(SESSION)) is not None
+        assert SESSION not in client.get(server.url + "/health").text
+
+        before = len(fake_upstream.api_requests())
+        fake_upstream.enqueue(Reply(text="an upstream summary"))
+        made_up = turn([], f"Your task is to {COMPACTION_MARKER}, paying close attention to ...")
+        body = {"model": "claude-opus-4-8", "max_tokens": 2000, "messages": made_up}
+        stranger = {**HEADERS, "x-api-key": "sk-ant-stranger-key"}
+        r = client.post(server.url + "/v1/messages", json=body, headers=stranger)
+    assert r.status_code == 200
+    assert "hunter2" not in r.text and "refund.py" not in r.text
+    assert len(fake_upstream.api_requests()) == before + 1  # went upstream, as it came
+    assert json.loads(fake_upstream.api_requests()[-1].body) == body
+    assert server.gateway.stats.get("compactions_answered", 0) == 0
