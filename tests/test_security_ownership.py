@@ -303,3 +303,19 @@ def test_another_os_user_gets_no_memory(
     assert "other-user-s" not in stored_sessions(server)
     assert server.gateway.stats["memory_refused: the client runs as another OS user"] == 1
     assert server.gateway.stats["commands_refused"] == 1
+
+
+def test_require_token_for_memory(
+    start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """``server.requireTokenForMemory``: the gateway's own user without the token is relayed
+    untouched (and not stored); with the token in X-Lore-Token it gets its memory."""
+    project = tmp_path / "shop"
+    project.mkdir()
+    server = start_gateway({"server": {"requireTokenForMemory": True}})
+    plant_knowledge(server, project)
+    model_request(server, VICTIM_KEY, "no-token", project)
+    assert json.loads(model_calls(fake_upstream)[-1].body) == body()
+    model_request(server, VICTIM_KEY, "with-token", project, token=server.gateway.tokens.current())
+    assert PLANTED in model_calls(fake_upstream)[-1].body.decode()
+    assert stored_sessions(server) == {"with-token"}

@@ -76,6 +76,15 @@ def run_agent(agent: str, args: list[str]) -> int:
         print(f"lore: cannot start the gateway: {exc}", file=sys.stderr)
         return 1
     print(f"lore: {status.describe()}", file=sys.stderr, flush=True)
+    if config.server.require_token_for_memory:
+        # Not passed on: a client's environment reaches every tool it runs, and the token
+        # opens the whole local API (docs/security.md).
+        print(
+            "lore: server.requireTokenForMemory is on: this client gets memory only if it sends "
+            "the gateway token in X-Lore-Token (docs/security.md says how to configure it)",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         return run_client([exe, *plan.argv[1:]], env, plan.files)
     except OSError as exc:  # e.g. a script whose interpreter (node) is missing
