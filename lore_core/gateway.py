@@ -58,7 +58,7 @@ from lore_core.recall.tool import TOOL_NAME
 from lore_core.storage.amnesia import Amnesia
 from lore_core.storage.journal import Journal
 from lore_core.storage.private import private_directory
-from lore_core.storage.records import logical_messages
+from lore_core.storage.records import logical_messages, normal_project
 from lore_core.storage.writer import StoreWriter, choose_store
 from lore_core.worker.client import WorkerClient
 
@@ -363,6 +363,8 @@ class Gateway:
             harness = self.registry.harnesses.get("generic", harness)
         session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
         project = _safe_call(harness.project, ctx) or self.cwd
+        # Every harness's project is stored normalised: no ".." survives (review F16).
+        project = normal_project(project) or project
         return harness, session, project
 
     def note_stranger(self, access: MemoryAccess) -> None:

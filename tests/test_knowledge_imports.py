@@ -74,8 +74,12 @@ async def add(book: KnowledgeBook, title: str, content: str, **kw: Any) -> Knowl
     return result.version
 
 
-async def lane(book: KnowledgeBook, fmt: str, text: str, name: str = "") -> ImportReport:
-    return await import_text(book, PROJECT, text, fmt, Path(name or f"import.{fmt}"))
+async def lane(
+    book: KnowledgeBook, fmt: str, text: str, name: str = "", *, allow_global: bool = False
+) -> ImportReport:
+    return await import_text(
+        book, PROJECT, text, fmt, Path(name or f"import.{fmt}"), allow_global=allow_global
+    )
 
 
 MEM0_EXPORT = {
@@ -276,7 +280,8 @@ def test_json_lane_reads_fields_reports_problems_and_round_trips(backend: str, t
     ]
 
     async def body(book: KnowledgeBook):
-        report = await lane(book, JSON, json.dumps(rows), "entries.json")
+        # A global entry is imported as one only when asked (tests/test_security_paths.py).
+        report = await lane(book, JSON, json.dumps(rows), "entries.json", allow_global=True)
         exported, _ = await export_text(book, PROJECT, JSON, include_sensitive=True)
         return report, exported, await book.entries(PROJECT)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable
 
 from lore_core.interfaces import RequestContext
 from lore_core.model import TEXT, RequestView
+from lore_core.storage.records import normal_project
 
 PROJECT_HEADER = "x-lore-project"
 
@@ -30,10 +30,10 @@ def fingerprint_session(view: RequestView | None) -> str:
 
 
 def header_project(ctx: RequestContext) -> str | None:
-    """The project a client names in ``X-Lore-Project``: an absolute directory, or nothing
-    (a relative or garbled value would file the session under a bogus project)."""
-    value = ctx.headers.get(PROJECT_HEADER, "").strip()
-    return value if value and os.path.isabs(value) else None
+    """The project a client names in ``X-Lore-Project``: an absolute directory, normalised
+    (``/a/b/../../etc`` is ``/etc``, review F16), or nothing (a relative or garbled value
+    would file the session under a bogus project)."""
+    return normal_project(ctx.headers.get(PROJECT_HEADER, "").strip())
 
 
 def texts_of(view: RequestView | None, max_messages: int = 3) -> Iterable[str]:
@@ -56,7 +56,8 @@ def find_project(view: RequestView | None, patterns: Iterable[re.Pattern[str]]) 
         for pattern in patterns:
             match = pattern.search(text)
             if match:
-                return match.group(1).strip()
+                found = match.group(1).strip()
+                return normal_project(found) or found
     return None
 
 

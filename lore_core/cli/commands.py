@@ -200,10 +200,18 @@ class _ApiReader:
     def knowledge_file(self, project: str, sensitive: bool, fmt: str = "lore-md") -> dict[str, Any]:
         return self._get("/knowledge/file", project=project, sensitive="1" if sensitive else None, format=fmt)
 
-    def knowledge_import(self, project: str, text: str, path: str, fmt: str = "lore-md") -> dict[str, Any]:
+    def knowledge_import(
+        self, project: str, text: str, path: str, fmt: str = "lore-md", allow_global: bool = False
+    ) -> dict[str, Any]:
         from urllib.parse import urlencode
 
-        query = "/knowledge/import?" + urlencode({"project": project, "path": path, "format": fmt})
+        params = {
+            "project": project,
+            "path": path,
+            "format": fmt,
+            "allowGlobal": "true" if allow_global else "false",
+        }
+        query = "/knowledge/import?" + urlencode(params)
         return self._get(query, _method="POST", _body=text.encode("utf-8"))
 
     # -- entities (the entity book's rules apply in the gateway) ------------------------------
@@ -425,13 +433,16 @@ class _DirectReader:
             "team": report.team,
         }
 
-    def knowledge_import(self, project: str, text: str, path: str, fmt: str = "lore-md") -> dict[str, Any]:
+    def knowledge_import(
+        self, project: str, text: str, path: str, fmt: str = "lore-md", allow_global: bool = False
+    ) -> dict[str, Any]:
         from pathlib import Path
 
         from lore_core.knowledge.imports import ImportFormatError, import_text
 
         try:
-            return self._run(import_text(self._book(), project, text, fmt, Path(path))).as_json()
+            imported = import_text(self._book(), project, text, fmt, Path(path), allow_global=allow_global)
+            return self._run(imported).as_json()
         except ImportFormatError as exc:
             raise _CommandError(str(exc), 1) from None
 
@@ -1045,7 +1056,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     fmt = args.format or guess_format(path.name, text)
 
     def action(reader: Any) -> int:
-        report = reader.knowledge_import(project, text, str(path), fmt)
+        report = reader.knowledge_import(project, text, str(path), fmt, allow_global=args.allow_global)
         if args.json:
             _print_json(report)
         else:
@@ -1601,6 +1612,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--format", default=None, choices=FORMATS, help="the file's format (default: guessed)"
     )
     import_.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    import_.add_argument(
+        "--global",
+        dest="allow_global",
+        action="store_true",
+        help='let entries marked "scope": "global" reach every project (without it they are imported '
+        "into this project only)",
+    )
     import_.add_argument("--json", action="store_true", help="print the report as JSON")
     import_.set_defaults(func=cmd_import)
 

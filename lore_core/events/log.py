@@ -59,7 +59,7 @@ from lore_core.storage.events import (
     valid_kind,
     valid_run_name,
 )
-from lore_core.storage.records import StoredDistillation, mask_secrets
+from lore_core.storage.records import StoredDistillation, mask_secrets, normal_project
 
 log = logging.getLogger("lore.events")
 
@@ -184,6 +184,8 @@ class EventLog:
         # Masked before they are stored, as messages are: the events table is as readable as
         # the rest of the store, and masking only on read left keys on disk (review F10).
         events = [masked_event(e) for e in events]
+        # The project as every other lane stores it: no ".." survives (review F16).
+        project = normal_project(project) or project
         key = (project, run)
         lock = self._write_locks.setdefault(key, asyncio.Lock())
         async with lock:  # the live lane sees a run's writes in seq order

@@ -35,7 +35,7 @@ from lore_core.events.log import EventInputError, EventLog
 from lore_core.interfaces import Store
 from lore_core.recall.engine import MATCH_FLOOR, RecallEngine, RecallResponse
 from lore_core.storage.events import RunEvent, WorkingFact, run_session_id, seq_of_ref
-from lore_core.storage.records import DISTILLATION_PREFIX, mask_secrets
+from lore_core.storage.records import DISTILLATION_PREFIX, mask_secrets, normal_project
 
 #: Says what :data:`lore_core.context.framing.DATA_NOTICE` says on the other channels.
 HEADER = (
@@ -117,6 +117,8 @@ async def build_pack(
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     store = events.store
+    # Read under the name writes are stored under (EventLog.write normalises it, review F16).
+    request = attrs.evolve(request, project=normal_project(request.project) or request.project)
     project, run = request.project, request.run
     state = await store.run_state(project, run)
     covered = state.covered_seq if state is not None else 0

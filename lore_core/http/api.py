@@ -12,14 +12,13 @@ set: :mod:`lore_core.http.access` checks both (and Host and Origin) before any r
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import attrs
 from quart import Blueprint, Response, current_app, request
 
-from lore_core.knowledge.book import entry_json
-from lore_core.storage.records import main_branch
+from lore_core.knowledge.book import UNPAIRED_SURROGATE, entry_json, is_text
+from lore_core.storage.records import main_branch, normal_project
 from lore_core.worker.client import WorkerError
 
 api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
@@ -31,6 +30,26 @@ def _json(status: int, payload: Any) -> Response:
 
 def _gateway() -> Any:
     return current_app.extensions["lore"]
+
+
+#: A project parameter that is not an absolute path (review F16: every project the gateway
+#: stores is normalised, :func:`~lore_core.storage.records.normal_project`).
+NOT_A_PROJECT = "project must be the project's absolute directory"
+
+
+def _project_arg(value: Any) -> str | Response:
+    """A required project (query parameter or body field) as projects are stored, or a 400."""
+    project = normal_project(value) if isinstance(value, str) else None
+    if project is None:
+        return _json(400, {"error": NOT_A_PROJECT})
+    return project
+
+
+def _project_filter(value: str | None) -> str | None:
+    """An optional project that selects what is read: normalised like stored projects (so
+    ``/a/../b`` reads ``/b``); a value that is not an absolute path selects nothing, as
+    before."""
+    return (normal_project(value) or value) if value else None
 
 
 def _int_arg(name: str, default: int, low: int = 1, high: int = 10_000) -> int:
@@ -64,7 +83,7 @@ async def status() -> Response:
 async def sessions() -> Response:
     await _settled()
     rows = await _gateway().store.list_sessions(
-        project=request.args.get("project") or None, limit=_int_arg("limit", 50)
+        project=_project_filter(request.args.get("project")), limit=_int_arg("limit", 50)
     )
     return _json(200, [attrs.asdict(s) for s in rows])
 
@@ -98,7 +117,7 @@ async def search() -> Response:
     hits = await _gateway().store.search(
         query,
         session_id=request.args.get("session") or None,
-        project=request.args.get("project") or None,
+        project=_project_filter(request.args.get("project")),
         limit=_int_arg("limit", 10, high=1000),
     )
     return _json(200, [h.as_json() for h in hits])
@@ -117,7 +136,7 @@ async def recall() -> Response:
         request.args.get("q", ""),
         request.args.get("scope") or None,
         request.args.get("session") or None,
-        request.args.get("project") or None,
+        _project_filter(request.args.get("project")),
         _int_arg("limit", 10, high=200),
     )
     return _json(200, response_json(answer))
@@ -168,6 +187,8 @@ async def _json_body() -> dict[str, Any] | Response:
         return _json(400, {"error": f"the body is not JSON: {exc}"})
     if not isinstance(body, dict):
         return _json(400, {"error": "the body must be a JSON object"})
+    if not is_text(body):
+        return _json(400, {"error": UNPAIRED_SURROGATE})
     return body
 
 
@@ -201,7 +222,7 @@ async def knowledge_list() -> Response:
     """Current entries: ``?project=`` (with the global ones unless ``global=0``), or every
     project's without it."""
     book = _gateway().knowledge
-    project = request.args.get("project") or None
+    project = _project_filter(request.args.get("project"))
     entries = await book.entries(project, include_global=request.args.get("global") != "0")
     metrics = await book.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
     return _json(200, [entry_json(e, metrics.get(e.logical_id)) for e in entries])
@@ -228,13 +249,14 @@ async def knowledge_add() -> Response:
     missing = [n for n in ("project", "category", "title", "content") if not fields.get(n)]
     if missing:
         return _json(400, {"error": f"missing {', '.join(missing)}"})
-    if not os.path.isabs(fields["project"]):
-        return _json(400, {"error": "project must be the project's absolute directory"})
+    project = _project_arg(fields["project"])
+    if isinstance(project, Response):
+        return project
     source = fields.get("source", "api")
     if source not in KNOWLEDGE_API_SOURCES:
         return _json(400, {"error": f"source must be one of {', '.join(KNOWLEDGE_API_SOURCES)}"})
     result = await _gateway().knowledge.create(
-        project=fields["project"],
+        project=project,
         category=fields["category"],
         title=fields["title"],
         content=fields["content"],
@@ -252,9 +274,9 @@ async def knowledge_file() -> Response:
     entries too); nothing is written (``lore export`` writes it where it is asked to)."""
     from lore_core.knowledge.imports import EXPORT_FORMATS, LORE_MD, export_text
 
-    project = request.args.get("project") or ""
-    if not os.path.isabs(project):
-        return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
+    project = _project_arg(request.args.get("project") or "")
+    if isinstance(project, Response):
+        return project
     fmt = request.args.get("format") or LORE_MD
     if fmt not in EXPORT_FORMATS:
         return _json(400, {"error": f"format must be one of {', '.join(EXPORT_FORMATS)}"})
@@ -278,18 +300,23 @@ async def knowledge_file() -> Response:
 async def knowledge_import() -> Response:
     """Import the body into ``?project=`` through one of the import lanes: ``format=`` one of
     ``lore-md`` (a ``.lore.md``, as the file watcher does), ``mem0``, ``json``, ``agents``;
-    without it, guessed from ``path=`` (the file's name) and the body."""
+    without it, guessed from ``path=`` (the file's name) and the body. An entry marked
+    ``"scope": "global"`` reaches every project: only with ``allowGlobal=true``; without it
+    the entry is imported into this project, the report's ``problems`` say so (review F15)."""
     from pathlib import Path
 
     from lore_core.knowledge.imports import FORMATS, LORE_MD, ImportFormatError, guess_format, import_text
     from lore_core.knowledge.lorefile import FILE_NAME
 
-    project = request.args.get("project") or ""
-    if not os.path.isabs(project):
-        return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
+    project = _project_arg(request.args.get("project") or "")
+    if isinstance(project, Response):
+        return project
     fmt = request.args.get("format") or None
     if fmt is not None and fmt not in FORMATS:
         return _json(400, {"error": f"format must be one of {', '.join(FORMATS)}"})
+    allow_global = request.args.get("allowGlobal", "false").lower()
+    if allow_global not in ("true", "1", "false", "0"):
+        return _json(400, {"error": "allowGlobal must be true or false"})
     raw = await request.get_data()
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -299,7 +326,12 @@ async def knowledge_import() -> Response:
     fmt = fmt or guess_format(name, text)
     try:
         report = await import_text(
-            _gateway().knowledge, project, text, fmt, Path(name or (FILE_NAME if fmt == LORE_MD else fmt))
+            _gateway().knowledge,
+            project,
+            text,
+            fmt,
+            Path(name or (FILE_NAME if fmt == LORE_MD else fmt)),
+            allow_global=allow_global in ("true", "1"),
         )
     except ImportFormatError as exc:
         return _json(400, {"error": str(exc)})
@@ -321,7 +353,7 @@ async def knowledge_contradictions() -> Response:
         return _json(
             400, {"error": f"status must be among {', '.join(CONTRADICTION_STATUSES)}, got {unknown[0]!r}"}
         )
-    project = request.args.get("project") or None
+    project = _project_filter(request.args.get("project"))
     return _json(200, await list_contradictions(_gateway().knowledge, project, statuses))
 
 
@@ -331,9 +363,9 @@ async def knowledge_contradictions_scan() -> Response:
     from lore_core.knowledge.contradictions import scan_json
     from lore_core.worker.client import WorkerUnavailable
 
-    project = request.args.get("project") or ""
-    if not os.path.isabs(project):
-        return _json(400, {"error": "project must be the project's absolute directory: ?project=<directory>"})
+    project = _project_arg(request.args.get("project") or "")
+    if isinstance(project, Response):
+        return project
     finder = _gateway().contradictions
     if finder.judge is None:
         return _json(
@@ -376,12 +408,6 @@ async def knowledge_contradictions_resolve() -> Response:
 
 
 # -- teams (lore_core.knowledge.teams) ------------------------------------------------------
-
-
-def _project_arg(value: Any) -> str | Response:
-    if not isinstance(value, str) or not os.path.isabs(value):
-        return _json(400, {"error": "project must be the project's absolute directory"})
-    return value
 
 
 @api.get("/team")
@@ -469,7 +495,11 @@ async def knowledge_decide() -> Response:
         return _json(400, {"error": f"missing {', '.join(missing)}"})
     try:
         approval = await decide(
-            _gateway().knowledge, fields["id"], fields["decision"], fields["by"], fields.get("project")
+            _gateway().knowledge,
+            fields["id"],
+            fields["decision"],
+            fields["by"],
+            _project_filter(fields.get("project")),
         )
     except KnowledgeInputError as exc:
         message = str(exc)
@@ -542,9 +572,12 @@ async def entities_list() -> Response:
     project's without it; ``merged=1`` adds the redirects merges left."""
     from lore_core.knowledge.entities import entity_json
 
-    project = request.args.get("project") or None
-    if project is not None and not os.path.isabs(project):
-        return _json(400, {"error": "project must be the project's absolute directory"})
+    project: str | None = None
+    if request.args.get("project"):
+        checked = _project_arg(request.args.get("project"))
+        if isinstance(checked, Response):
+            return checked
+        project = checked
     book = _gateway().entities
     found = await book.entities(
         project,
@@ -564,8 +597,11 @@ async def entities_show() -> Response:
     project = request.args.get("project") or ""
     if not ref.strip():
         return _json(400, {"error": "missing ref: an e:<id> or a name"})
-    if project and not os.path.isabs(project):
-        return _json(400, {"error": "project must be the project's absolute directory"})
+    if project:
+        checked = _project_arg(project)
+        if isinstance(checked, Response):
+            return checked
+        project = checked
     found = await describe(_gateway().entities, project, ref)
     if found is None:
         return _json(404, {"error": f"no entity {ref[:200]!r}"})

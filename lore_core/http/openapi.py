@@ -394,6 +394,7 @@ def document() -> dict[str, Any]:
                     _PROJECT,
                     _query("path", "the file's name"),
                     _query("format", "lore-md, mem0, json, agents"),
+                    _query("allowGlobal", 'true: entries marked "scope": "global" stay global'),
                 ],
                 body={"type": "string"},
                 body_type="text/plain",

@@ -20,7 +20,9 @@ Rules, whoever writes:
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,6 +55,36 @@ CREATED, UPDATED, DELETED, UNCHANGED, REFUSED = "created", "updated", "deleted",
 
 class KnowledgeInputError(ValueError):
     """An entry that cannot be stored as given (the message says which field and why)."""
+
+
+#: Why a text with a lone surrogate (a JSON ``"\ud800"`` escape) is refused: UTF-8 cannot
+#: hold it, so no store can (DuckDB failed with a 503, review F17).
+UNPAIRED_SURROGATE = "the text holds an unpaired surrogate (a \\ud800-\\udfff escape alone): not text"
+# Control characters a one-line title must not hold (a tab is let through): a NUL was
+# stored and went on to .lore.md and prompts (review F17).
+_TITLE_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def is_text(value: Any) -> bool:
+    """Whether every string of the JSON ``value`` (keys too) is text UTF-8 can hold."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except RecursionError:  # nested deeper than the encoder follows: string by string
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+            elif isinstance(item, dict):
+                stack += [*item.keys(), *item.values()]
+            elif isinstance(item, list):
+                stack += item
+    return True
 
 
 @attrs.define
@@ -94,6 +126,12 @@ def check_fields(category: str, title: str, content: str, scope: str, sensitivit
         raise KnowledgeInputError(f"title must be one line of 1-{MAX_TITLE_CHARS} characters")
     if not content.strip() or len(content) > MAX_CONTENT_CHARS:
         raise KnowledgeInputError(f"content must be 1-{MAX_CONTENT_CHARS} characters")
+    if _TITLE_CONTROL.search(title):
+        raise KnowledgeInputError("title must not hold a control character (NUL, escape, ...)")
+    if "\x00" in content:
+        raise KnowledgeInputError("content must not hold a NUL control character")
+    if not is_text([title, content]):
+        raise KnowledgeInputError(UNPAIRED_SURROGATE)
     if mask_secrets(title) != title or mask_secrets(content) != content:
         raise KnowledgeInputError("the entry holds what looks like a secret (a key or token): not stored")
 

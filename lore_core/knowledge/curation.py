@@ -133,6 +133,8 @@ class KnowledgeUpkeep:
         self._seen: dict[str, float] = {}
         # Project -> (size, mtime_ns) of .lore.md as we last wrote or read it.
         self._file_state: dict[str, tuple[int, int] | None] = {}
+        # Project -> why its .lore.md was last not written (logged once per reason).
+        self._unwritable: dict[str, str] = {}
         self._vectors = EntryVectors(embedder) if embedder is not None else None
         self._task: asyncio.Task[None] | None = None
         self.counts: Counter[str] = Counter()
@@ -445,6 +447,14 @@ class KnowledgeUpkeep:
                     await self.export_file(project, path)
 
     async def export_file(self, project: str, path: Path) -> lorefile.ExportReport:
+        problem = lorefile.unsafe_to_write(path)
+        if problem is not None:
+            # Not an owned directory, or a symlinked file (review F16): skipped, said once.
+            if self._unwritable.get(project) != problem:
+                log.warning("knowledge: %s not written: %s", path, problem)
+                self._unwritable[project] = problem
+            return lorefile.ExportReport(path=path)
+        self._unwritable.pop(project, None)
         report = await lorefile.export(self.book, project, path)
         self._file_state[project] = _file_state(path)
         if report.changed:

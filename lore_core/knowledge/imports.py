@@ -46,9 +46,11 @@ import attrs
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import (
     MAX_TITLE_CHARS,
+    UNPAIRED_SURROGATE,
     KnowledgeBook,
     Provenance,
     WriteResult,
+    is_text,
 )
 from lore_core.knowledge.lorefile import ExportReport, ImportReport, category_of
 from lore_core.storage.knowledge import (
@@ -162,13 +164,17 @@ def _trim_blank(lines: list[str]) -> list[str]:
 
 def _load_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text.removeprefix("\ufeff"))
+        data = json.loads(text.removeprefix("\ufeff"))
     except RecursionError:
         raise ImportFormatError(f"not a {what}: the JSON nests too deeply") from None
     except json.JSONDecodeError as exc:
         raise ImportFormatError(
             f"not a {what}: the text is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    if not is_text(data):
+        # No store can keep it: refused here, with the reason, not by the store (review F17).
+        raise ImportFormatError(f"not a {what}: {UNPAIRED_SURROGATE}")
+    return data
 
 
 def _not_a_string(raw: dict[str, Any], names: Sequence[str]) -> str | None:
@@ -415,10 +421,21 @@ def _stricter(wanted: str, standing: str) -> str:
 
 
 async def apply_items(
-    book: KnowledgeBook, project: str, parsed: ParsedImport, path: Path, *, source: str
+    book: KnowledgeBook,
+    project: str,
+    parsed: ParsedImport,
+    path: Path,
+    *,
+    source: str,
+    allow_global: bool = False,
 ) -> ImportReport:
     """Write ``parsed`` into ``project`` through ``book``, item by item, and report what each
     did. ``source`` is the provenance (``source_ref``) of items without a key of their own.
+
+    A global entry reaches every project's prompt, so an import makes or edits one only with
+    ``allow_global`` (review F15): without it, an item marked global is imported into
+    ``project``, and one naming a global entry's id is created in ``project`` under a new
+    id; ``problems`` say so.
 
     An item with an id (its own, or :func:`keyed_id` of its key) that names an alive entry of
     this project edits it; one that names a deleted entry is refused by the book, as is a
@@ -434,13 +451,26 @@ async def apply_items(
             report.problems.append(f"{item.where}: {shown!r} has the title of {seen[title]}: skipped")
             continue
         seen[title] = item.where
-        report.record(item.title, await _apply_item(book, project, item, source, report))
+        if item.scope == "global" and not allow_global:
+            report.problems.append(
+                f"{item.where}: {mask_secrets(item.title)!r} is marked global (every project): imported "
+                "into this project (allowGlobal=true, lore import --global, imports it as global)"
+            )
+            item = attrs.evolve(item, scope=None)
+        result = await _apply_item(book, project, item, source, report, allow_global=allow_global)
+        report.record(item.title, result)
     report.log_summary(path.name, source)
     return report
 
 
 async def _apply_item(
-    book: KnowledgeBook, project: str, item: ImportItem, source: str, report: ImportReport
+    book: KnowledgeBook,
+    project: str,
+    item: ImportItem,
+    source: str,
+    report: ImportReport,
+    *,
+    allow_global: bool,
 ) -> WriteResult:
     provenance = Provenance(author=AUTHOR_IMPORT, source_ref=item.key or source)
     logical_id = item.logical_id or (keyed_id(project, item.key) if item.key else None)
@@ -449,6 +479,12 @@ async def _apply_item(
         report.problems.append(
             f"{item.where}: k:{logical_id} is another project's entry: {item.title!r} "
             "is created in this project under a new id"
+        )
+        current, logical_id = None, None
+    elif current is not None and current.scope == "global" and not allow_global:
+        report.problems.append(
+            f"{item.where}: k:{logical_id} is a global entry (every project): {item.title!r} "
+            "is created in this project under a new id (allowGlobal=true edits the global one)"
         )
         current, logical_id = None, None
     if current is not None and not current.is_deleted:
@@ -479,14 +515,18 @@ async def _apply_item(
     )
 
 
-async def import_text(book: KnowledgeBook, project: str, text: str, fmt: str, path: Path) -> ImportReport:
+async def import_text(
+    book: KnowledgeBook, project: str, text: str, fmt: str, path: Path, *, allow_global: bool = False
+) -> ImportReport:
     """Import ``text`` read as ``fmt`` (one of :data:`FORMATS`) into ``project``; ``path``
-    names it in the report (and, by its file name, in the provenance). Raises
-    :class:`ImportFormatError` for an unknown format or a text that is not of it."""
+    names it in the report (and, by its file name, in the provenance); ``allow_global``: see
+    :func:`apply_items`. Raises :class:`ImportFormatError` for an unknown format or a text
+    that is not of it."""
     if fmt == LORE_MD:
-        return await lorefile.import_parsed(book, project, lorefile.parse(text), path)
+        parsed_file = lorefile.parse(text)
+        return await lorefile.import_parsed(book, project, parsed_file, path, allow_global=allow_global)
     parsed = parse(fmt, text)
-    return await apply_items(book, project, parsed, path, source=path.name or fmt)
+    return await apply_items(book, project, parsed, path, source=path.name or fmt, allow_global=allow_global)
 
 
 # -- export ---------------------------------------------------------------------------------

@@ -557,6 +557,27 @@ async def exportable(
     return chosen, report
 
 
+def unsafe_to_write(path: Path) -> str | None:
+    """Why the gateway must not write the ``.lore.md`` at ``path``, or ``None`` (review F16:
+    a client names projects, and upkeep wrote wherever one named). Its directory must exist
+    and belong to the OS user the gateway runs as (the directory's real owner, through a
+    symlinked path too), and the file must not be a symlink: replacing one would change
+    what the link's owner set up, writing through it would write elsewhere."""
+    directory = path.parent
+    try:
+        info = os.stat(directory)
+    except OSError as exc:
+        return f"{directory} cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{directory} is not a directory"
+    # Windows has no uids: the owner check is POSIX only.
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return f"{directory} is owned by uid {info.st_uid}, not by the gateway's user (uid {os.getuid()})"
+    if path.is_symlink():
+        return f"{path} is a symlink: neither replaced nor written through"
+    return None
+
+
 def write_if_changed(path: Path, data: bytes) -> bool:
     """Replace ``path``'s content with ``data`` atomically, unless it is that already;
     whether it wrote."""
@@ -623,16 +644,23 @@ async def import_file(book: KnowledgeBook, project: str, path: Path) -> ImportRe
     return await import_parsed(book, project, read_file(path), path)
 
 
-async def import_parsed(book: KnowledgeBook, project: str, parsed: ParsedFile, path: Path) -> ImportReport:
+async def import_parsed(
+    book: KnowledgeBook, project: str, parsed: ParsedFile, path: Path, *, allow_global: bool = False
+) -> ImportReport:
     """:func:`import_file` of a file already parsed (``path`` names it in the report): the
-    local API takes the text of a ``.lore.md`` that ``lore import`` read."""
+    local API takes the text of a ``.lore.md`` that ``lore import`` read. A marker naming a
+    global entry edits it only with ``allow_global`` (review F15: its text reaches every
+    project); without it the entry is created in this project under a new id."""
     report = ImportReport(path=path, problems=list(parsed.problems))
     provenance = Provenance(author=AUTHOR_IMPORT, source_ref=FILE_NAME)
     # Decisions first: an entry arriving with its approval is never pending here.
     await _import_decisions(book, project, parsed.decisions, report)
     view = await TeamView.load(book.store, project)
     for entry in parsed.entries:
-        report.record(entry.title, await _import_entry(book, project, entry, provenance, report, view))
+        result = await _import_entry(
+            book, project, entry, provenance, report, view, allow_global=allow_global
+        )
+        report.record(entry.title, result)
     report.log_summary(FILE_NAME, path)
     return report
 
@@ -666,12 +694,21 @@ async def _import_entry(
     provenance: Provenance,
     report: ImportReport,
     view: TeamView | None = None,
+    *,
+    allow_global: bool = False,
 ) -> WriteResult:
     logical_id = entry.logical_id
     current = await book.get(logical_id) if logical_id else None
     if current is not None and current.scope == "project" and current.project != project:
         report.problems.append(
             f"line {entry.line}: k:{logical_id} is another project's entry: {entry.title!r} "
+            "is created in this project under a new id"
+        )
+        current, logical_id = None, None
+    elif current is not None and current.scope == "global" and not allow_global:
+        # An export never writes global entries: a marker naming one was written by hand.
+        report.problems.append(
+            f"line {entry.line}: k:{logical_id} is a global entry (every project): {entry.title!r} "
             "is created in this project under a new id"
         )
         current, logical_id = None, None

@@ -29,6 +29,7 @@ import bisect
 import hashlib
 import itertools
 import json
+import os
 import re
 import sys
 import time
@@ -316,6 +317,21 @@ class WriteBatch:
             if old_m is None or (m.origin == ORIGIN_RESPONSE and old_m.origin != ORIGIN_RESPONSE):
                 messages[m.id] = m
         return WriteBatch(list(projects.values()), list(sessions.values()), list(messages.values()))
+
+
+def normal_project(path: str) -> str | None:
+    """``path`` as projects are stored: an absolute directory with no ``.`` or ``..``
+    segments and no doubled or trailing slashes (:func:`os.path.normpath`); ``None`` when
+    it is not an absolute path or holds a NUL. Lexical: symlinks are not resolved, so a
+    project keeps the name its harness gives it (``realpath`` would file memory already
+    stored under a symlinked path under a second name), and ``..`` climbs the path as
+    written. What may be written into the directory is checked where it is written
+    (:func:`lore_core.knowledge.lorefile.unsafe_to_write`)."""
+    if not path or "\x00" in path or not os.path.isabs(path):
+        return None
+    normal = os.path.normpath(path)
+    # POSIX lets normpath keep a leading "//" (an implementation-defined root): one "/".
+    return "/" + normal.lstrip("/") if normal.startswith("//") else normal
 
 
 def merge_project(old: Project, new: Project) -> Project:
