@@ -124,6 +124,14 @@ def test_project_paths_are_stored_normalised(
     assert sorted((e["title"], e["project"]) for e in entries) == [("Ports", resolved), ("Slow CI", resolved)]
     # Read with the same spelling, the same entries.
     assert len(_entries(server, climbing)) == 2
+    entity = httpx.post(
+        server.url + "/lore/api/entities/add",
+        json={"project": climbing, "name": "DuckDB", "kind": "tool"},
+        headers=api_headers(),
+        timeout=30,
+    )
+    assert entity.status_code == 201, entity.text
+    assert entity.json()["entity"]["project"] == resolved
 
     body = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     headers = {

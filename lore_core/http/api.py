@@ -629,6 +629,9 @@ async def entities_change(action: str) -> Response:
     body = await _json_body()
     if isinstance(body, Response):
         return body
+    if isinstance(body.get("project"), str):
+        # Stored like every project (review F16); what is not absolute the action refuses.
+        body["project"] = normal_project(body["project"]) or body["project"]
     try:
         result = await run_action(_gateway().entities, action, body)
     except EntityInputError as exc:
