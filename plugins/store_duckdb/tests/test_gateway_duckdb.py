@@ -75,7 +75,8 @@ def test_credentials_never_reach_the_store_files(
     assert get_json(server.url + "/health")["store"]["backend"] == "duckdb"
     fake_upstream.enqueue(Reply(text="tool time", tool_calls=[ToolCall("Bash", {"command": "ls"})]))
     post(server.url, "first with key", "s-key", {"x-api-key": API_KEY})
-    post(server.url, "second with bearer", "s-key", {"authorization": f"Bearer {BEARER}"}, stream=True)
+    # Another session: a session belongs to the credentials that opened it.
+    post(server.url, "second with bearer", "s-bearer", {"authorization": f"Bearer {BEARER}"}, stream=True)
     # A key pasted into content is masked in what is stored.
     post(server.url, f"my other key is {API_KEY} oops", "s-key", {"x-api-key": API_KEY})
     # The read API waits only briefly for the writer: poll, a busy machine may be slower.
