@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallWire
 from lore_core.model import TEXT, TOOL_CALL, Message
+from lore_core.wire import sse as streams  # (``sse`` is this module's event writer)
+
+log = logging.getLogger("lore.wire")
 
 #: How every marker line begins (see :func:`lore_core.recall.tool.marker_text`).
 MARKER_PREFIXES = ("Searching memory for ", "Opening memory ")
@@ -122,35 +126,85 @@ def sse(event: str | None, data: Any) -> bytes:
 
 class EventSplitter:
     """Bytes in, ``(event name, data, raw bytes)`` out: the raw bytes are relayed unchanged
-    when an event needs no rewriting."""
+    when an event needs no rewriting.
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    Each byte is scanned once (an event split over many chunks is kept as its pieces and
+    joined once). An event past ``max_event_bytes`` (:data:`lore_core.wire.sse.MAX_EVENT_BYTES`)
+    is not held whole: what was held, then the rest of it as it arrives, comes out as
+    ``("", "", raw)``, which every editor relays unchanged (it cannot rewrite that event).
+    """
+
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self.max_event_bytes = streams.MAX_EVENT_BYTES if max_event_bytes is None else max_event_bytes
+        self._pending: list[bytes] = []  # the pieces of the unfinished event
+        self._pending_bytes = 0
+        self._cr = False  # a \r ended the last chunk: held back, it may start a \r\n
+        self._ends_nl = False  # the unfinished event ends in \n: a \n next ends it
+        self._passing = False  # the unfinished event went past the cap: relayed as it comes
+
+    @property
+    def held(self) -> int:
+        """Bytes held for the unfinished event."""
+        return self._pending_bytes
 
     def feed(self, chunk: bytes) -> list[tuple[str, str, bytes]]:
-        buffer = self._buffer + chunk
-        if b"\r" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n")
-        events = []
-        while True:
-            end = buffer.find(b"\n\n")
+        if self._cr:
+            chunk, self._cr = b"\r" + chunk, False
+        if chunk.endswith(b"\r"):
+            chunk, self._cr = chunk[:-1], True
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        events: list[tuple[str, str, bytes]] = []
+        start = 0
+        while start < len(chunk):
+            if self._ends_nl and chunk.startswith(b"\n", start):
+                end = start + 1
+            else:
+                found = chunk.find(b"\n\n", start)
+                end = found + 2 if found >= 0 else -1
             if end < 0:
+                self._hold(chunk[start:], events)
                 break
-            raw, buffer = buffer[: end + 2], buffer[end + 2 :]
-            name, data = "", []
-            for line in raw.decode("utf-8", errors="replace").split("\n"):
-                if not line or line.startswith(":"):
-                    continue
-                key, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
-                if key == "event":
-                    name = value
-                elif key == "data":
-                    data.append(value)
-            # A comment-only block (a keep-alive) is relayed as it came.
-            events.append((name, "\n".join(data), raw))
-        self._buffer = buffer
+            piece = chunk[start:end]
+            if self._passing:
+                events.append(("", "", piece))
+                self._passing = False
+            else:
+                events.append(_split_event(b"".join([*self._pending, piece])))
+                self._pending, self._pending_bytes = [], 0
+            self._ends_nl = False
+            start = end
         return events
+
+    def _hold(self, rest: bytes, events: list[tuple[str, str, bytes]]) -> None:
+        self._ends_nl = rest.endswith(b"\n")
+        if self._passing:
+            events.append(("", "", rest))
+            return
+        self._pending.append(rest)
+        self._pending_bytes += len(rest)
+        if self._pending_bytes > self.max_event_bytes:
+            log.warning(
+                "an upstream event went past %d bytes: relayed as it came (sse.MAX_EVENT_BYTES)",
+                self.max_event_bytes,
+            )
+            events.append(("", "", b"".join(self._pending)))
+            self._pending, self._pending_bytes, self._passing = [], 0, True
+
+
+def _split_event(raw: bytes) -> tuple[str, str, bytes]:
+    name, data = "", []
+    for line in raw.decode("utf-8", errors="replace").split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
+    # A comment-only block (a keep-alive) is relayed as it came.
+    return name, "\n".join(data), raw
 
 
 def norm(text: str) -> str:

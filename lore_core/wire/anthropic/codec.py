@@ -20,7 +20,7 @@ from lore_core.model import (
     Usage,
 )
 from lore_core.wire.anthropic.cache import place_breakpoints
-from lore_core.wire.anthropic.editor import AnthropicBufferedEditor, AnthropicStreamEditor
+from lore_core.wire.anthropic.editor import DELTA_FIELDS, AnthropicBufferedEditor, AnthropicStreamEditor
 from lore_core.wire.anthropic.recall import AnthropicRecall
 from lore_core.wire.fields import (
     as_dict,
@@ -33,7 +33,7 @@ from lore_core.wire.fields import (
     status_error_kind,
     well_formed,
 )
-from lore_core.wire.sse import SSEParser
+from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
 
 
 def parse_block(raw: Any) -> Block:
@@ -261,7 +261,9 @@ class AnthropicAssembler:
         self._sse = SSEParser()
         self._message = AssistantMessage()
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._partial_json: dict[int, str] = {}
+        # The blocks' text, thinking, signature and tool input deltas, by (index, field):
+        # joined once, in result(), within the answer's cap.
+        self._deltas = AnswerParts()
         self._done = False
 
     @property
@@ -291,19 +293,11 @@ class AnthropicAssembler:
             self._blocks[as_int(ev.get("index"))] = dict(as_dict(ev.get("content_block")))
         elif kind == "content_block_delta":
             index = as_int(ev.get("index"))
-            block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+            self._blocks.setdefault(index, {"type": "text", "text": ""})
             delta = as_dict(ev.get("delta"))
-            dtype = delta.get("type")
-            if dtype == "text_delta":
-                block["text"] = block.get("text", "") + str(delta.get("text", ""))
-            elif dtype == "input_json_delta":
-                self._partial_json[index] = self._partial_json.get(index, "") + str(
-                    delta.get("partial_json", "")
-                )
-            elif dtype == "thinking_delta":
-                block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
-            elif dtype == "signature_delta":
-                block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+            field = DELTA_FIELDS.get(str(delta.get("type")))
+            if field is not None:
+                self._deltas.add((index, field), str(delta.get(field, "")))
         elif kind == "message_delta":
             delta = as_dict(ev.get("delta"))
             if delta.get("stop_reason"):
@@ -328,8 +322,17 @@ class AnthropicAssembler:
         blocks = []
         for index in sorted(self._blocks):
             raw = dict(self._blocks[index])
-            if index in self._partial_json:
-                raw["input"] = loads_or(self._partial_json[index], {})
+            for field in ("text", "thinking", "signature"):
+                if (index, field) in self._deltas:
+                    raw[field] = str(raw.get(field, "")) + self._deltas.get((index, field))
+            if (index, "partial_json") in self._deltas:
+                raw["input"] = loads_or(self._deltas.get((index, "partial_json")), {})
             blocks.append(parse_block(raw))
+        if self._deltas.truncated or self._sse.dropped:
+            blocks.append(
+                Block(
+                    TEXT, text=TRUNCATED_NOTE, wire_type="text", raw={"type": "text", "text": TRUNCATED_NOTE}
+                )
+            )
         self._message.blocks = blocks
         return well_formed(self._message)

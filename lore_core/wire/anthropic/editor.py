@@ -13,6 +13,7 @@ from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
 from lore_core.wire.fields import as_dict, loads_or
+from lore_core.wire.sse import AnswerParts
 from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scaled, sse
 
 #: The input side of a usage object: all of it is the prompt.
@@ -84,6 +85,15 @@ class AnthropicBufferedEditor(BufferedTurn):
         return out
 
 
+#: The member of each ``content_block_delta`` kind that carries its piece of the block.
+DELTA_FIELDS = {
+    "text_delta": "text",
+    "input_json_delta": "partial_json",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+}
+
+
 class AnthropicStreamEditor(Editor):
     """Rewrites a streamed Messages answer: recall calls held back, content block indexes
     renumbered past them, markers as text blocks, one message_delta/message_stop at the end."""
@@ -96,7 +106,10 @@ class AnthropicStreamEditor(Editor):
         self.identity = True
         self.open_recall: int | None = None
         self.blocks: dict[int, dict[str, Any]] = {}  # upstream index -> block being built
-        self.partial: dict[int, str] = {}
+        # The round's deltas, by (index, field), and on the fast path the undecoded delta
+        # events ("fast"): joined once, at the end of the round, within the answer's cap
+        # (appending to strings in a dict copied them whole on every delta).
+        self.deltas = AnswerParts()
         self.result = RoundResult()
         self.held: list[bytes] = []
         self.stop_reason: str | None = None
@@ -180,20 +193,14 @@ class AnthropicStreamEditor(Editor):
     def _track_delta_fast(self, data: str) -> None:
         # Only text is tracked on the fast path (for the restore fingerprint), and only
         # cheaply: the last text block's deltas are decoded lazily at the end of the round.
-        self.partial.setdefault(-1, "")
-        self.partial[-1] += data + "\n"
+        self.deltas.add("fast", data + "\n")
 
     def _track_delta(self, index: int, delta: dict[str, Any]) -> None:
         block = self.blocks.setdefault(index, {"type": "text", "text": ""})
         dtype = delta.get("type")
-        if dtype == "text_delta":
-            block["text"] = block.get("text", "") + str(delta.get("text", ""))
-        elif dtype == "input_json_delta":
-            self.partial[index] = self.partial.get(index, "") + str(delta.get("partial_json", ""))
-        elif dtype == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
-        elif dtype == "signature_delta":
-            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        field = DELTA_FIELDS.get(str(dtype))
+        if field is not None:
+            self.deltas.add((index, field), str(delta.get(field, "")))
         elif dtype == "citations_delta":
             block.setdefault("citations", []).append(delta.get("citation"))
 
@@ -207,7 +214,8 @@ class AnthropicStreamEditor(Editor):
         return sse(name, ev)
 
     def _replay_fast_deltas(self) -> None:
-        lines = self.partial.pop(-1, "")
+        lines = self.deltas.get("fast")
+        self.deltas.pop("fast")
         for line in lines.split("\n"):
             if not line:
                 continue
@@ -227,8 +235,11 @@ class AnthropicStreamEditor(Editor):
         self.texts = []
         for index in sorted(self.blocks):
             block = dict(self.blocks[index])
+            for field in ("text", "thinking", "signature"):
+                if (index, field) in self.deltas:
+                    block[field] = str(block.get(field, "")) + self.deltas.get((index, field))
             if block.get("type") == "tool_use":
-                arguments = loads_or(self.partial.get(index, ""), {})
+                arguments = loads_or(self.deltas.get((index, "partial_json")), {})
                 # A call cut off mid-arguments (max_tokens) still goes back as an object.
                 block["input"] = arguments if isinstance(arguments, dict) else {}
                 if self.index_map.get(index) is None:
@@ -246,7 +257,7 @@ class AnthropicStreamEditor(Editor):
         self.identity = False  # continuation indexes always shift
         self.open_recall = None
         self.blocks = {}
-        self.partial = {}
+        self.deltas = AnswerParts()
         self.result = RoundResult()
         self.terminal = False
 

@@ -32,7 +32,7 @@ from lore_core.wire.fields import (
 )
 from lore_core.wire.openai_chat.editor import ChatBufferedEditor, ChatStreamEditor
 from lore_core.wire.openai_chat.recall import ChatRecall
-from lore_core.wire.sse import SSEParser
+from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
 
 
 def _content_blocks(content: Any, as_tool_result_of: str | None = None) -> list[Block]:
@@ -223,8 +223,10 @@ class OpenAIChatAssembler:
     def __init__(self) -> None:
         self._sse = SSEParser()
         self._message = AssistantMessage()
-        self._text: list[str] = []
-        self._calls: dict[int, dict[str, Any]] = {}
+        # The text and each tool call's name and arguments, by key: joined once, in
+        # result(), within the answer's cap.
+        self._deltas = AnswerParts()
+        self._calls: dict[int, str | None] = {}  # tool call index -> its id
 
     @property
     def done(self) -> bool:
@@ -259,31 +261,32 @@ class OpenAIChatAssembler:
                 continue
             delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
-                self._text.append(delta["content"])
+                self._deltas.add("text", delta["content"])
             for call in as_list(delta.get("tool_calls")):
                 if not isinstance(call, dict):
                     continue
-                slot = self._calls.setdefault(
-                    as_int(call.get("index")), {"id": None, "name": "", "arguments": ""}
-                )
-                slot["id"] = as_str(call.get("id")) or slot["id"]
+                index = as_int(call.get("index"))
+                self._calls[index] = as_str(call.get("id")) or self._calls.get(index)
                 fn = as_dict(call.get("function"))
-                slot["name"] += as_str(fn.get("name")) or ""
-                slot["arguments"] += as_str(fn.get("arguments")) or ""
+                self._deltas.add((index, "name"), as_str(fn.get("name")) or "")
+                self._deltas.add((index, "arguments"), as_str(fn.get("arguments")) or "")
             if as_str(choice.get("finish_reason")):
                 msg.stop_reason = choice["finish_reason"]
 
     def result(self) -> AssistantMessage:
-        blocks = [Block(TEXT, text="".join(self._text), wire_type="text")] if self._text else []
+        blocks = (
+            [Block(TEXT, text=self._deltas.get("text"), wire_type="text")] if "text" in self._deltas else []
+        )
         for index in sorted(self._calls):
-            call = self._calls[index]
             blocks.append(
                 Block(
                     TOOL_CALL,
-                    tool_name=call["name"],
-                    tool_call_id=call["id"],
-                    tool_input=loads_or(call["arguments"], {}),
+                    tool_name=self._deltas.get((index, "name")),
+                    tool_call_id=self._calls[index],
+                    tool_input=loads_or(self._deltas.get((index, "arguments")), {}),
                 )
             )
+        if self._deltas.truncated or self._sse.dropped:
+            blocks.append(Block(TEXT, text=TRUNCATED_NOTE, wire_type="text"))
         self._message.blocks = blocks
         return well_formed(self._message)

@@ -33,7 +33,7 @@ from lore_core.wire.fields import (
 )
 from lore_core.wire.openai_responses.editor import ResponsesBufferedEditor, ResponsesStreamEditor
 from lore_core.wire.openai_responses.recall import ResponsesRecall
-from lore_core.wire.sse import SSEParser
+from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 
@@ -302,8 +302,9 @@ class OpenAIResponsesAssembler:
         self._sse = SSEParser()
         self._final: AssistantMessage | None = None
         self._items: dict[int, dict[str, Any]] = {}
-        self._text: dict[int, str] = {}
-        self._args: dict[int, str] = {}
+        # Text and function-call argument deltas by (output index, kind): joined once, in
+        # result(), within the answer's cap.
+        self._deltas = AnswerParts()
         self._meta: dict[str, Any] = {}
         self._error: str | None = None
 
@@ -328,13 +329,13 @@ class OpenAIResponsesAssembler:
         elif kind == "response.output_item.added":
             self._items[index] = dict(as_dict(ev.get("item")))
         elif kind == "response.output_text.delta":
-            self._text[index] = self._text.get(index, "") + str(ev.get("delta", ""))
+            self._deltas.add((index, "text"), str(ev.get("delta", "")))
         elif kind == "response.function_call_arguments.delta":
-            self._args[index] = self._args.get(index, "") + str(ev.get("delta", ""))
+            self._deltas.add((index, "arguments"), str(ev.get("delta", "")))
         elif kind == "response.output_item.done":
             self._items[index] = dict(as_dict(ev.get("item")))
-            self._text.pop(index, None)
-            self._args.pop(index, None)
+            self._deltas.pop((index, "text"))
+            self._deltas.pop((index, "arguments"))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             final = self._codec.parse_response(as_dict(ev.get("response")))
             final.complete = kind != "response.failed"
@@ -348,15 +349,18 @@ class OpenAIResponsesAssembler:
         items = []
         for index in sorted(self._items):
             item = dict(self._items[index])
-            if index in self._text:
-                item["content"] = [{"type": "output_text", "text": self._text[index]}]
-            if index in self._args:
-                item["arguments"] = self._args[index]
+            if (index, "text") in self._deltas:
+                item["content"] = [{"type": "output_text", "text": self._deltas.get((index, "text"))}]
+            if (index, "arguments") in self._deltas:
+                item["arguments"] = self._deltas.get((index, "arguments"))
             items.append(item)
+        blocks = _output_blocks(items)
+        if self._deltas.truncated or self._sse.dropped:
+            blocks.append(Block(TEXT, text=TRUNCATED_NOTE, wire_type="output_text"))
         meta = self._meta
         return well_formed(
             AssistantMessage(
-                blocks=_output_blocks(items),
+                blocks=blocks,
                 model=as_str(meta.get("model")),
                 response_id=as_str(meta.get("id")),
                 complete=False,
