@@ -118,6 +118,13 @@ class ServerConfig:
     port: int = setting(8377, low=1, high=65535)
     # Largest request body accepted, in bytes; larger bodies get a 413 in the API's shape.
     max_body_bytes: int = setting(64 * 1024 * 1024, low=1)
+    # Largest body of a local API request (/lore/api, /v1/events, /v1/pack); 413 past it.
+    max_api_body_bytes: int = setting(16 * 1024 * 1024, low=1)
+    # Seconds a client has to send a request's headers (from connecting, or from the end of
+    # the previous response on the connection); also how long an idle connection is kept.
+    header_timeout_seconds: float = setting(30.0, low=0.1, high=3600)
+    # Seconds a client has to send a whole request body; 408 past it.
+    body_timeout_seconds: float = setting(300.0, low=0.1, high=86_400)
     # Seconds a clean shutdown waits for in-flight streams and background flushes.
     shutdown_grace_seconds: float = setting(10.0, low=0, high=3600)
     # The gateway token (lore_core/http/access.py); empty: the one in the data directory, made at

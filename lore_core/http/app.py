@@ -8,8 +8,9 @@ A model request of a wire API the gateway models goes to :func:`lore_core.pipeli
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from quart import Quart, Response, request, websocket
+from quart import Quart, Request, Response, has_request_context, request, websocket
 from werkzeug.exceptions import HTTPException
 
 from lore_core.gateway import Gateway
@@ -29,11 +30,30 @@ log = logging.getLogger("lore.app")
 ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
+def _request_class(api_body_limit: int) -> type[Request]:
+    """Quart's request with the local API's body limit on the local API's paths. The limit
+    is Quart's (``max_content_length``: it bounds chunked bodies too, as they arrive); the
+    model routes count their own (:func:`lore_core.pipeline.parse.read_body`, with a 413 in
+    the wire API's shape)."""
+
+    class BoundedRequest(Request):
+        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+            if path.startswith(access.PROTECTED_PREFIXES):
+                kwargs["max_content_length"] = api_body_limit
+            super().__init__(method, scheme, path, *args, **kwargs)
+
+    return BoundedRequest
+
+
 def create_app(gateway: Gateway) -> Quart:
     app = Quart("lore")
-    # The gateway enforces its own body limit (with an API-shaped 413) and streams may
-    # legitimately run for many minutes.
-    app.config.update(MAX_CONTENT_LENGTH=None, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=300)
+    server = gateway.config.server
+    # Streams may legitimately run for many minutes. BODY_TIMEOUT bounds the local API's
+    # reads (get_data); the model routes apply the same one themselves.
+    app.config.update(
+        MAX_CONTENT_LENGTH=None, RESPONSE_TIMEOUT=None, BODY_TIMEOUT=server.body_timeout_seconds
+    )
+    app.request_class = _request_class(server.max_api_body_bytes)
     # No automatic OPTIONS answers (an empty text/html 200): an OPTIONS request goes to the
     # routes below like any other method, and is answered in JSON.
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
@@ -103,8 +123,9 @@ def create_app(gateway: Gateway) -> Quart:
         # Clients probe the base URL before their first request: answer at once.
         return Response(b"", status=200)
 
+    @app.websocket("/")
     @app.websocket("/<path:path>")
-    async def no_websockets(path: str) -> Response:
+    async def no_websockets(path: str = "") -> Response:
         # Codex tries a WebSocket first; 426 makes it fall back to HTTP at once (404 costs
         # it seconds of retries).
         codec = gateway.registry.codec_for_path("/" + path)
@@ -128,12 +149,35 @@ def create_app(gateway: Gateway) -> Quart:
     @app.errorhandler(HTTPException)
     async def _httperror_response(exc: HTTPException) -> Response:
         # What Quart refuses itself (a method no route takes: TRACE, made-up ones) is JSON
-        # too, not its HTML page.
+        # too, not its HTML page. A WebSocket handshake has no request context.
         status = exc.code or 400
-        message = f"{exc.name}: {request.method} {request.path}"
-        if request.path.startswith(access.PROTECTED_PREFIXES):
+        method, path = (request.method, request.path) if has_request_context() else ("GET", websocket.path)
+        message = f"{exc.name}: {method} {path}"
+        if path.startswith(access.PROTECTED_PREFIXES):
             return json_response(status, {"error": message})
         return error_response(None, status, message)
+
+    # Registered by status: these win over the blueprints' catch-all handlers (a store
+    # failure is a 503 there), so a body too large or too slow is said as such, in JSON.
+    @app.errorhandler(413)
+    async def _too_large(exc: HTTPException) -> Response:
+        limit = server.max_api_body_bytes
+        message = f"request body exceeds the local API's limit of {limit} bytes (server.maxApiBodyBytes)"
+        return _body_refused(413, message)
+
+    @app.errorhandler(408)
+    async def _too_slow(exc: HTTPException) -> Response:
+        seconds = server.body_timeout_seconds
+        return _body_refused(408, f"the request body did not arrive within {seconds:g} s")
+
+    def _body_refused(status: int, message: str) -> Response:
+        if request.path.startswith(access.PROTECTED_PREFIXES):
+            answer = json_response(status, {"error": message})
+        else:
+            answer = error_response(None, status, message)
+        # The rest of the body is never read: the connection cannot carry another request.
+        answer.headers["Connection"] = "close"
+        return answer
 
     if mounts is not None:
         # Quart's documented middleware seam (the app stays a Quart instance); its ASGI

@@ -18,6 +18,8 @@ from werkzeug.exceptions import HTTPException
 from lore_core.events.log import EventInputError, check_events, check_run
 from lore_core.events.pack import PackRequest, build_pack
 from lore_core.http.openapi import document, validate
+from lore_core.knowledge.book import UNPAIRED_SURROGATE, is_text
+from lore_core.wire.jsonbody import may_hold_lone_surrogates
 
 events_api = Blueprint("lore_events", __name__)
 
@@ -31,11 +33,19 @@ def _gateway() -> Any:
 
 
 async def _body(schema: str) -> dict[str, Any] | Response:
-    raw = await request.get_data()
+    # Bounded by server.maxApiBodyBytes and bodyTimeoutSeconds (lore_core/http/app.py).
+    raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
     try:
-        body = json.loads(raw or b"null")
+        encoding = json.detect_encoding(raw)
+        text = raw.decode(encoding, "surrogatepass") if raw else "null"
+        body = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         return _json(400, {"error": f"the body is not JSON: {exc}"})
+    except RecursionError:
+        return _json(400, {"error": "the body nests too deeply to be an events or pack request"})
+    if may_hold_lone_surrogates(text, raw, encoding) and not is_text(body):
+        # Valid JSON, but no store can hold it as text: the client's mistake, not the store's.
+        return _json(400, {"error": UNPAIRED_SURROGATE})
     problem = validate(body, schema)
     if problem:
         return _json(400, {"error": problem})

@@ -22,6 +22,10 @@ from lore_core.http.app import UpstreamStreamBroken, create_app
 
 T = TypeVar("T")
 
+#: Largest request line plus headers accepted (hypercorn's default too; said here because
+#: it is one of the gateway's bounds).
+MAX_HEADER_BYTES = 16 * 1024
+
 
 class _QuietExpectedAborts(logging.Filter):
     """A stream the upstream cut off is aborted on purpose (and logged once by the app);
@@ -42,7 +46,17 @@ def hypercorn_config(gateway: Gateway, bind: str) -> HypercornConfig:
     cfg.include_server_header = False
     # The upstream's Date header is relayed; hypercorn would add a second one.
     cfg.include_date_header = False
-    cfg.keep_alive_timeout = 75
+    server = gateway.config.server
+    # hypercorn's one timer for a connection without a request in progress: it starts when
+    # the connection opens (and again after each response) and stops once a request's
+    # headers are complete. So it is the header timeout (a client trickling a header line
+    # every few seconds is closed after it) and the keep-alive idle timeout. hypercorn's
+    # read_timeout is not used: it bounds the silence between two reads from the client,
+    # which a trickle defeats and which would cut long streams (a client sends nothing
+    # while it reads an answer).
+    cfg.keep_alive_timeout = server.header_timeout_seconds
+    # A request line and headers larger than this are refused (431) before any route.
+    cfg.h11_max_incomplete_size = MAX_HEADER_BYTES
     cfg.graceful_timeout = gateway.config.server.shutdown_grace_seconds
     # The lifespan shutdown runs Gateway.stop (flush the writer, close the store). hypercorn
     # gives it 60 s by default and then raises, which abandoned the store's close after long
@@ -176,6 +190,33 @@ def start_malloc_trimmer(
     return thread
 
 
+#: Descriptors ``lore serve`` asks for: its soft ``RLIMIT_NOFILE`` is raised to this (or the
+#: hard limit, when lower).
+OPEN_FILES_WANTED = 65_536
+
+
+def raise_open_files_limit() -> int | None:
+    """Raise the soft limit on open descriptors toward the hard one; the limit now in force
+    (None where there is none to raise). hypercorn 0.18 has no cap on concurrent connections
+    (no hook between its accept and its connection handler), and each connection costs a
+    descriptor: under the usual soft limit of 1,024, about 1,000 idle connections left the
+    gateway unable to open its store's files or an upstream connection. The header timeout
+    closes such connections; this makes holding enough of them open at once far harder."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):  # macOS caps it below the hard limit
+            return soft
+        return want
+    return soft
+
+
 def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable[[str], None]) -> None:
     """Run until SIGINT/SIGTERM, then shut down cleanly (in-flight work is flushed)."""
     try:
@@ -197,6 +238,7 @@ def serve_forever(gateway: Gateway, host: str, port: int, on_listening: Callable
         await serve_until(gateway, f"fd://{fd}", stop, on_started=freeze_startup_heap)
 
     tune_gc_for_serving()
+    raise_open_files_limit()
     trimmer_stop = threading.Event()
     start_malloc_trimmer(trimmer_stop)
     try:

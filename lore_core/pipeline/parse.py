@@ -3,17 +3,19 @@ identify the harness, session and project. Everything after works on the :class:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from quart import request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from lore_core.interfaces import Codec, RequestContext
 from lore_core.pipeline.answers import ClientError
 from lore_core.pipeline.turn import Spans, Turn
-from lore_core.wire.encoding import decode_body
+from lore_core.wire.encoding import BodyTooLarge, decode_body
 from lore_core.wire.jsonbody import loads_object, may_hold_lone_surrogates, replace_lone_surrogates
 
 if TYPE_CHECKING:
@@ -60,19 +62,56 @@ async def parse(gateway: Gateway, codec: Codec, path: str) -> Turn:
 
 
 async def read_body(gateway: Gateway) -> bytes:
-    limit = gateway.config.server.max_body_bytes
+    """The request's body as sent, or a :class:`ClientError`: 413 past ``server.maxBodyBytes``,
+    408 when it has not all arrived within ``server.bodyTimeoutSeconds`` (a client trickling
+    a body would otherwise hold its connection and buffer for ever)."""
+    server = gateway.config.server
+    limit = server.max_body_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise ClientError(
             413, f"request body of {declared} bytes exceeds the gateway's limit of {limit} bytes"
         )
     chunks, size = [], 0
-    async for chunk in request.body:
-        size += len(chunk)
-        if size > limit:
-            raise ClientError(413, f"request body exceeds the gateway's limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(server.body_timeout_seconds):
+            async for chunk in request.body:
+                size += len(chunk)
+                if size > limit:
+                    raise ClientError(413, f"request body exceeds the gateway's limit of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ClientError(
+            408, f"the request body did not arrive within {server.body_timeout_seconds:g} s"
+        ) from None
+    except RequestEntityTooLarge:  # Quart's own limit, where one applies
+        raise ClientError(413, f"request body exceeds the gateway's limit of {limit} bytes") from None
     return b"".join(chunks)
+
+
+def decode_request_body(body: bytes, limit: int) -> bytes:
+    """``body`` decoded as its ``Content-Encoding`` says, never past ``limit`` bytes: 413
+    beyond (a few KiB of gzip expand to gigabytes), 400 when it is not valid."""
+    encoding = request.headers.get("content-encoding")
+    try:
+        return decode_body(body, encoding, limit)
+    except BodyTooLarge:
+        raise ClientError(
+            413, f"request body exceeds the gateway's limit of {limit} bytes once decoded ({encoding})"
+        ) from None
+    except ValueError as exc:
+        raise ClientError(400, f"cannot decode the request body: {exc}") from None
+
+
+def check_decoded_size(body: bytes, limit: int) -> None:
+    """413 when ``body`` (forwarded as sent, still encoded) expands past ``limit`` bytes: the
+    limit means the same on every route. A body that does not decode is the upstream's to
+    judge."""
+    try:
+        decode_request_body(body, limit)
+    except ClientError as exc:
+        if exc.status == 413:
+            raise
 
 
 #: Python's JSON parser gives up past its recursion limit (about 1,000 levels); no API
@@ -112,10 +151,7 @@ async def read_json_body(gateway: Gateway) -> tuple[bytes, bytes, dict[str, Any]
     mime = content_type.split(";")[0].strip().lower()
     if mime and mime != "application/json" and not mime.endswith("+json"):
         raise ClientError(415, f"expected a JSON body (Content-Type: application/json), got {content_type!r}")
-    try:
-        decoded = decode_body(body, request.headers.get("content-encoding"))
-    except ValueError as exc:
-        raise ClientError(400, f"cannot decode the request body: {exc}") from None
+    decoded = decode_request_body(body, gateway.config.server.max_body_bytes)
     if not decoded.strip():
         raise ClientError(400, "the request body is empty; expected a JSON object")
     try:

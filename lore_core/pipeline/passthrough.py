@@ -13,7 +13,7 @@ from quart import Response, request
 from werkzeug.datastructures import Headers
 
 from lore_core.pipeline.answers import ClientError, error_response
-from lore_core.pipeline.parse import client_headers, read_body
+from lore_core.pipeline.parse import check_decoded_size, client_headers, read_body
 from lore_core.pipeline.upstream import (
     BadUpstreamURL,
     UpstreamError,
@@ -42,6 +42,7 @@ async def passthrough(
     if body is None:
         try:
             body = await read_body(gateway)
+            check_decoded_size(body, gateway.config.server.max_body_bytes)
         except ClientError as exc:
             return error_response(None, exc.status, exc.message)
     headers = {k.lower(): v for k, v in request.headers.items()}

@@ -43,6 +43,12 @@ class _Brotli:
     def decompress(self, data: bytes) -> bytes:
         return self._d.process(data)
 
+    def decompress_at_most(self, data: bytes, size: int | None) -> bytes:
+        """The output of ``data``, stopping once it reaches ``size`` bytes (None: all)."""
+        if size is None:
+            return self._d.process(data)
+        return self._d.process(data, output_buffer_limit=size)
+
     def flush(self) -> bytes:
         return b""  # brotli's decompressor buffers nothing past what process() returned
 
@@ -94,21 +100,75 @@ def decoder_for(content_encoding: str | None) -> Decoder:
     return _Chain([_one(n) for n in reversed(names)])
 
 
-def decode_body(body: bytes, content_encoding: str | None) -> bytes:
-    """Decode a whole body; raises ``ValueError`` (or a subclass) when it is not valid."""
-    if not content_encoding or content_encoding.strip().lower() == "identity":
-        return body
+class BodyTooLarge(ValueError):
+    """A body decodes to more than the limit it was decoded with."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the body decodes to more than {limit} bytes")
+        self.limit = limit
+
+
+#: zstd's largest expansion: a 4-byte RLE block regenerates 128 KiB. Feeding the decoder
+#: ``limit // ZSTD_MAX_RATIO`` bytes at a time (python-zstandard's decompressobj takes no
+#: output limit) keeps each call's output near the limit.
+ZSTD_MAX_RATIO = 32 * 1024
+_ZSTD_MIN_PIECE = 64
+
+
+def decode_body(body: bytes, content_encoding: str | None, limit: int | None = None) -> bytes:
+    """Decode a whole body; raises ``ValueError`` (or a subclass) when it is not valid, and
+    :class:`BodyTooLarge` as soon as it (or any stage of a chained encoding) expands past
+    ``limit`` bytes: a few KiB of gzip can expand to gigabytes, so the limit is applied while
+    decoding, never to the result."""
+    names = [n.strip().lower() for n in (content_encoding or "").split(",") if n.strip()]
+    data = body
+    for name in reversed(names):  # ``gzip, br``: gzip was applied first, so undone last
+        data = _decode_one(data, name, content_encoding or "", limit)
+    return data
+
+
+def _decode_one(data: bytes, name: str, content_encoding: str, limit: int | None) -> bytes:
+    if name in ("", "identity"):
+        return data
+    if name not in ("gzip", "x-gzip", "deflate", "br", "zstd"):
+        raise UnsupportedEncoding(f"unsupported content-encoding {name!r}")
+    # One byte more than the limit is enough to know the body is too large.
+    cap = limit + 1 if limit is not None else None
     try:
-        decoder = decoder_for(content_encoding)
-        if isinstance(decoder, _Identity):
-            return body
-        data = decoder.decompress(body)
-    except UnsupportedEncoding:
+        if name == "br":
+            brotli_decoder = _Brotli()
+            out, complete = brotli_decoder.decompress_at_most(data, cap), brotli_decoder.eof
+        elif name == "zstd":
+            out, complete = _zstd_at_most(data, limit)
+        else:
+            zlib_decoder = zlib.decompressobj(zlib.MAX_WBITS if name == "deflate" else 16 + zlib.MAX_WBITS)
+            out, complete = zlib_decoder.decompress(data, cap or 0), zlib_decoder.eof  # 0: no limit
+    except BodyTooLarge:
         raise
     except Exception as exc:
         raise ValueError(f"body is not valid {content_encoding}: {exc}") from None
+    if limit is not None and len(out) > limit:
+        raise BodyTooLarge(limit)
     # The decoders return what they could of a stream cut short (a gzip body without its
     # trailer decodes to the whole JSON): a whole body must be a whole stream.
-    if not decoder.eof:
+    if not complete:
         raise ValueError(f"body is not valid {content_encoding}: the compressed data ends early")
-    return data
+    return out
+
+
+def _zstd_at_most(data: bytes, limit: int | None) -> tuple[bytes, bool]:
+    """(the decoded first frame, whether it ended); :class:`BodyTooLarge` past ``limit``."""
+    decoder = zstandard.ZstdDecompressor().decompressobj()
+    if limit is None:
+        return decoder.decompress(data), decoder.eof
+    step = max(_ZSTD_MIN_PIECE, limit // ZSTD_MAX_RATIO)
+    parts, size = [], 0
+    for start in range(0, len(data), step):
+        part = decoder.decompress(data[start : start + step])
+        size += len(part)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        parts.append(part)
+        if decoder.eof:
+            break  # what follows the frame is ignored, as a single decompress() call does
+    return b"".join(parts), decoder.eof
