@@ -12,7 +12,7 @@ checked at runtime.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -418,8 +418,60 @@ class LaunchPlan:
     files: dict[str, str] = attrs.field(factory=dict)
 
 
+@attrs.frozen
+class HistorySource:
+    """One piece of a client's local history that its harness reads by itself: a transcript
+    file, or one session of the client's database. ``lore import --from`` reads each source
+    once: a source whose ``size`` and ``modified`` are as they were when it was imported is
+    skipped (so an interrupted import resumes where it stopped)."""
+
+    #: Where it is, unique and stable across runs: a path, or a path and a session id.
+    key: str
+    #: Its size in bytes: how far the progress bar moves once it is read.
+    size: int
+    #: When it last changed (epoch seconds): nothing in it is newer, so ``--since`` skips
+    #: an older source without reading it.
+    modified: float
+
+
+@attrs.define
+class HistoryWindow:
+    """One context window of an imported session: a request body of the session's wire API
+    whose conversation (``messages``, or ``input`` items) is the window's, as the client
+    would have sent it (its ``model``, when known, is stored as the session's; a system
+    prompt and tools may be left out: only the conversation is stored), and when each of
+    those messages or items was written (epoch seconds, 0 when the transcript does not say),
+    in the same order."""
+
+    request: dict[str, Any]
+    times: list[float] = attrs.field(factory=list)
+
+
+@attrs.define
+class ImportedSession:
+    """One session read from a client's local history: what the client sent, in the wire
+    API it would send it in, so that the kernel parses it with that API's codec and stores
+    it exactly as a proxied request of the session (same blocks, same message ids: a later
+    request resending this history through the gateway stores nothing twice)."""
+
+    #: The client's own session id (the one its requests carry).
+    id: str
+    #: The directory the client worked in (absolute), or ``""`` when the transcript does
+    #: not say.
+    project: str
+    #: The wire API of the windows' requests (a codec's :attr:`Codec.api`).
+    api: str
+    #: The conversation, context window by context window: after the client compacted its
+    #: context it went on from a summary, which the gateway stores as a new history.
+    windows: list[HistoryWindow] = attrs.field(factory=list)
+
+
 class Harness(Protocol):
-    """Knowledge of one coding client. Implementations inherit from it."""
+    """Knowledge of one coding client. Implementations inherit from it.
+
+    :meth:`history_root`, :meth:`history_sources` and :meth:`read_history` are optional:
+    they let ``lore import --from <name>`` read the client's own transcripts. By default a
+    harness has no history to import."""
 
     #: Name used by ``lore run <name>`` and stored with every session.
     name: str
@@ -450,6 +502,25 @@ class Harness(Protocol):
         answers it from the session's distillations without an upstream call, so the client's
         summary is Lore's memory. By default no request is."""
         return False
+
+    def history_root(self) -> Path | None:
+        """Where the client keeps its transcripts on this machine (e.g.
+        ``~/.claude/projects``), read when ``lore import`` is given no ``--path``; ``None``
+        (the default): the client keeps none that this harness reads."""
+        return None
+
+    def history_sources(self, root: Path) -> list[HistorySource]:
+        """The sources under ``root`` (the :meth:`history_root`, or a folder or file the user
+        named with ``--path``), in the order to read them. Must be cheap (listing and
+        ``stat``, no reading). Default: none."""
+        return []
+
+    def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
+        """The sessions of one source. Yields nothing for a file that is not in the client's
+        format (``--path`` may name a folder holding other files); raises ``OSError`` or
+        ``ValueError`` for one that cannot be read (the import reports it and goes on).
+        Default: nothing."""
+        return iter(())
 
 
 # ---------------------------------------------------------------------------------------------
