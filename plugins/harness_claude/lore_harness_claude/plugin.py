@@ -1,15 +1,18 @@
-"""Claude Code: recognise its requests, find its session and project, launch it."""
+"""Claude Code: recognise its requests, find its session and project, launch it, read its
+transcripts."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from lore_core import hookimpl
 from lore_core.builtin.harness_support import resolve_project
-from lore_core.interfaces import Harness, LaunchPlan, RequestContext
+from lore_core.interfaces import Harness, HistorySource, ImportedSession, LaunchPlan, RequestContext
+from lore_harness_claude import history
 
 SESSION_HEADER = "x-claude-code-session-id"
 USER_AGENT_PREFIX = "claude-cli/"
@@ -74,6 +77,16 @@ class ClaudeCodeHarness(Harness):
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
         return LaunchPlan(argv=["claude", *args], env={"ANTHROPIC_BASE_URL": gateway_url, **LAUNCH_ENV})
+
+    # Its transcripts, for `lore import --from claude-code` (lore_harness_claude.history).
+    def history_root(self) -> Path | None:
+        return history.history_root()
+
+    def history_sources(self, root: Path) -> list[HistorySource]:
+        return history.history_sources(root)
+
+    def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
+        return history.read_history(source)
 
 
 def session_from_user_id(user_id: Any) -> str | None:

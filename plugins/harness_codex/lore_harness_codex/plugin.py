@@ -1,16 +1,19 @@
-"""Codex CLI: recognise its requests, find its session and project, launch it."""
+"""Codex CLI: recognise its requests, find its session and project, launch it, read its
+session files."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from lore_core import hookimpl
 from lore_core.builtin.harness_support import header_project
-from lore_core.interfaces import Harness, LaunchPlan, RequestContext
+from lore_core.interfaces import Harness, HistorySource, ImportedSession, LaunchPlan, RequestContext
 from lore_core.model import TEXT, RequestView
+from lore_harness_codex import history
 
 # Codex sends an <environment_context> user item: "<cwd>/home/dev/project</cwd>". The
 # built-in provider puts it after four developer items, so look further than the first few.
@@ -66,6 +69,16 @@ class CodexHarness(Harness):
         # threshold (min with 90% of the model's window), so the gateway must keep the usage
         # it reports below it instead.
         return LaunchPlan(argv=["codex", "-c", f"openai_base_url={gateway_url}/v1", *args])
+
+    # Its session files, for `lore import --from codex` (lore_harness_codex.history).
+    def history_root(self) -> Path | None:
+        return history.history_root()
+
+    def history_sources(self, root: Path) -> list[HistorySource]:
+        return history.history_sources(root)
+
+    def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
+        return history.read_history(source)
 
 
 def find_cwd(view: RequestView | None) -> str | None:

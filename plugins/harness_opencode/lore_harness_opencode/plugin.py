@@ -1,16 +1,19 @@
-"""OpenCode: recognise its requests, find its session and project, launch it."""
+"""OpenCode: recognise its requests, find its session and project, launch it, read its
+session storage."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from lore_core import hookimpl
 from lore_core.builtin.harness_support import resolve_project
-from lore_core.interfaces import Harness, LaunchPlan, RequestContext
+from lore_core.interfaces import Harness, HistorySource, ImportedSession, LaunchPlan, RequestContext
+from lore_harness_opencode import history
 
 # OpenCode's system prompt has an <env> block: "  Working directory: /home/dev/project".
 CWD_PATTERNS = (re.compile(r"Working directory:\s*(/[^\n<]+)"),)
@@ -59,6 +62,16 @@ class OpenCodeHarness(Harness):
         # files, so the providers point at the gateway whatever opencode.json says.
         config = gateway_config(gateway_url, os.environ.get(CONFIG_ENV))
         return LaunchPlan(argv=["opencode", *args], env={CONFIG_ENV: config, **LAUNCH_ENV})
+
+    # Its session storage, for `lore import --from opencode` (lore_harness_opencode.history).
+    def history_root(self) -> Path | None:
+        return history.history_root()
+
+    def history_sources(self, root: Path) -> list[HistorySource]:
+        return history.history_sources(root)
+
+    def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
+        return history.read_history(source)
 
 
 def gateway_config(gateway_url: str, existing: str | None = None) -> str:
