@@ -1039,6 +1039,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.history_from is not None or args.path or args.since or args.dry_run:
+        return cmd_import_history(args)
+
     from lore_core.knowledge.imports import guess_format
     from lore_core.knowledge.lorefile import FILE_NAME
 
@@ -1071,6 +1074,88 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 1 if report["refused"] else 0
 
     return _with_reader(args, action)
+
+
+def cmd_import_history(args: argparse.Namespace) -> int:
+    """``lore import --from <client>``: the client's own transcripts into the store, written
+    directly (:mod:`lore_core.storage.history_import`). A running gateway holds the store
+    (DuckDB: one process), so the import refuses while one answers, rather than wait or
+    write beside it."""
+    import asyncio
+    import os
+    from pathlib import Path
+
+    from lore_core.plugins import bootstrap
+    from lore_core.storage import history_import as history
+    from lore_core.storage.records import StoreUnavailable
+    from lore_core.storage.writer import choose_store
+
+    if args.history_from is None:
+        print("lore: --path, --since and --dry-run go with --from <client>", file=sys.stderr)
+        return 2
+    if args.file or args.format or args.allow_global:
+        print("lore: --from imports a client's history: no file, --format or --global", file=sys.stderr)
+        return 2
+    try:
+        since = history.parse_since(args.since) if args.since else None
+        boot = bootstrap()
+        harness = history.harness_for(boot.registry.harnesses, args.history_from)
+    except (ValueError, history.HistoryImportError) as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.path).expanduser() if args.path else None
+    project = os.path.abspath(os.path.expanduser(args.project)) if args.project else None
+    store = None
+    if not args.dry_run:
+        url = _gateway_url(boot.config.server.host, boot.config.server.port)
+        if url is not None:
+            print(
+                f"lore: a Lore gateway is running at {url} and holds the store; stop it (lore stop, or end "
+                "the lore serve or lore run that started it) and run this again: the gateway indexes and "
+                "distils what was imported when it next starts (--dry-run reads without the store)",
+                file=sys.stderr,
+            )
+            return 3
+        store = choose_store(boot.config, boot.registry.stores)
+        if store.journal_dir is None:
+            print(
+                f"lore: the {store.name} store keeps nothing once this command ends: configure a persistent "
+                "store (store.backend) to import into",
+                file=sys.stderr,
+            )
+            return 3
+    bar = history.ProgressBar()
+
+    async def run() -> history.ImportReport:
+        if store is not None:
+            await store.open()
+        try:
+            return await history.import_history(
+                harness, boot.registry.codecs, store, root=root, since=since, project=project, progress=bar
+            )
+        finally:
+            if store is not None:
+                await store.close()
+
+    try:
+        report = asyncio.run(run())
+    except history.HistoryImportError as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return 1
+    except StoreUnavailable as exc:
+        print(f"lore: cannot open the store: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("\nlore: import stopped; run it again to go on from where it stopped", file=sys.stderr)
+        return 130
+    bar.finish(report)
+    if args.json:
+        _print_json(report.as_json())
+    else:
+        print(history.summary(report))
+        for failure in report.failed[:10]:
+            print(f"  could not read {failure}")
+    return 1 if report.failed else 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -1605,7 +1690,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     import_ = sub.add_parser(
         "import",
         help="read a .lore.md, a mem0 export, a JSON list of entries or a CLAUDE.md/AGENTS.md into the "
-        "store (deleted entries are not brought back)",
+        "store (deleted entries are not brought back); with --from, a client's own session history",
     )
     import_.add_argument("file", nargs="?", default=None, help="the file (default: <project>/.lore.md)")
     import_.add_argument(
@@ -1620,6 +1705,27 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "into this project only)",
     )
     import_.add_argument("--json", action="store_true", help="print the report as JSON")
+    # History import (lore_core.storage.history_import): --project is then a filter.
+    import_.add_argument(
+        "--from",
+        dest="history_from",
+        metavar="CLIENT",
+        default=None,
+        help="import this client's own transcripts instead (claude-code, codex, opencode): each session "
+        "filed under its project and session id as if it had gone through the gateway; a second run adds "
+        "nothing; --project then keeps only that directory's sessions (and its subdirectories')",
+    )
+    import_.add_argument(
+        "--path", default=None, help="with --from: read this folder or file instead of the client's own"
+    )
+    import_.add_argument(
+        "--since",
+        default=None,
+        help="with --from: only sessions active since this date, time or age (2026-01-31, 30d, 12h)",
+    )
+    import_.add_argument(
+        "--dry-run", action="store_true", help="with --from: read and count only, write nothing"
+    )
     import_.set_defaults(func=cmd_import)
 
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
