@@ -1354,7 +1354,10 @@ def cmd_reindex(args: argparse.Namespace) -> int:
         config.embedding.provider = args.provider
     embedder = choose_embedder(config, registry.embedders)
     if embedder is None:
-        print("lore: no embedding provider is installed (pip install lore-embed-local)", file=sys.stderr)
+        from lore_core.install import plugin_hint
+
+        hint = plugin_hint("lore-embed-local")
+        print(f"lore: no embedding provider is installed; add lore-embed-local with: {hint}", file=sys.stderr)
         return 3
     store = choose_store(config, registry.stores)
     model = vector_index_name(embedder)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lore_core.config import default_data_dir
+from lore_core.install import DEFAULT_PLUGINS, plugin_hint
 from lore_core.interfaces import Harness, LaunchPlan
 from lore_core.storage.private import users_umask
 
@@ -122,9 +123,13 @@ def find_harness(harnesses: Mapping[str, Harness], agent: str) -> Harness:
     harness = harnesses.get(agent)
     if harness is None or agent == "generic":
         names = launchable_names(harnesses)
-        installed = ", ".join(names) if names else "none (pip install lore-harness-claude, ...)"
+        installed = ", ".join(names) if names else f"none (add the default ones with: {_harness_hint()})"
         raise UnknownAgent(f"no harness named {agent!r} is installed; installed harnesses: {installed}")
     return harness
+
+
+def _harness_hint() -> str:
+    return plugin_hint(*(name for name in DEFAULT_PLUGINS if name.startswith("lore-harness-")))
 
 
 def client_env(plan: LaunchPlan, url: str, base: Mapping[str, str] | None = None) -> dict[str, str]:

