@@ -639,6 +639,8 @@ def load_config(
         distill=values["distill"],
         budget=values["budget"],
         recall=values["recall"],
+        knowledge=values["knowledge"],
+        events=values["events"],
         models=values["models"],
         plugin_sections={k: values[k] for k in plugin_sections},
         sources=sources,
