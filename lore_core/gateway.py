@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import inspect
+import json
 import logging
 import os
 import time
@@ -740,3 +742,108 @@ async def _stop_step(what: str) -> AsyncIterator[None]:
         took = time.monotonic() - started
         if took >= _SLOW_STOP_STEP_SECONDS:
             log.info("stopping: the %s took %.1f s", what, took)
+
+
+# ---------------------------------------------------------------------------------------------
+# One gateway per store
+# ---------------------------------------------------------------------------------------------
+#
+# DuckDB lets one process write a file; a second gateway on the same store used to start
+# anyway, store nothing durable and log a traceback every few seconds. So `lore serve` claims
+# the store first: an exclusive lock on a file beside the store's own, which names the gateway
+# holding it and which the system drops when that process ends (kill -9 included).
+
+
+class StoreHeld(Exception):
+    """Another gateway holds this store; the message says which and what to do."""
+
+
+class StoreClaim:
+    """This process's claim on a store (:func:`claim_store`), held until :meth:`release`."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops the lock
+            self._fd = None
+
+
+def store_claim_path(store: Store) -> Path | None:
+    """Where a gateway's claim on ``store`` is kept: beside the store's journal, named after the
+    store (``lore.duckdb.gateway``); ``None`` for a store that keeps nothing across a restart
+    (every gateway then has its own)."""
+    journal = store.journal_dir
+    if journal is None:
+        return None
+    return journal.with_name(journal.name.removesuffix(".journal") + ".gateway")
+
+
+def claim_store(store: Store, url: str) -> StoreClaim | None:
+    """Claim ``store`` for the gateway about to serve at ``url``; raise :class:`StoreHeld`
+    when another gateway holds it. ``None`` when there is nothing to claim, or the claim file
+    cannot be made (the store then reports its own error when it opens)."""
+    path = store_claim_path(store)
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.warning("cannot claim the store at %s: %s", path, exc.strerror or exc)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = _read_claim(fd)
+        os.close(fd)
+        raise StoreHeld(_held_message(store, holder)) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"pid": os.getpid(), "url": url, "since": time.time()}).encode(), 0)
+    return StoreClaim(path, fd)
+
+
+def store_holder(store: Store) -> dict[str, Any] | None:
+    """The gateway holding ``store`` now (``{"pid": ..., "url": ...}``, either may be missing),
+    or ``None`` when no gateway does."""
+    path = store_claim_path(store)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            # A shared lock is granted only while nobody holds the exclusive one.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return _read_claim(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_claim(fd: int) -> dict[str, Any]:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _held_message(store: Store, holder: Mapping[str, Any]) -> str:
+    where = store.location or store.name
+    pid, url = holder.get("pid"), holder.get("url")
+    who = f"the gateway at {url}" if url else "another gateway"
+    if pid:
+        who += f" (pid {pid})"
+    port = str(url).rsplit(":", 1)[-1] if url else ""
+    stop = f"lore stop --port {port}" if port.isdigit() else "lore stop"
+    return (
+        f"the store {where} is in use by {who}. Use that gateway, stop it first ({stop}), "
+        "or give this one another store (LORE_DB_PATH=... or store.path in .lore.json)"
+    )

@@ -23,7 +23,9 @@ def _configure_logging(verbose: bool = False) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from lore_core.gateway import Gateway
+    from lore_core.cli.launcher import forget_serving, gateway_url, record_serving
+    from lore_core.cli.lifecycle import startup_lines
+    from lore_core.gateway import Gateway, StoreHeld, claim_store
     from lore_core.http.serve import CannotListen, serve_forever, tune_malloc
 
     _configure_logging(args.verbose)
@@ -31,8 +33,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     gateway = Gateway.load()
     host = args.host or gateway.config.server.host
     port = args.port if args.port is not None else gateway.config.server.port
+    try:
+        # One gateway per store: a second one would store nothing (lore_core/gateway.py).
+        claim = claim_store(gateway.store, gateway_url(host, port))
+    except StoreHeld as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return 1
+    for line in startup_lines(gateway):
+        print(line, flush=True)
 
     def listening(url: str) -> None:
+        record_serving(port)  # lore stop finds it by its pid file
         print(f"Lore gateway listening on {url}", flush=True)
         print(f"  Anthropic clients: ANTHROPIC_BASE_URL={url}", flush=True)
         print(f"  OpenAI clients:    OPENAI_BASE_URL={url}/v1", flush=True)
@@ -42,6 +53,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except CannotListen as exc:
         print(f"lore: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    finally:
+        forget_serving(port)
+        if claim is not None:
+            claim.release()
     return 0
 
 
@@ -1734,6 +1749,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="is the gateway up; store path, size and counts")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
+
+    # lore stop, lore doctor, lore config (lore_core/cli/lifecycle.py).
+    from lore_core.cli.lifecycle import add_commands as add_lifecycle_commands
+
+    add_lifecycle_commands(sub)
     if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
         _add_plugin_commands(sub)
     return parser

@@ -263,6 +263,132 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
+# ---------------------------------------------------------------------------------------------
+# Finding and stopping a gateway (lore serve, lore stop)
+# ---------------------------------------------------------------------------------------------
+
+
+def record_serving(port: int, data_dir: Path | None = None) -> Path:
+    """``lore serve`` names itself in ``gateway-<port>.pid`` once it listens, so ``lore stop``
+    finds a gateway started in a terminal too (``lore run`` wrote the same pid for the one it
+    started). Written only after the bind: a ``lore serve`` that cannot listen leaves the
+    running gateway's file alone."""
+    pid_path, _ = gateway_files(port, data_dir)
+    pid_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pid_path.write_text(f"{os.getpid()}\n")
+    return pid_path
+
+
+def forget_serving(port: int, data_dir: Path | None = None) -> None:
+    """Remove ``gateway-<port>.pid`` at exit, when it still names this process."""
+    pid_path, _ = gateway_files(port, data_dir)
+    if _read_pid(pid_path) == os.getpid():
+        with contextlib.suppress(OSError):
+            pid_path.unlink()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: alive is all we know
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _command_line(pid: int) -> list[str] | None:
+    """The process's arguments, or ``None`` when this system cannot tell."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.split() if out.returncode == 0 else None
+
+
+def is_gateway_process(pid: int) -> bool:
+    """Whether ``pid`` is a running ``lore serve``: a pid file outlives a gateway killed with
+    ``kill -9``, and its number may have gone to any other process since."""
+    if not process_alive(pid):
+        return False
+    args = _command_line(pid)
+    if args is None:
+        return True
+    return "serve" in args and any("lore" in arg for arg in args)
+
+
+def running_gateways(data_dir: Path | None = None) -> dict[int, int]:
+    """Port -> pid of every gateway a pid file in the data directory names and that runs."""
+    base = data_dir or default_data_dir()
+    found = {}
+    for path in sorted(base.glob("gateway-*.pid")):
+        port = path.stem.removeprefix("gateway-")
+        pid = _read_pid(path)
+        if port.isdigit() and pid is not None and is_gateway_process(pid):
+            found[int(port)] = pid
+    return found
+
+
+class StopResult:
+    """What :func:`stop_gateway` did: ``"absent"`` (no pid file), ``"stale"`` (its process is
+    gone or is not a gateway: the file was removed), ``"stopped"``, or ``"running"`` (it did
+    not exit in time)."""
+
+    def __init__(self, outcome: str, pid: int | None, pid_path: Path) -> None:
+        self.outcome = outcome
+        self.pid = pid
+        self.pid_path = pid_path
+
+
+def stop_gateway(
+    port: int, data_dir: Path | None = None, timeout: float = 80.0, force: bool = False
+) -> StopResult:
+    """Stop the gateway ``gateway-<port>.pid`` names as Ctrl+C would (SIGTERM: in-flight
+    answers finish, queued writes are flushed), waiting up to ``timeout`` seconds; with
+    ``force``, kill it (SIGKILL) when it has not gone by then (the journal keeps what was not
+    written)."""
+    pid_path, _ = gateway_files(port, data_dir)
+    pid = _read_pid(pid_path)
+    if pid is None:
+        return StopResult("absent", None, pid_path)
+    if not is_gateway_process(pid):
+        with contextlib.suppress(OSError):
+            pid_path.unlink()
+        return StopResult("stale", pid, pid_path)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, timeout) and force:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 10.0)
+    if process_alive(pid):
+        return StopResult("running", pid, pid_path)
+    # The gateway removes its own file on a clean exit; not after SIGKILL.
+    if _read_pid(pid_path) == pid:
+        with contextlib.suppress(OSError):
+            pid_path.unlink()
+    return StopResult("stopped", pid, pid_path)
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while process_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @contextlib.contextmanager
 def _exclusive(lock_path: Path) -> Iterator[None]:
     try:
