@@ -300,6 +300,37 @@ def test_an_interrupted_import_resumes(home: Path) -> None:
     assert asyncio.run(store.stats())["messages"] == expected
 
 
+def test_a_stopped_import_lets_the_write_under_way_finish(home: Path) -> None:
+    """Ctrl-C cancels the import; the store is closed next, so the transaction under way must
+    end first (the command closes the store in a ``finally``)."""
+
+    class SlowStore(MemoryStore):
+        writing = False
+
+        async def write(self, batch: Any) -> int:
+            self.writing = True
+            await asyncio.sleep(0.2)
+            added = await super().write(batch)
+            self.writing = False
+            return added
+
+    store = SlowStore()
+
+    async def go() -> None:
+        task = asyncio.create_task(
+            import_history(claude(), CODECS, store, root=home / ".claude" / "projects", batch_messages=1)
+        )
+        while not store.writing:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not store.writing
+
+    asyncio.run(go())
+    assert asyncio.run(store.stats())["messages"] == 6  # the first transcript, whole
+
+
 def test_since_and_project_filter(home: Path) -> None:
     root = home / ".claude" / "projects"
     store = MemoryStore()

@@ -30,9 +30,10 @@ and says to stop the gateway first (:mod:`lore_core.cli.commands`).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -286,7 +287,7 @@ async def import_history(
         nonlocal pending, finished, last_write
         if store is not None and (pending or finished):
             report.new_sessions += await _new_sessions(store, {s.id for s in pending.sessions})
-            report.added += await store.write(pending) if pending else 0
+            report.added += await _uninterrupted(store.write(pending)) if pending else 0
             # After the records: a marker never says done for a source whose records are not stored.
             await store.set_states([(MARKERS, marker_key(harness.name, s), _marker(s)) for s in finished])
         pending, finished, last_write = WriteBatch(), [], time.monotonic()
@@ -347,6 +348,18 @@ def _source_records(
     report.filtered += filtered
     report.messages += messages
     return batch, filtered == 0
+
+
+async def _uninterrupted(write: Coroutine[Any, Any, int]) -> int:
+    """Await a store write that a cancellation (Ctrl-C stops ``asyncio.run`` by cancelling
+    it) does not cut short: the write runs in the store's thread whatever happens here, and
+    the caller closes the store next, which must not happen under a running transaction."""
+    task = asyncio.ensure_future(write)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 async def _new_sessions(store: Store, ids: Iterable[str]) -> int:
