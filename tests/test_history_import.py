@@ -331,6 +331,18 @@ def test_a_stopped_import_lets_the_write_under_way_finish(home: Path) -> None:
     assert asyncio.run(store.stats())["messages"] == 6  # the first transcript, whole
 
 
+def test_what_amnesia_kept_out_of_a_session_stays_out(home: Path) -> None:
+    """The session went through the gateway with /lore:amnesia on from its third message: an
+    import is one more resend of that history, and the ranges hold for it."""
+    store = MemoryStore()
+    sid = "11111111-aaaa-4aaa-8aaa-000000000001"
+    asyncio.run(store.set_state(sid, "amnesia", {"ranges": [[2, None]]}))
+    run_import(claude(), store, home / ".claude" / "projects")
+    _, messages = stored(store, sid)
+    assert sorted(m.position for m in messages) == [0, 0, 1, 1]  # two windows, from 2 on forgotten
+    assert all("undefined symbol" not in m.text for m in messages)  # the tool result, position 2
+
+
 def test_since_and_project_filter(home: Path) -> None:
     root = home / ".claude" / "projects"
     store = MemoryStore()

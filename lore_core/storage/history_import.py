@@ -12,6 +12,8 @@ session: the same blocks, masking, titles, and message ids from the same hash ch
 * a second import stores nothing (the store skips ids it holds), and a later request of the
   client resending that history through the gateway stores nothing twice;
 * each message keeps the time the transcript gives it, and the session its first and last;
+* a session that went through the gateway with ``/lore:amnesia`` on keeps those stretches out,
+  as every resend of its history does (:mod:`lore_core.storage.amnesia`);
 * nothing here indexes or distils: the gateway's background work does that (its indexer
   embeds whatever is not embedded yet; its scheduler distils the sessions it resumes, and
   ``lore distill`` all of them).
@@ -42,6 +44,7 @@ import attrs
 
 from lore_core.interfaces import Codec, Harness, HistorySource, ImportedSession, Store
 from lore_core.model import Exchange, Message
+from lore_core.storage.amnesia import Amnesia, Range
 from lore_core.storage.records import WriteBatch, normal_project, records_from_exchange
 
 #: The pseudo-session whose state holds the done markers (key ``<harness>:<source key>``).
@@ -161,10 +164,18 @@ def _filled(times: list[float], fallback: float) -> list[float]:
     return out
 
 
-def session_records(session: ImportedSession, harness: str, codec: Codec, fallback_time: float) -> WriteBatch:
+def session_records(
+    session: ImportedSession,
+    harness: str,
+    codec: Codec,
+    fallback_time: float,
+    forget: Sequence[Range] = (),
+) -> WriteBatch:
     """The records a gateway would have stored for this session had it proxied it: one
     exchange per context window, no answer (the history holds the answers), each message at
-    the transcript's time (``fallback_time`` where the transcript gives none)."""
+    the transcript's time (``fallback_time`` where the transcript gives none). ``forget``:
+    the session's ``/lore:amnesia`` ranges, kept out as the writer keeps them out of every
+    resend of the history."""
     batch = WriteBatch()
     project = normal_project(session.project) or ""
     path = codec.request_path or (codec.paths[0] if codec.paths else "")
@@ -183,12 +194,13 @@ def session_records(session: ImportedSession, harness: str, codec: Codec, fallba
             upstream="",
             started_at=min(times),
             finished_at=max(times),
+            forget_positions=list(forget),
         )
         records = records_from_exchange(exchange)
-        # No answer and nothing skipped: one record per logical message, in order.
-        if len(records.messages) == len(times):
-            for message, at in zip(records.messages, times, strict=True):
-                message.created_at = at
+        # No answer: every record is a message of the history, ``position`` its index.
+        for message in records.messages:
+            if message.position < len(times):
+                message.created_at = times[message.position]
         batch.extend(records)
     return batch
 
@@ -279,6 +291,7 @@ async def import_history(
             todo.append(source)
     report.bytes_total = sum(s.size for s in todo)
 
+    amnesia = Amnesia(store) if store is not None else None
     pending = WriteBatch()
     finished: list[HistorySource] = []  # read, their records in ``pending``
     last_write = time.monotonic()
@@ -294,7 +307,7 @@ async def import_history(
 
     for source in todo:
         try:
-            batch, complete = _source_records(harness, codecs, source, report, since, wanted)
+            batch, complete = await _source_records(harness, codecs, source, report, since, wanted, amnesia)
         except Exception as exc:  # one unreadable transcript must not stop months of others
             report.failed.append(f"{source.key}: {type(exc).__name__}: {_one_line(exc)}")
         else:
@@ -314,13 +327,14 @@ async def import_history(
     return report
 
 
-def _source_records(
+async def _source_records(
     harness: Harness,
     codecs: Mapping[str, Codec],
     source: HistorySource,
     report: ImportReport,
     since: float | None,
     project: str | None,
+    amnesia: Amnesia | None,
 ) -> tuple[WriteBatch, bool]:
     """The records of one source's sessions that pass the filters (counted in ``report``),
     and whether that was all of them."""
@@ -338,7 +352,10 @@ def _source_records(
         codec = codecs.get(session.api)
         if codec is None:
             raise HistoryImportError(f"no codec for the {session.api!r} API is installed")
-        records = session_records(session, harness.name, codec, source.modified)
+        # A session that went through the gateway with /lore:amnesia on: its ranges hold
+        # for an import as for any resend of its history.
+        forget = await amnesia.load(session.id) if amnesia is not None else []
+        records = session_records(session, harness.name, codec, source.modified, forget)
         if records.messages:
             sessions += 1
             messages += len(records.messages)
