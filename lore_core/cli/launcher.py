@@ -268,15 +268,17 @@ def _read_pid(path: Path) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def record_serving(port: int, data_dir: Path | None = None) -> Path:
+def record_serving(port: int, data_dir: Path | None = None) -> None:
     """``lore serve`` names itself in ``gateway-<port>.pid`` once it listens, so ``lore stop``
     finds a gateway started in a terminal too (``lore run`` wrote the same pid for the one it
     started). Written only after the bind: a ``lore serve`` that cannot listen leaves the
     running gateway's file alone."""
     pid_path, _ = gateway_files(port, data_dir)
-    pid_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    pid_path.write_text(f"{os.getpid()}\n")
-    return pid_path
+    try:
+        pid_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        pid_path.write_text(f"{os.getpid()}\n")
+    except OSError as exc:  # serving matters more; lore stop then says it finds no pid file
+        logging.getLogger("lore").warning("cannot write %s: %s", pid_path, exc.strerror or exc)
 
 
 def forget_serving(port: int, data_dir: Path | None = None) -> None:

@@ -28,10 +28,6 @@ if TYPE_CHECKING:
     from lore_core.gateway import Gateway
     from lore_core.interfaces import Store
 
-#: What ``lore stop`` waits beyond twice ``server.shutdownGraceSeconds`` (the gateway's own stop
-#: budget: Gateway.stop_budget_seconds).
-_STOP_MARGIN_SECONDS = 60.0
-
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The lifecycle subcommands, on the ``lore`` parser."""
@@ -165,6 +161,7 @@ def _plugins_text(pm: pluggy.PluginManager) -> str:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from lore_core.cli.launcher import gateway_files, gateway_url, probe, running_gateways, stop_gateway
+    from lore_core.gateway import STOP_MARGIN_SECONDS
 
     server = ServerConfig()
     if args.port is None and not args.all:
@@ -172,9 +169,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
         # .lore.json must not keep a gateway running).
         server = _bootstrap().config.server
     port = args.port if args.port is not None else server.port
-    timeout = (
-        args.timeout if args.timeout is not None else 2 * server.shutdown_grace_seconds + _STOP_MARGIN_SECONDS
-    )
+    # By default as long as the gateway's own stop may take (Gateway.stop_budget_seconds).
+    budget = 2 * server.shutdown_grace_seconds + STOP_MARGIN_SECONDS
+    timeout = args.timeout if args.timeout is not None else budget
     ports = sorted(running_gateways()) if args.all else [port]
     report: list[dict[str, Any]] = []
     code = 0
@@ -261,10 +258,14 @@ def _doctor_checks() -> Iterator[Check]:
     try:
         boot = bootstrap()
         config, pm, registry = boot.config, boot.pm, boot.registry
-    except (ConfigError, PluginError) as exc:
+    except ConfigError as exc:
         yield Check(FAIL, "config", str(exc), "fix the file or variable named; lore config shows the rest")
         pm = make_plugin_manager()
         registry = Registry.collect(pm)
+    except PluginError as exc:
+        # Two plugins claiming one name: nothing else can be checked reliably.
+        yield Check(FAIL, "plugins", str(exc), "lore plugins lists them; uninstall or disable one")
+        return
     else:
         yield Check(OK, "config", _config_files_text(config) + ": valid")
 
@@ -357,10 +358,13 @@ def _store_checks(
     holder = store_holder(store)
     if holder is not None:
         url = str(holder.get("url") or "")
-        if health is not None and url.endswith(f":{port}"):
-            yield Check(OK, "store", f"{label}: held by the running gateway")
-            return
         who = f"the gateway at {url or '?'} (pid {holder.get('pid', '?')})"
+        if url.endswith(f":{port}"):
+            if health is not None:
+                yield Check(OK, "store", f"{label}: held by the running gateway")
+            else:  # it has claimed the store and does not answer yet, or no longer
+                yield Check(INFO, "store", f"{label}: held by {who}, starting or stopping")
+            return
         other = url.rsplit(":", 1)[-1]
         yield Check(
             FAIL,
