@@ -74,6 +74,18 @@ def test_install_hints_name_the_plugin_folder_in_this_checkout() -> None:
         assert argv[:3] == ["uv", "pip", "install"] or argv[1:4] == ["-m", "pip", "install"], hint
 
 
+def test_without_a_checkout_the_hint_says_to_run_it_in_a_clone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lore installed from wheels: the command names the folder, to run in a clone."""
+    from lore_core import install
+
+    monkeypatch.setattr(install, "checkout_dir", lambda: None)
+    hint = plugin_hint("lore-store-duckdb")
+    assert hint.endswith(
+        " plugins/store_duckdb in a clone of Lore's repository (lore-store-duckdb: not published on PyPI)"
+    )
+    assert sys.executable in hint
+
+
 def test_no_message_tells_to_pip_install_a_plugin_by_name() -> None:
     """The plugins are not on PyPI and some of their names belong to other projects there:
     ``pip install lore-mcp`` would install someone else's package."""
