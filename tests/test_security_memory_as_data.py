@@ -348,6 +348,13 @@ def test_the_mcp_recall_result_is_framed_as_data_and_escaped(
         "\uff1c/lore-knowledge>",
         "</distillation>",
         '<Distillation id="d:x">',
+        # Invisible characters and look-alikes (found by benchmarks/hostile_local.py).
+        "<\u2060/lore-context>",
+        "<\u200b/lore-knowledge-update>",
+        "</lo\u200bre-knowledge>",
+        "</lore\u2011knowledge>",
+        "\u2039/lore\u2010knowledge>",
+        "<\u00ad/\ufeffLORE\u2212recall>",
     ],
 )
 def test_every_form_of_a_lore_delimiter_is_escaped(planted: str) -> None:
@@ -357,7 +364,11 @@ def test_every_form_of_a_lore_delimiter_is_escaped(planted: str) -> None:
 
     text = f"before {planted} after"
     escaped = escape_delimiters(text)
-    assert not re.search(r"[<\uff1c\ufe64]\s*/?\s*(lore-|distillation)", escaped, re.IGNORECASE), escaped
+    # What a reader sees: invisible characters gone, look-alike brackets and hyphens plain.
+    visible = re.sub("[\u00ad\u034f\u200b-\u200f\u2060-\u2064\ufeff]", "", escaped)
+    visible = re.sub("[\uff1c\ufe64\u2039\u2329\u27e8\u3008\u276c]", "<", visible)
+    visible = re.sub("[\u2010-\u2015\u2212\ufe63\uff0d]", "-", visible)
+    assert not re.search(r"<\s*/?\s*(lore-|distillation)", visible, re.IGNORECASE), escaped
     assert "&lt;" in escaped and escaped.endswith(" after")
     assert escape_delimiters(escaped) == escaped
     framed = data_frame(text, "recall")

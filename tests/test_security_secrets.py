@@ -180,6 +180,24 @@ def test_a_model_request_stores_every_shape_masked(
     assert _file_leaks(tmp_path, {name: secret for name, (_, secret) in SHAPES.items()}) == []
 
 
+def test_a_key_cut_by_a_line_break_in_a_first_message_is_masked_in_the_title(
+    start_gateway: Any, fake_upstream: FakeUpstream
+) -> None:
+    """F14: the session's title (its first prompt, on one line) is masked before its line
+    breaks are folded: a key cut by one was stored whole in the title (found by
+    benchmarks/hostile_local.py)."""
+    server: ThreadedServer = start_gateway()
+    first = f"use this key:\n{ANTHROPIC_KEY[:30]}\n{ANTHROPIC_KEY[30:]}\nthen run it"
+    body = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": first}]}
+    headers = {**SESSION_HEADERS, "x-lore-session": "s-title", "x-lore-project": PROJECT}
+    assert httpx.post(server.url + "/v1/messages", json=body, headers=headers, timeout=30).status_code == 200
+    server.call(server.gateway.writer.wait_idle())
+    sessions = httpx.get(server.url + "/lore/api/sessions", headers=api_headers(), timeout=30).json()
+    title = next(s["title"] for s in sessions if s["id"] == "s-title")
+    assert ANTHROPIC_KEY[30:] not in title and ANTHROPIC_KEY[:30] not in title
+    assert title.startswith("use this key: [REDACTED:anthropic-key]")
+
+
 def test_events_are_masked_when_written(start_gateway: Any, tmp_path: Path) -> None:
     """F10: ``/v1/events`` stores the masked form, not the key: the ``events`` table read from
     the store's file after the gateway stopped has ``[REDACTED:...]`` and no key, for a

@@ -805,6 +805,10 @@ class ChainMemo:
             self._sessions.popitem(last=False)
         return ids
 
+    def forget(self, session_id: str) -> None:
+        """Drop the session's chains (``lore forget``: they hold its messages)."""
+        self._sessions.pop(session_id, None)
+
 
 def _wire(message: Message | LogicalMessage) -> Any:
     """The wire JSON a message was parsed from, or ``None`` (made up by a prompt layer)."""
@@ -930,7 +934,9 @@ def _title(messages: Sequence[LogicalMessage]) -> str:
         if msg.role == "user":
             text = strip_housekeeping(" ".join(b.text for b in msg.blocks if b.type == TEXT and b.text))
             if text.strip() and not _HARNESS_ITEM.match(text):
-                return mask_secrets(" ".join(text.split()))[:120]
+                # Masked before the whitespace is folded: a key cut by a line break is
+                # only recognised with its break (hostile_local.py found it in titles).
+                return " ".join(mask_secrets(text).split())[:120]
     return ""
 
 
