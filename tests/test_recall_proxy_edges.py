@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import anthropic
 import httpx
@@ -350,6 +351,94 @@ def test_recall_finds_an_earlier_session_and_restores_after_restart(start_gatewa
     text = json.dumps(stored)
     assert "zebra release" in text and "tools/zebra-release.sh" in text
     assert any(m["role"] == "tool" or "tool_result" in json.dumps(m) for m in stored)
+
+
+ENTRY = "Quokkaflux builds ship from the night lane."
+
+
+def _recall_round_trip(server, api: str, project: str, stream: bool) -> None:
+    """One turn in which the model calls recall (answered in the same response), then the
+    client's next turn carrying what it saw, on ``api``, in session ``s-<api>``."""
+    headers = {"x-session-id": f"s-{api}", "x-lore-project": project}
+    first: list[Any] = [{"role": "user", "content": "Where do the builds ship from?"}]
+    nxt: Any = {"role": "user", "content": "Thanks."}
+    seen: Any
+    if api == "anthropic":
+        claude = anthropic.Anthropic(
+            base_url=server.url, api_key="sk-ant-test-key", max_retries=0, default_headers=headers
+        )
+        message = _ask(claude, first, stream)
+        seen = {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}
+        _ask(claude, [*first, seen, nxt], stream)
+        return
+    client = openai.OpenAI(
+        base_url=server.url + "/v1", api_key="sk-test", max_retries=0, default_headers=headers
+    )
+    if api == "chat":
+        kwargs: dict[str, Any] = dict(model="gpt-4.1", tools=[CHAT_TOOL])
+        completion: Any
+        if stream:
+            with client.chat.completions.stream(messages=first, **kwargs) as s:
+                completion = s.get_final_completion()
+        else:
+            completion = client.chat.completions.create(messages=first, **kwargs)
+        seen = {"role": "assistant", "content": completion.choices[0].message.content}
+        client.chat.completions.create(messages=[*first, seen, nxt], **kwargs)
+        return
+    kwargs = dict(model="gpt-5", tools=[RESPONSES_TOOL])
+    response = _responses_answer(client, stream, input=first, **kwargs)
+    output = [item.model_dump(exclude_none=True) for item in response.output]
+    _responses_answer(client, False, input=[*first, *output, nxt], **kwargs)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["anthropic", "chat", "responses"])
+def test_the_stored_history_is_the_clients_without_the_gateways_prompt(
+    start_gateway, fake_upstream, tmp_path, monkeypatch, api, stream
+):
+    """A recall round's follow-up goes upstream as composed (knowledge in the system
+    part, which Chat Completions carries as messages), but the store records the client's
+    own messages plus the real recall call and result: nothing the gateway put in the
+    prompt, so an entry deleted later is gone from recall too."""
+    from lore_core.context import manager
+
+    monkeypatch.setattr(manager, "STORE_TIMEOUT_SECONDS", 10.0)  # the knowledge read, on a busy box
+    project = tmp_path / "shop"
+    project.mkdir()
+    server = start_gateway()
+    with httpx.Client(base_url=server.url, headers=api_headers(), timeout=30) as api_client:
+        created = api_client.post(
+            "/lore/api/knowledge",
+            json={"project": str(project), "category": "gotcha", "title": "Shipping", "content": ENTRY},
+        )
+        assert created.status_code == 201, created.text
+        entry_id = created.json()["entry"]["logical_id"]
+        fake_upstream.enqueue(
+            Reply(text="", tool_calls=[ToolCall("recall", {"query": "where builds ship"})]),
+            Reply(text="From the night lane."),
+            Reply(text="ok"),
+        )
+        _recall_round_trip(server, api, str(project), stream)
+        first, follow_up, following = fake_upstream.api_requests()
+        for sent in (first, follow_up, following):
+            assert "<lore-" in sent.body.decode() and ENTRY in sent.body.decode()  # the gateway's prompt went
+
+        stored = api_client.get(f"/lore/api/sessions/s-{api}", params={"branches": "all"}).json()["messages"]
+        blocks = [b for m in stored for b in m["blocks"]]
+        results = [b for b in blocks if b["type"] == "tool_result" and b.get("tool_name") == "recall"]
+        assert len(results) == 1 and results[0]["text"].startswith("<lore-recall>")  # the real result
+        assert any(b["type"] == "tool_call" and b["tool_name"] == "recall" for b in blocks)  # and call
+        assert any("From the night lane." in json.dumps(b) for b in blocks)
+        own = [json.dumps(b) for b in blocks if b not in results]
+        assert not [t for t in own if "<lore-" in t or "Quokkaflux" in t]
+        assert "<lore-knowledge" not in json.dumps(stored) and "<lore-context" not in json.dumps(stored)
+        assert [m["role"] for m in stored if m["role"] == "system"] == []
+
+        assert api_client.delete(f"/lore/api/knowledge/{entry_id}").status_code == 200
+        found = api_client.get(
+            "/lore/api/recall", params={"q": "Quokkaflux night lane", "project": str(project)}
+        )
+        assert "Quokkaflux" not in json.dumps(found.json()["results"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ async def handle(gateway: Gateway, codec: Codec, path: str) -> Response:
 async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
     """The answer, through the one relay; the codec's editor rewrites it when the gateway
     owns a recall tool in the request or the usage the client sees must be scaled."""
-    assert turn.sent is not None and turn.exchange is not None
+    assert turn.sent is not None and turn.exchange is not None and turn.client_view is not None
     codec, view = turn.codec, turn.sent
     is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
     limit = gateway.context_limit(view.model)
@@ -106,6 +106,7 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
             codec=codec,
             recall=codec.recall,
             view=view,
+            client_view=turn.client_view,
             exchange=turn.exchange,
             send=send_follow_up,
             run=run_for(gateway, turn.session_id, turn.project),

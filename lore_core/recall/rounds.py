@@ -1,7 +1,9 @@
 """Recall rounds: the model called ``recall``, so the gateway runs the search(es), sends
 the follow-up upstream (the request as sent + the assistant turn + the tool results,
 rendered by the codec so the bytes are deterministic) and the relay splices the
-continuation into the same client response. Mixed with the client's own tool calls, the
+continuation into the same client response. The follow-up's exchange records the client's
+own request + the same turn and results, never the composed prompt (in Chat Completions
+the gateway's system text is messages of it). Mixed with the client's own tool calls, the
 client gets its calls and the recall result is kept for the next request
 (:class:`~lore_core.recall.memory.RecallMemory`)."""
 
@@ -39,6 +41,7 @@ class RecallRounds:
         codec: Codec,
         recall: RecallWire,
         view: RequestView,
+        client_view: RequestView,
         exchange: Exchange,
         send: Sender,
         run: Callable[[Any], Awaitable[str]],
@@ -47,7 +50,10 @@ class RecallRounds:
     ) -> None:
         self.codec = codec
         self.recall = recall
+        # The request as it went upstream (composed), and as the client sent it (earlier
+        # recalls restored): follow-ups extend the first, their exchanges the second.
         self.view = view
+        self.client_view = client_view
         self.exchange = exchange
         self.send = send
         self.run = run
@@ -77,24 +83,29 @@ class RecallRounds:
                 )
         return results
 
-    def followup_body(self) -> tuple[RequestView, bytes]:
-        view = attrs.evolve(
-            self.view,
-            messages=list(self.view.messages) + self.recall.messages(self.appended),
-            modified=True,
+    def followup(self) -> tuple[Exchange, bytes]:
+        """The next follow-up: its exchange, whose request is the client's own view plus the
+        recall turns so far (what the store records and the client's next request, restored,
+        resends), and the body that goes upstream, the composed view plus the same turns."""
+        appended = self.recall.messages(self.appended)
+        sent = attrs.evolve(self.view, messages=[*self.view.messages, *appended], modified=True)
+        body = json.dumps(self.codec.render(sent), ensure_ascii=False).encode()
+        client = attrs.evolve(
+            self.client_view, messages=[*self.client_view.messages, *appended], modified=True
         )
-        return view, json.dumps(self.codec.render(view), ensure_ascii=False).encode()
+        return self.round_exchange(client), body
 
-    def round_exchange(self, view: RequestView) -> Exchange:
+    def round_exchange(self, request: RequestView) -> Exchange:
         base = self.exchange
         return Exchange(
             api=base.api,
             path=base.path,
-            request=view,
+            request=request,
             harness=base.harness,
             session_id=base.session_id,
             project=base.project,
             upstream=base.upstream,
+            server_state=base.server_state,
         )
 
     async def _marker_round(self, result: RoundResult) -> tuple[list[str], dict[str, str]]:
@@ -143,8 +154,8 @@ class RecallRounds:
             self.visible_before = result.visible
         self.markers.extend(markers)
         self.appended.extend(result.assistant + self.recall.result_items(results))
-        view, body = self.followup_body()
-        return markers, self.round_exchange(view), body
+        exchange, body = self.followup()
+        return markers, exchange, body
 
 
 def run_for(gateway: Any, session: str, project: str) -> Callable[[Any], Awaitable[str]]:
