@@ -54,10 +54,11 @@ from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, bootstrap
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.memory import RecallMemory
-from lore_core.recall.sources import vector_index_name
+from lore_core.recall.sources import StoreSessionDirectory, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import TOOL_NAME
 from lore_core.storage.amnesia import Amnesia
+from lore_core.storage.forget import ForgetReport, forget_stored_session
 from lore_core.storage.journal import Journal
 from lore_core.storage.private import private_directory
 from lore_core.storage.records import logical_messages, normal_project
@@ -70,6 +71,12 @@ log = logging.getLogger("lore.gateway")
 SPEND_SAVE_SECONDS = 5.0
 #: Sessions whose last upstream call the spend throttle remembers (most recent ones).
 MAX_THROTTLED_SESSIONS = 10_000
+#: How long a forget waits for the store to write what it was given before.
+FORGET_SETTLE_SECONDS = 30.0
+
+
+class ForgetFailed(Exception):
+    """A forget that could not start; the message says why and that nothing was forgotten."""
 
 
 async def await_all(results: Iterable[Any]) -> None:
@@ -119,8 +126,11 @@ class Gateway:
         self._spend_saver: asyncio.Task[None] | None = None
         self.throttle = Throttle(config.budget.max_delay_seconds)
         self._last_upstream_at: dict[str, float] = {}
-        # /lore:amnesia: conversation positions of a session the store must not keep.
+        # /lore:amnesia: conversation positions of a session the store must not keep; and
+        # what `lore forget` forgot, which the writer drops when a client resends it.
         self.amnesia = Amnesia(self.store)
+        self.writer.forget_marks = self.amnesia
+        self._forgetting = asyncio.Lock()
         # Whose memory a model request may reach (lore_core/pipeline/ownership.py): each
         # session's owning credentials (kept in the store), the loopback client's OS user,
         # the upstreams memory may go to.
@@ -515,6 +525,55 @@ class Gateway:
         except Exception as exc:
             log.warning("could not read the store for /lore:status: %s", exc)
         return status
+
+    async def forget_session(self, session_id: str) -> ForgetReport | None:
+        """``lore forget``: remove the session from the store and from what the gateway holds
+        of it, and keep a resent history of it out (:mod:`lore_core.storage.forget`). ``None``
+        when the store has nothing of it. Raises :class:`ForgetFailed` when the store cannot
+        take what was submitted before (it would be written after the forget).
+
+        Turns of the session that finish while this runs are not stored; the session's turns
+        after it are (a history the client resends is not)."""
+        async with self._forgetting:  # one at a time: each rewrites the store's files
+            at = time.time()
+            self.amnesia.hold(session_id)
+            try:
+                try:
+                    # What was submitted before (the session's last turns) reaches the store,
+                    # and so what is forgotten, and leaves the journal.
+                    await self.writer.wait_idle(timeout=FORGET_SETTLE_SECONDS)
+                    await self.writer.release_journal()
+                except TimeoutError:
+                    raise ForgetFailed(
+                        f"the store has not written what it was given within {FORGET_SETTLE_SECONDS:.0f} s "
+                        f"({self.writer.error or 'busy'}); nothing was forgotten, try again"
+                    ) from None
+                async with self.distiller.forgetting(session_id):
+                    report = await forget_stored_session(self.store, self.amnesia, session_id, at)
+            finally:
+                self.amnesia.release(session_id)
+            if report is None:
+                return None
+            # What the gateway holds in memory goes too: the writer's chains and known ids,
+            # the context manager's state (the last request, distillations as prefix parts),
+            # the recall tool's records, recall's cached session titles.
+            mark = self.amnesia.forgotten(session_id)
+            self.writer.forget(session_id, mark.ids if mark is not None else ())
+            self.context.forget(session_id)
+            self.recall_memory.forget(session_id)
+            for engine in (self.recall, self.pack_engine):
+                if isinstance(engine.sessions, StoreSessionDirectory):
+                    engine.sessions.forget(session_id)
+            log.info(
+                "forgot session %s: %d messages, %d distillations, %d passages, %d vectors (%.2f s)",
+                session_id,
+                report.messages,
+                report.distillations,
+                report.passages,
+                report.vectors,
+                report.seconds,
+            )
+            return report
 
     def exchange_finished(self, exchange: Exchange) -> None:
         """Hand a finished exchange to the plugins (they only enqueue work). Runs before the

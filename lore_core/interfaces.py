@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from lore_core.pipeline.turn import Turn
     from lore_core.storage.entities import Entity
     from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
+    from lore_core.storage.forget import ForgetReport
     from lore_core.storage.knowledge import (
         KnowledgeContradiction,
         KnowledgeDecision,
@@ -643,6 +644,20 @@ class Store(Protocol):
         """Bring the full-text index fully up to date now and return the items it indexed;
         ``progress(done, total)`` as it goes. After the passage or tag rules changed
         (:data:`lore_core.storage.passages.FULLTEXT_RULES`) this is the rebuild (``lore reindex``)."""
+
+    # -- forgetting (lore_core.storage.forget) ---------------------------------------------
+
+    async def forget_session(self, session_id: str, keep_state: Sequence[str] = ()) -> ForgetReport:
+        """Remove the session for good: its row, its messages, its distillations (every
+        generation), their full-text passages and vectors (every model's), and its state but
+        the keys in ``keep_state``; ``found`` is false when the store had no row, message or
+        distillation of it (the rest is removed all the same). Afterwards no read, search or
+        vector search returns any of it, and no file of the store holds its text: a backend
+        that keeps deleted data in its files (free pages, unmerged deletions, old versions)
+        rewrites them before it returns. Other sessions are untouched (their vectors stay, so
+        nothing becomes pending). The kernel's mark that keeps a resent history out is a state
+        key it keeps (:mod:`lore_core.storage.forget`)."""
+        raise _not_implemented(self, "forgetting")
 
     # -- distillations (tier 2) ------------------------------------------------------------
 

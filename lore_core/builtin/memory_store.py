@@ -14,6 +14,7 @@ import copy
 import math
 import operator
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Store, StoreFactory
 from lore_core.storage.entities import Entity, entity_order
 from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
+from lore_core.storage.forget import ForgetReport
 from lore_core.storage.knowledge import (
     DEFAULT_CONFIDENCE,
     INITIAL_CONFIDENCE,
@@ -89,8 +91,8 @@ class MemoryStore(Store):
         # Passage key -> (item id as search shows it, the passage).
         self._passages: dict[str, tuple[str, Passage]] = {}
         # Every message and distillation in arrival order: (kind, id); the index is the
-        # item's embedding cursor (1-based).
-        self._arrivals: list[tuple[str, str]] = []
+        # item's embedding cursor (1-based). A forgotten item leaves None (cursors stay).
+        self._arrivals: list[tuple[str, str] | None] = []
         # model -> {"dimensions": int, "done": highest embedded cursor,
         #           "rows": [(kind, item id, chunk, vector)]}
         self._vectors: dict[str, dict[str, Any]] = {}
@@ -149,6 +151,56 @@ class MemoryStore(Store):
             self._terms[key] = terms
             self._lengths[key] = sum(terms.values())
             self._df.update(terms.keys())
+
+    def _unindex(self, item_ids: set[str]) -> int:
+        """Drop every passage of these items (ids as search shows them); returns how many."""
+        keys = [key for key, (item_id, _) in self._passages.items() if item_id in item_ids]
+        for key in keys:
+            del self._passages[key]
+            self._lengths.pop(key, None)
+            self._df.subtract(self._terms.pop(key, Counter()).keys())
+        self._df = +self._df  # terms no passage has any more are gone, not at zero
+        return len(keys)
+
+    # -- forgetting ------------------------------------------------------------------------
+
+    async def forget_session(self, session_id: str, keep_state: Sequence[str] = ()) -> ForgetReport:
+        started = time.monotonic()
+        message_ids = set(self._by_session.pop(session_id, []))
+        distillation_ids = {d.id for d in self._distillations.values() if d.session_id == session_id}
+        found = session_id in self._sessions or bool(message_ids or distillation_ids)
+        for ident in message_ids:
+            del self._messages[ident]
+        for ident in distillation_ids:
+            del self._distillations[ident]
+        self._sessions.pop(session_id, None)
+        passages = self._unindex(message_ids | {DISTILLATION_PREFIX + i for i in distillation_ids})
+        gone = {(VECTOR_MESSAGE, i) for i in message_ids} | {
+            (VECTOR_DISTILLATION, i) for i in distillation_ids
+        }
+        # Cursors stay where they are: the vectors of everything else are still written.
+        self._arrivals = [None if a in gone else a for a in self._arrivals]
+        vectors = 0
+        for index in self._vectors.values():
+            kept = [row for row in index["rows"] if (row[0], row[1]) not in gone]
+            vectors += len(index["rows"]) - len(kept)
+            index["rows"] = kept
+        keys = sorted(k for (s, k) in self._state if s == session_id and k not in keep_state)
+        for key in keys:
+            del self._state[(session_id, key)]
+        await asyncio.sleep(0)
+        seconds = time.monotonic() - started
+        return ForgetReport(
+            session_id,
+            found,
+            messages=len(message_ids),
+            distillations=len(distillation_ids),
+            passages=passages,
+            vectors=vectors,
+            state_keys=tuple(keys),
+            seconds=seconds,
+            steps={"rows": seconds},
+        )
 
     async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
         new = distillation.id not in self._distillations
@@ -291,8 +343,13 @@ class MemoryStore(Store):
     async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
         done = self._vectors.get(model, {}).get("done", 0)
         out: list[EmbeddingItem] = []
-        for cursor in range(done + 1, min(len(self._arrivals), done + max(0, limit)) + 1):
-            kind, ident = self._arrivals[cursor - 1]
+        for cursor in range(done + 1, len(self._arrivals) + 1):
+            if len(out) >= limit:
+                break
+            arrival = self._arrivals[cursor - 1]
+            if arrival is None:
+                continue  # forgotten
+            kind, ident = arrival
             owner = self._owner(kind, ident)
             assert owner is not None
             item = EmbeddingItem(
@@ -311,6 +368,8 @@ class MemoryStore(Store):
             )
         rows: list[tuple[str, str, int, list[float]]] = []
         for iv in items:
+            if self._owner(iv.item.kind, iv.item.id) is None:
+                continue  # forgotten since it was read as pending
             for chunk, vector in zip(iv.passage_indexes(), iv.vectors, strict=True):
                 if len(vector) != dimensions:
                     raise VectorDimensionError(f"a vector of {len(vector)} dimensions, expected {dimensions}")
@@ -378,7 +437,7 @@ class MemoryStore(Store):
                 "dimensions": index["dimensions"],
                 "vectors": len(index["rows"]),
                 "items": len({(k, i) for k, i, _, _ in index["rows"]}),
-                "pending": len(self._arrivals) - index["done"],
+                "pending": sum(1 for a in self._arrivals[index["done"] :] if a is not None),
             }
         return out
 

@@ -168,6 +168,12 @@ class _ApiReader:
     ) -> list[dict[str, Any]]:
         return self._get("/search", q=query, session=session, project=project, limit=limit)
 
+    def forget(self, session: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        # Long for a large store: its files are rewritten without the session.
+        return self._get(f"/sessions/{quote(session, safe='')}", _method="DELETE", _timeout=3600)
+
     def status(self) -> dict[str, Any]:
         return self._get("/status")
 
@@ -328,6 +334,26 @@ class _DirectReader:
             "state": self._run(self.store.session_state(session)),
             "messages": [attrs.asdict(m) for m in messages],
         }
+
+    def forget(self, session: str) -> dict[str, Any]:
+        import time
+
+        from lore_core.storage.amnesia import Amnesia
+        from lore_core.storage.forget import forget_stored_session, scrub_journal
+        from lore_core.storage.journal import JournalError
+
+        # No gateway holds the store: the journal a dead one left, the mark and the store's
+        # forget are all there is (a gateway started later reads the mark and drops what a
+        # client resends).
+        try:
+            journaled = scrub_journal(self.store.journal_dir, session)
+        except JournalError as exc:
+            raise _CommandError(str(exc), 3) from None
+        forgetting = forget_stored_session(self.store, Amnesia(self.store), session, time.time(), journaled)
+        report = self._run(forgetting)
+        if report is None:
+            raise _CommandError(f"no session {session!r}", 1)
+        return report.as_json()
 
     def search(
         self, query: str, session: str | None, project: str | None, limit: int
@@ -724,6 +750,58 @@ def cmd_show(args: argparse.Namespace) -> int:
         print()
         for m in data["messages"]:
             print("\n".join(_render_message(m)))
+        return 0
+
+    return _with_reader(args, action)
+
+
+def _confirmed(question: str) -> bool:
+    """Ask on stderr (stdout stays the command's output), answer on stdin: yes or not."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    def action(reader: Any) -> int:
+        if not args.yes:
+            session = reader.show(args.session, True)["session"]  # a 404 says there is none
+            what = (
+                f"session {session['id']} ({session['message_count']} messages, "
+                f"project {session['project'] or '-'})"
+            )
+            if not sys.stdin.isatty():
+                raise _CommandError(f"this removes {what} for good; run it again with --yes", 2)
+            question = (
+                f"Forget {what}? Its messages, distillations and index entries are removed for good, "
+                "and a client resending its history does not store it again."
+            )
+            if not _confirmed(question):
+                print("lore: nothing was forgotten", file=sys.stderr)
+                return 1
+        report = reader.forget(args.session)
+        if args.json:
+            _print_json(report)
+            return 0
+        print(
+            f"forgot session {report['session_id']}: {report['messages']} messages, "
+            f"{report['distillations']} distillations, {report['passages']} index passages, "
+            f"{report['vectors']} vectors ({report['seconds']:.2f} s)"
+        )
+        if report["bytes_before"]:
+            print(
+                f"the store's files were rewritten without them: {_mib(report['bytes_before'])} -> "
+                f"{_mib(report['bytes_after'])}"
+            )
+        print("a client resending this session's history does not store it again; its new turns are stored")
+        if report["knowledge"]:
+            print(
+                f"kept: {len(report['knowledge'])} knowledge entries curated from it "
+                f"({', '.join(report['knowledge'])}); `lore knowledge delete <id>` removes one"
+            )
         return 0
 
     return _with_reader(args, action)
@@ -1503,6 +1581,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)
+
+    forget = sub.add_parser(
+        "forget",
+        help="remove a session and everything derived from it, for good",
+        description=(
+            "Remove a stored session for good: its messages, distillations, full-text and vector "
+            "index entries and state, and their bytes in the store's files. A client that resends "
+            "the session's history does not store it again; new turns of the session are stored. "
+            "Asks before it does (--yes does not)."
+        ),
+        epilog="example: lore forget 3f9c2a7e-1b44-4c55-9d0e-2f6a8b1c0d13 --yes",
+    )
+    forget.add_argument("session", help="the session id (see lore sessions)")
+    forget.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    forget.add_argument("--json", action="store_true", help="print what was removed as JSON")
+    forget.set_defaults(func=cmd_forget)
 
     search = sub.add_parser("search", help="full-text (BM25) search over stored messages")
     search.add_argument("query")

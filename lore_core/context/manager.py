@@ -535,6 +535,12 @@ class ContextManager:
             for sid, _ in by_age[:extra]:
                 self._forget(sid)
 
+    def forget(self, session_id: str) -> None:
+        """Drop what is held of a session (``lore forget``): its state holds the last
+        request's messages and its distillations as prefix parts."""
+        if session_id in self.sessions:
+            self._forget(session_id)
+
     def _forget(self, session_id: str) -> None:
         del self.sessions[session_id]
         self._urgent_at.pop(session_id, None)

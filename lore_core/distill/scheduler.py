@@ -46,10 +46,11 @@ estimate; every run resets it from what the store held.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -467,6 +468,26 @@ class DistillScheduler:
             # the run changed the time seen, and keeps the session tracked).
             self._untrack(sid)
         return report
+
+    @contextlib.asynccontextmanager
+    async def forgetting(self, session_id: str) -> AsyncIterator[None]:
+        """Hold distillation of a session off while ``lore forget`` removes it: its run in
+        progress is cancelled (what it would write is derived from what goes), none starts
+        until the block ends, and the session is no longer tracked afterwards."""
+        task = self._tasks.get(session_id)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        async with self._lock(session_id):
+            try:
+                yield
+            finally:
+                self._untrack(session_id)
+                self._turned.discard(session_id)
+                self._backlog.pop(session_id, None)
+                self._failures.pop(session_id, None)
+                self._retry_at.pop(session_id, None)
 
     def _untrack(self, sid: str) -> None:
         """Forget a session until its next request."""

@@ -3,8 +3,9 @@
 
 DuckDB lets one process hold the database file, so while the gateway runs every other
 process reads the store through here. Read-only except ``POST /distill`` (which only runs
-what the scheduler would run on idle) and the knowledge routes (every write goes through the
-gateway's :class:`~lore_core.knowledge.book.KnowledgeBook`, under its rules). Every route
+what the scheduler would run on idle), ``DELETE /sessions/<id>`` (``lore forget``) and the
+knowledge and entity routes (every write goes through the gateway's
+:class:`~lore_core.knowledge.book.KnowledgeBook` or its entity book, under their rules). Every route
 needs the gateway token, and answers loopback clients only unless ``server.allowRemote`` is
 set: :mod:`lore_core.http.access` checks both (and Host and Origin) before any route runs.
 """
@@ -106,6 +107,23 @@ async def session(session_id: str) -> Response:
             "messages": [attrs.asdict(m) for m in messages],
         },
     )
+
+
+@api.delete("/sessions/<path:session_id>")
+async def session_forget(session_id: str) -> Response:
+    """``lore forget``: the session and everything derived from it go, for good; a client
+    resending its history does not bring it back (:mod:`lore_core.storage.forget`). Answers
+    what was removed and what it cost; 404 when the store has nothing of the session; 503
+    when the store cannot take what it was given first (nothing is forgotten then)."""
+    from lore_core.gateway import ForgetFailed
+
+    try:
+        report = await _gateway().forget_session(session_id)
+    except ForgetFailed as exc:
+        return _json(503, {"error": str(exc)})
+    if report is None:
+        return _json(404, {"error": f"no session {session_id!r}"})
+    return _json(200, report.as_json())
 
 
 @api.get("/search")

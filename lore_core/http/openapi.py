@@ -288,7 +288,14 @@ def document() -> dict[str, Any]:
                 "one session's conversation",
                 {"200": _json(_OBJECT), **_errors(404)},
                 params=[_path("session_id", "the session id"), _query("branches", "all: every branch")],
-            )
+            ),
+            "delete": _op(
+                "forget the session: its messages and everything derived from them leave the store "
+                "and its files, and a client resending its history does not bring it back "
+                "(lore forget); answers what was removed and what it cost",
+                {"200": _json(_OBJECT), **_errors(404, 503)},
+                params=[_path("session_id", "the session id")],
+            ),
         },
         "/lore/api/search": {
             "get": _op(

@@ -73,6 +73,10 @@ class RecallMemory:
         while len(self._cache) > MAX_CACHED_SESSIONS:
             self._cache.pop(next(iter(self._cache)))
 
+    def forget(self, session_id: str) -> None:
+        """Drop the session's cached records (``lore forget``; the store drops its own)."""
+        self._cache.pop(session_id, None)
+
     async def add(self, session_id: str, record: dict[str, Any]) -> None:
         records = list(await self.records(session_id))
         records.append(record)

@@ -172,6 +172,11 @@ class StoreSessionDirectory:
         self._cache[project] = (now, found)
         return found
 
+    def forget(self, session_id: str) -> None:
+        """Drop a forgotten session's title from every cached list (``lore forget``)."""
+        for project, (at, found) in list(self._cache.items()):
+            self._cache[project] = (at, [(sid, title) for sid, title in found if sid != session_id])
+
 
 class Opener(Protocol):
     async def open(self, key: str) -> SourceHit | None:

@@ -22,13 +22,14 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
 from lore_core.install import plugin_hint
 from lore_core.interfaces import Store, StoreFactory
 from lore_core.model import Exchange
+from lore_core.storage.forget import ForgetMark, drop_forgotten
 from lore_core.storage.journal import Journal, JournalError
 from lore_core.storage.records import ChainMemo, StoreUnavailable, WriteBatch, records_from_exchange
 
@@ -41,6 +42,19 @@ MAX_BATCH_EXCHANGES = 2000
 #: skipped by the store instead).
 KNOWN_IDS = 100_000
 _BACKOFF = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class ForgetMarks(Protocol):
+    """Where the writer finds what of a session was forgotten (``lore forget``; the gateway's
+    :class:`~lore_core.storage.amnesia.Amnesia`)."""
+
+    def forgotten(self, session_id: str) -> ForgetMark | None:
+        """The session's mark, from memory (``None``: nothing forgotten)."""
+        ...
+
+    async def load(self, session_id: str) -> Any:
+        """Read the session's mark from the store into memory."""
+        ...
 
 
 class StoreWriter:
@@ -79,11 +93,15 @@ class StoreWriter:
         #: Called with the number of new messages after each write that added some (the
         #: vector indexer wakes on it). Must be cheap and not block.
         self.listeners: list[Callable[[int], None]] = []
+        #: What of each session was forgotten: what a client resends of it is dropped before
+        #: it is journaled or queued (lore_core.storage.forget). ``None``: nothing is.
+        self.forget_marks: ForgetMarks | None = None
         self.stats: dict[str, Any] = {
             "exchanges": 0,
             "messages_written": 0,
             "batches": 0,
             "dropped_messages": 0,
+            "forgotten_messages": 0,
             "last_flush_at": None,
         }
 
@@ -95,6 +113,7 @@ class StoreWriter:
         self._idle.set()
         await self._try_open()
         self._replay_journal()
+        await self._drop_forgotten_replay()
         self._task = asyncio.create_task(self._run(), name="lore-store-writer")
 
     def _replay_journal(self) -> None:
@@ -124,6 +143,18 @@ class StoreWriter:
             assert self._idle is not None
             self._idle.clear()
             self._wakeup.set()
+
+    async def _drop_forgotten_replay(self) -> None:
+        """A replayed record of a session forgotten since it was journaled is not written
+        (``lore forget`` waits for the journal to empty, so this is for a crash in between)."""
+        if self.forget_marks is None or not self._pending:
+            return
+        for session_id in {m.session_id for m in self._pending.messages}:
+            await self.forget_marks.load(session_id)
+        self._pending, dropped = drop_forgotten(self._pending, self.forget_marks.forgotten)
+        if dropped:
+            self.stats["forgotten_messages"] += dropped
+            log.warning("store: %d replayed messages belong to forgotten sessions; not written", dropped)
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Flush everything queued, then close the store."""
@@ -171,6 +202,14 @@ class StoreWriter:
         except Exception:
             log.exception("store: could not turn an exchange of session %s into records", exchange.session_id)
             return
+        if self.forget_marks is not None:
+            try:
+                batch, dropped = drop_forgotten(batch, self.forget_marks.forgotten, exchange.started_at)
+            except Exception:
+                # Never store what may be forgotten: the exchange is dropped whole.
+                log.exception("store: could not check session %s for forgotten messages", exchange.session_id)
+                return
+            self.stats["forgotten_messages"] += dropped
         # Known from now on: the session's next exchange resends these and must not queue
         # them again. Dropped pending messages are forgotten again (_bound_pending).
         for m in batch.messages:
@@ -202,6 +241,23 @@ class StoreWriter:
         """Whether one of these messages was submitted lately (written or still queued):
         what the store may not have yet."""
         return any(mid in self._known for mid in message_ids)
+
+    def forget(self, session_id: str, message_ids: Collection[str]) -> None:
+        """Drop a forgotten session from what the writer remembers (its chains, the ids it
+        knows as stored) and from what waits to be written (nothing, once :meth:`wait_idle`
+        returned, unless a write failed meanwhile)."""
+        self._chains.forget(session_id)
+        for ident in message_ids:
+            self._known.pop(ident, None)
+        if self._pending.messages:
+            self._pending.messages = [m for m in self._pending.messages if m.session_id != session_id]
+
+    async def release_journal(self) -> None:
+        """Delete the journal's segments whose records are written (a flush with nothing new
+        to write seals the current segment): after :meth:`wait_idle`, what was submitted before
+        is then in the store only."""
+        if self._queue is not None:
+            await self._flush_once()
 
     @property
     def queued(self) -> int:

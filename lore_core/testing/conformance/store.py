@@ -597,6 +597,136 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
+    # -- forgetting a session -----------------------------------------------------------------
+
+    def _forget_corpus(self) -> WriteBatch:
+        """Session ``s-gone`` (unique words in a prompt, a tool's call and output and an
+        answer) and session ``s-kept`` beside it, in the same project."""
+        gone = exchange(
+            [
+                text("user", "the zanzibarquux secret plan, please"),
+                tool_call("Bash", "call_9", {"command": "cat xylophonequartz.txt"}, say="Reading it"),
+                tool_result("call_9", "the file says marmalade7741 and the wombat sleeps"),
+            ],
+            answer("Noted: yodelfrost is the answer."),
+            session="s-gone",
+            at=1000.0,
+        )
+        kept = exchange(
+            [text("user", "the wombat plan for the kept session")],
+            answer("kept answer about the wombat"),
+            session="s-kept",
+            at=2000.0,
+        )
+        return batch_of(gone, kept)
+
+    def test_forget_session_removes_it_and_nothing_else(self, make_store: Callable[[], Store]) -> None:
+        unique = ("zanzibarquux", "xylophonequartz", "marmalade7741", "yodelfrost", "quokkaplan")
+
+        async def body(store: Store) -> None:
+            try:
+                await store.forget_session("nothing-yet")
+            except NotImplementedError:
+                pytest.skip(f"the {store.name} store cannot forget")
+            vectors = True
+            try:
+                await store.vector_stats()
+            except NotImplementedError:
+                vectors = False
+            await store.write(self._forget_corpus())
+            ids = [m.id for m in await store.session_messages("s-gone")]
+            kept_ids = [m.id for m in await store.session_messages("s-kept")]
+            assert len(ids) == 4 and len(kept_ids) == 2
+            obs = self._distillation(0, "- quokkaplan: the zanzibarquux plan", ids[:2], session="s-gone")
+            meta = self._distillation(1, "## quokkaplan consolidated", [obs.id], session="s-gone", at=6000.0)
+            other = self._distillation(0, "- the wombat plan kept", kept_ids, session="s-kept")
+            await store.write_distillation(obs)
+            await store.write_distillation(meta, archive=[obs.id])
+            await store.write_distillation(other)
+            for key in ("forceMinLayer", "recall.restore", "amnesia"):
+                await store.set_state("s-gone", key, {"k": key})
+            await store.set_state("s-kept", "forceMinLayer", 2)
+            if vectors:
+                assert await self._embed_pending(store) > 0
+            before = (await store.vector_stats(self.MODEL))[self.MODEL]["vectors"] if vectors else 0
+            assert await store.search("zanzibarquux")  # found before it is forgotten
+            assert {h.session_id for h in await store.search("wombat")} == {"s-gone", "s-kept"}
+
+            report = await store.forget_session("s-gone", keep_state=["amnesia"])
+
+            assert report.session_id == "s-gone" and report.found
+            assert (report.messages, report.distillations) == (4, 2)
+            assert report.passages >= 6  # each message and distillation has a passage at least
+            assert report.state_keys == ("forceMinLayer", "recall.restore")
+            assert report.seconds >= 0 and all(v >= 0 for v in report.steps.values())
+            assert await store.get_session("s-gone") is None
+            assert await store.session_messages("s-gone") == []
+            assert await store.get_messages(ids) == []
+            assert await store.list_distillations("s-gone") == []
+            assert await store.get_distillation(obs.id) is None
+            assert await store.get_distillation(meta.ref) is None
+            assert await store.distilled_message_ids("s-gone") == set()
+            assert await store.session_state("s-gone") == {"amnesia": {"k": "amnesia"}}
+            for word in unique:
+                assert await store.search(word) == [], word
+            assert {h.session_id for h in await store.search("wombat")} == {"s-kept"}
+            # The other session is untouched.
+            assert [s.id for s in await store.list_sessions()] == ["s-kept"]
+            assert [m.id for m in await store.session_messages("s-kept")] == kept_ids
+            assert [d.id for d in await store.list_distillations()] == [other.id]
+            assert await store.session_state("s-kept") == {"forceMinLayer": 2}
+            stats = await store.stats()
+            assert (stats["sessions"], stats["messages"], stats["distillations"]) == (1, 2, 1)
+            if vectors:
+                assert report.vectors > 0
+                after = (await store.vector_stats(self.MODEL))[self.MODEL]
+                assert after["vectors"] == before - report.vectors and after["pending"] == 0
+                assert await store.pending_embeddings(self.MODEL) == []  # nothing to re-embed
+                hits = await store.vector_search(self.MODEL, self._unit(0.0, 0.0, 0.1, 1.0), limit=20)
+                assert hits and {h.session_id for h in hits} == {"s-kept"}
+
+            # Forgetting again finds nothing; an unknown session likewise.
+            again = await store.forget_session("s-gone", keep_state=["amnesia"])
+            assert not again.found and (again.messages, again.distillations, again.vectors) == (0, 0, 0)
+            assert not (await store.forget_session("never-there")).found
+            # The store itself does not refuse the session later (the kernel's writer decides
+            # what of a resent history is stored): written again, it is new.
+            assert await store.write(self._forget_corpus()) == 4
+            assert [h.session_id for h in await store.search("zanzibarquux")] == ["s-gone"]
+            if vectors:
+                pending = await store.pending_embeddings(self.MODEL)
+                assert {p.session_id for p in pending} == {"s-gone"} and len(pending) == 4
+
+        self.run(make_store, body)
+
+    def test_forget_session_persists_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+
+        async def write(store: Store) -> None:
+            try:
+                await store.forget_session("nothing-yet")
+            except NotImplementedError:
+                pytest.skip(f"the {store.name} store cannot forget")
+            await store.write(self._forget_corpus())
+            gone = [m.id for m in await store.session_messages("s-gone")]
+            await store.write_distillation(self._distillation(0, "- zanzibarquux", gone, session="s-gone"))
+            assert (await store.forget_session("s-gone")).found
+
+        async def read(store: Store) -> None:
+            assert await store.get_session("s-gone") is None
+            assert await store.session_messages("s-gone") == []
+            assert await store.list_distillations("s-gone") == []
+            assert await store.search("zanzibarquux") == [] and await store.search("yodelfrost") == []
+            assert [h.session_id for h in await store.search("wombat")] == ["s-kept", "s-kept"]
+            # Writes and searches go on as before.
+            more = exchange([text("user", "a fresh ocelot question")], session="s-new", at=3000.0)
+            assert await store.write(batch_of(more)) == 1
+            assert [h.session_id for h in await store.search("ocelot")] == ["s-new"]
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)
+
     # -- long-term knowledge ---------------------------------------------------------------
 
     #: "Use tabs" in fullwidth letters, the same title under NFKC.

@@ -50,11 +50,11 @@ class Compacted:
     seconds: float
 
 
-def _quoted(name: str) -> str:
+def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _literal(value: str) -> str:
+def sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
@@ -94,9 +94,9 @@ def compact_file(path: Path, keep_old: bool = True) -> Compacted:
         con.execute("CHECKPOINT")
         source = str(con.execute("SELECT current_database()").fetchall()[0][0])
         block_before = block_size(con)
-        con.execute(f"ATTACH {_literal(str(copy))} AS compacted (BLOCK_SIZE {NEW_FILE_BLOCK_BYTES})")
-        con.execute(f"COPY FROM DATABASE {_quoted(source)} TO compacted")
-        _check_copy(con, source, "compacted")
+        con.execute(f"ATTACH {sql_literal(str(copy))} AS compacted (BLOCK_SIZE {NEW_FILE_BLOCK_BYTES})")
+        con.execute(f"COPY FROM DATABASE {quoted(source)} TO compacted")
+        check_copy(con, source, "compacted")
         con.execute("CHECKPOINT compacted")
         con.execute("DETACH compacted")
     except duckdb.Error as exc:
@@ -115,7 +115,7 @@ def compact_file(path: Path, keep_old: bool = True) -> Compacted:
     except OSError as exc:
         os.replace(kept, path)  # the store back where it was
         raise CompactError(f"cannot put the copy in place, the store is unchanged: {exc}") from exc
-    _sync_directory(path.parent)
+    sync_directory(path.parent)
     if not keep_old:
         kept.unlink()
     return Compacted(
@@ -129,7 +129,7 @@ def compact_file(path: Path, keep_old: bool = True) -> Compacted:
     )
 
 
-def _check_copy(con: duckdb.DuckDBPyConnection, source: str, target: str) -> None:
+def check_copy(con: duckdb.DuckDBPyConnection, source: str, target: str) -> None:
     """Every table has as many rows in the copy, and every sequence goes on from where it
     was (the full-text and vector indexes follow the messages' sequence numbers)."""
     run = con.execute
@@ -142,7 +142,7 @@ def _check_copy(con: duckdb.DuckDBPyConnection, source: str, target: str) -> Non
     for schema, name in tables:
         counted = []
         for database in (source, target):
-            ref = f"{_quoted(database)}.{_quoted(schema)}.{_quoted(name)}"
+            ref = f"{quoted(database)}.{quoted(schema)}.{quoted(name)}"
             counted.append(int(run(f"SELECT count(*) FROM {ref}").fetchall()[0][0]))
         if counted[0] != counted[1]:
             raise CompactError(f"the copy of {schema}.{name} has {counted[1]} rows instead of {counted[0]}")
@@ -154,7 +154,7 @@ def _check_copy(con: duckdb.DuckDBPyConnection, source: str, target: str) -> Non
             raise CompactError(f"the copy's sequence {name} would reuse numbers ({after.get(name)} < {last})")
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
     """The renames survive a power cut only once the directory is synced (POSIX)."""
     try:
         fd = os.open(directory, os.O_RDONLY)

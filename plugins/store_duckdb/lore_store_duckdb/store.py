@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -46,6 +46,7 @@ from lore_core.storage.entities import (
     relations_json,
 )
 from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingFact, WorkingSnapshot
+from lore_core.storage.forget import ForgetReport
 from lore_core.storage.knowledge import (
     AUTHOR_USER,
     DEFAULT_CONFIDENCE,
@@ -79,11 +80,14 @@ from lore_core.storage.records import (
 )
 from lore_store_duckdb import lance
 from lore_store_duckdb.absent import fail_fast_when_absent
+from lore_store_duckdb.compact import check_copy, quoted, sql_literal, sync_directory
 from lore_store_duckdb.config import DuckDBConfig
 from lore_store_duckdb.schema import SCHEMA_VERSION, migrate
 from lore_store_duckdb.vectors import VectorIndex
 
 log = logging.getLogger("lore.store.duckdb")
+
+T = TypeVar("T")
 
 # Every parameterised query would otherwise look for pandas on disk (see absent.py).
 fail_fast_when_absent()
@@ -125,6 +129,8 @@ NEW_FILE_BLOCK_BYTES = 16_384
 FTS_STOP_WAIT_SECONDS = 5.0
 #: Old LanceDB versions kept this long after an optimize (a running query may still use one).
 CLEANUP_OLDER_THAN = timedelta(minutes=2)
+#: The copy a forget writes beside the database before it takes its place.
+REWRITE_SUFFIX = ".forgetting"
 
 _MESSAGE_COLUMNS = (
     "id",
@@ -294,11 +300,14 @@ def _memory_by_tag(cur: duckdb.DuckDBPyConnection) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _gated_cursor(con: duckdb.DuckDBPyConnection, gate: _TrimGate) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A cursor on ``con`` for one or more statements, closed after them, with ``gate`` held
-    (a page-cache trim waits for it: :class:`_TrimGate`)."""
+def _gated_cursor(
+    connection: Callable[[], duckdb.DuckDBPyConnection], gate: _TrimGate
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor on the store's connection for one or more statements, closed after them, with
+    ``gate`` held (a page-cache trim waits for it: :class:`_TrimGate`). The connection is
+    taken once the gate is held: a forget's rewrite of the file replaces it under the gate."""
     with gate.statement():
-        cur = con.cursor()
+        cur = connection().cursor()
         try:
             yield cur
         finally:
@@ -331,6 +340,21 @@ class _TrimGate:
         finally:
             with self._changed:
                 self._running -= 1
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Wait until no statement runs and keep new ones waiting until the block ends (a
+        forget swaps the database file: a statement must not run on the connection closed)."""
+        with self._changed:
+            while self._running or self._trimming:
+                self._changed.wait()
+            self._trimming = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._trimming = False
+                self._changed.notify_all()
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[bool]:
@@ -411,7 +435,7 @@ class DuckDBStore(Store):
         self._con = con
         # The index thread (and the ~2 s LanceDB import) starts on the first write or search,
         # or now when the index lags behind DuckDB (a crash): `lore sessions` never pays it.
-        self._index = _Index(self.index_path, con, self._gate)
+        self._index = _Index(self.index_path, self._connection, self._gate)
         if self._index.lagging():
             self._index.wake()
         self._opened_at = time.time()
@@ -505,10 +529,15 @@ class DuckDBStore(Store):
         only reads (an MCP server, an export) would otherwise keep every page it touched."""
         if self._con is None:
             self._open()
-        assert self._con is not None
-        with _gated_cursor(self._con, self._gate) as cur:
+        with _gated_cursor(self._connection, self._gate) as cur:
             yield cur
         self._trim_page_cache()
+
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        """The open connection (under the trim gate: see :func:`_gated_cursor`)."""
+        if self._con is None:
+            raise StoreUnavailable(f"{self.path} is closed")
+        return self._con
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         """A bare cursor: only under the trim gate (``_statement``, or a trim itself)."""
@@ -616,6 +645,147 @@ class DuckDBStore(Store):
                 fetched = result.fetchone()
                 added = int(fetched[0]) if fetched else 0
         return added
+
+    # -- forgetting (lore forget) ------------------------------------------------------------
+
+    async def forget_session(self, session_id: str, keep_state: Sequence[str] = ()) -> ForgetReport:
+        return await asyncio.to_thread(self._forget_session, session_id, frozenset(keep_state))
+
+    def _forget_session(self, session_id: str, keep_state: frozenset[str]) -> ForgetReport:
+        """The rows in one transaction, then the full-text passages and the vectors out of
+        their LanceDB tables and files, then the database file rewritten: DuckDB marks deleted
+        rows and leaves their bytes in the file (measured: a checkpoint, ``FORCE CHECKPOINT``
+        and ``VACUUM`` all kept every deleted row's text in it), so the live rows are copied
+        into a new file that takes the old one's place."""
+        started = time.monotonic()
+        steps: dict[str, float] = {}
+        bytes_before = self._files_bytes()
+        if self._con is None:
+            self._open()
+        index = self._index
+        assert index is not None
+
+        def delete_rows() -> tuple[bool, int, int, list[str], int]:
+            began = time.monotonic()
+            with self._transaction() as cur:
+                one = (session_id,)
+                row = cur.execute("SELECT count(*) FROM sessions WHERE id = ?", one).fetchone()
+                sessions = row[0] if row else 0
+                messages, newest_message = cur.execute(
+                    "SELECT count(*), coalesce(max(seq), 0) FROM messages WHERE session_id = ?", one
+                ).fetchone() or (0, 0)
+                distillations, newest_distillation = cur.execute(
+                    "SELECT count(*), coalesce(max(seq), 0) FROM distillations WHERE session_id = ?", one
+                ).fetchone() or (0, 0)
+                keys = [
+                    str(key)
+                    for (key,) in cur.execute(
+                        "SELECT key FROM session_state WHERE session_id = ? ORDER BY key", one
+                    ).fetchall()
+                    if key not in keep_state
+                ]
+                cur.execute("DELETE FROM messages WHERE session_id = ?", one)
+                cur.execute("DELETE FROM distillations WHERE session_id = ?", one)
+                cur.execute("DELETE FROM sessions WHERE id = ?", one)
+                if keys:
+                    cur.execute(
+                        "DELETE FROM session_state WHERE session_id = ? AND key IN (SELECT unnest(?))",
+                        (session_id, keys),
+                    )
+            steps["rows"] = time.monotonic() - began
+            found = bool(sessions or messages or distillations)
+            newest = max(int(newest_message), int(newest_distillation))
+            return found, int(messages), int(distillations), keys, newest
+
+        began = time.monotonic()
+        (found, messages, distillations, keys, newest), passages = index.forget(session_id, delete_rows)
+        steps["fulltext"] = time.monotonic() - began - steps["rows"]
+        began = time.monotonic()
+        vectors = self._vectors.forget(session_id, newest)
+        steps["vectors"] = time.monotonic() - began
+        if found or keys:
+            began = time.monotonic()
+            try:
+                self._rewrite_file()
+            except Exception as exc:
+                raise StoreUnavailable(
+                    f"session {session_id} is gone from every table and index, but {self.path} could "
+                    f"not be rewritten, so its file may still hold the deleted rows' bytes "
+                    f"({' '.join(str(exc).split())}); with the gateway stopped, `lore duckdb-compact "
+                    "--remove-old` rewrites it"
+                ) from exc
+            steps["rewrite"] = time.monotonic() - began
+        return ForgetReport(
+            session_id,
+            found,
+            messages=messages,
+            distillations=distillations,
+            passages=passages,
+            vectors=vectors,
+            state_keys=tuple(keys),
+            seconds=time.monotonic() - started,
+            steps=steps,
+            bytes_before=bytes_before,
+            bytes_after=self._files_bytes(),
+        )
+
+    def _files_bytes(self) -> int:
+        """The database, its WAL and the two indexes beside it (not the journal)."""
+        wal = Path(str(self.path) + ".wal")
+        return sum(_size(p) for p in (self.path, wal, self.index_path, self.vector_path))
+
+    def _rewrite_file(self) -> None:
+        """Copy the live rows into a new file and put it in the database's place, as ``lore
+        duckdb-compact`` does but inside the running store (same block size). Reads go on
+        during the copy and writes wait; then, with no statement running, the copy is checked,
+        the connection closed and the new file opened in its place (milliseconds)."""
+        copy = self.path.with_name(self.path.name + REWRITE_SUFFIX)
+        for leftover in (copy, Path(str(copy) + ".wal")):
+            leftover.unlink(missing_ok=True)  # a copy an interrupted forget left
+        attached = False
+        try:
+            with self._write_lock:
+                with self._statement() as cur:
+                    cur.execute("CHECKPOINT")
+                    source = str(cur.execute("SELECT current_database()").fetchall()[0][0])
+                    blocks = block_size(cur)
+                    cur.execute(f"ATTACH {sql_literal(str(copy))} AS lore_rewrite (BLOCK_SIZE {blocks})")
+                    attached = True
+                    cur.execute(f"COPY FROM DATABASE {quoted(source)} TO lore_rewrite")
+                with self._gate.exclusive():
+                    con = self._connection()
+                    cur = con.cursor()
+                    try:
+                        # The full-text indexer writes its watermark outside the write lock:
+                        # copied again now that nothing runs.
+                        cur.execute("DELETE FROM lore_rewrite.main.lore_meta")
+                        cur.execute(
+                            "INSERT INTO lore_rewrite.main.lore_meta "
+                            f"SELECT * FROM {quoted(source)}.main.lore_meta"
+                        )
+                        check_copy(cur, source, "lore_rewrite")
+                        cur.execute("CHECKPOINT lore_rewrite")
+                        cur.execute("DETACH lore_rewrite")
+                        attached = False
+                    finally:
+                        cur.close()
+                    con.close()
+                    self._con = None
+                    try:
+                        if Path(str(self.path) + ".wal").exists():
+                            raise StoreUnavailable(f"{self.path} kept a write-ahead log after closing")
+                        os.replace(copy, self.path)
+                        sync_directory(self.path.parent)
+                    finally:
+                        # The new file, or the old one again when the swap failed.
+                        self._con = _connect(self.path, self.settings)
+                        tighten([self.path], self.path.parent)  # the copy is its owner's only too
+        except BaseException:
+            if attached and self._con is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._con.execute("DETACH lore_rewrite")
+            copy.unlink(missing_ok=True)
+            raise
 
     # -- distillations ---------------------------------------------------------------------
 
@@ -1471,9 +1641,12 @@ class DuckDBStore(Store):
 class _Index:
     """LanceDB table ``messages`` with a native BM25 index over ``text``, fed from DuckDB."""
 
-    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, gate: _TrimGate) -> None:
+    def __init__(
+        self, path: Path, connection: Callable[[], duckdb.DuckDBPyConnection], gate: _TrimGate
+    ) -> None:
         self.path = path
-        self._con = con
+        # The store's connection, asked for at each statement (a forget replaces it).
+        self._connection = connection
         self._gate = gate
         self._db: Any = None
         self._table: Any = None
@@ -1505,7 +1678,7 @@ class _Index:
 
     def _statement(self) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
         """A cursor on the store's connection, with its trim gate held (``_TrimGate``)."""
-        return _gated_cursor(self._con, self._gate)
+        return _gated_cursor(self._connection, self._gate)
 
     def lagging(self) -> bool:
         with self._statement() as cur:
@@ -1719,6 +1892,34 @@ class _Index:
             self.optimizations += 1
             self.unmerged = max(0, self.unmerged - merged)
             self.pending_since = time.monotonic() if self.unmerged else None
+
+    def forget(self, session_id: str, delete_rows: Callable[[], T]) -> tuple[T, int]:
+        """``delete_rows()`` (the session's rows in DuckDB), then the session's passages out
+        of the index and out of its files: returns what ``delete_rows`` returned and how many
+        passages went. No catch-up (which could copy a row read before the delete) and no
+        merge runs meanwhile; searches wait for the catch-up they start with."""
+        with self._append_lock, self._optimize_lock:
+            deleted = delete_rows()
+            table = self._ensure_table()
+            where = f"session_id = {_sql_str(session_id)}"
+            if not table.count_rows(where):
+                return deleted, 0
+            # The full-text index holds the passages' terms: it is built again over what is
+            # left. Dropped first, so that rewriting fragments does not index their rows one
+            # merge at a time (13 s for 200K passages, against 1 s for a new index).
+            for ix in table.list_indices():
+                table.drop_index(ix.name)
+            self._fts_ready = False
+            removed = lance.remove_for_good(table, self.path / f"{_INDEX_TABLE}.lance", where)
+            if table.count_rows() > 0:
+                from lancedb.index import FTS
+
+                table.create_index("text", config=FTS(with_position=False), replace=True)
+                self._fts_ready = True
+                _ensure_scalar_indexes(table)
+            lance.drop_old_versions(table)
+            self.unmerged, self.pending_since = 0, None
+            return deleted, removed
 
     def optimize_due(self) -> bool:
         if not self.unmerged or self.pending_since is None:

@@ -151,6 +151,10 @@ class VectorIndex:
         self._db: Any = None
         self._models: dict[str, _Model] = {}
         self.error: str | None = None
+        # Sessions forgotten in this process, and the highest seq they had then: vectors of
+        # their items up to it (read as pending before the forget, written after it) are
+        # dropped. New turns of the session come later, with higher seqs.
+        self._forgotten: dict[str, int] = {}
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -247,6 +251,8 @@ class VectorIndex:
             for iv in items:
                 if iv.item.cursor <= m.watermark:
                     continue  # written before (a retried batch)
+                if iv.item.cursor <= self._forgotten.get(iv.item.session_id, 0):
+                    continue  # its session was forgotten since it was read
                 for chunk, vector in zip(iv.passage_indexes(), iv.vectors, strict=True):
                     if len(vector) != dimensions:
                         raise VectorDimensionError(
@@ -312,6 +318,41 @@ class VectorIndex:
         ended = time.monotonic()
         m.segment_rebuild_after = ended + ANN_REBUILD_PAUSE_FACTOR * (ended - started)
         log.info("vector index for %s: ANN index over %d vectors in %.1f s", m.name, rows, ended - started)
+
+    def forget(self, session_id: str, upto_seq: int) -> int:
+        """Remove the session's vectors from every model's table and from the files (the
+        ANN and filter indexes are built again without them: the ANN index keeps a code of
+        every vector it was built with); returns the vectors removed. ``upto_seq``: the
+        highest seq the session's items had (see ``_forgotten``)."""
+        with self._lock:
+            self._forgotten[session_id] = max(upto_seq, self._forgotten.get(session_id, 0))
+            removed = 0
+            for name in self.models():
+                m = self.model(name)
+                if m is None:
+                    continue
+                table_dir = self.path / f"{_slug(name)}.lance"
+                where = f"session_id = {_sql_str(session_id)}"
+                if not m.table.count_rows(where):
+                    continue
+                # Dropped before the rewrite of fragments (which would index their rows again
+                # one merge at a time), built again after it. Searches meanwhile scan exactly.
+                for ix in m.table.list_indices():
+                    m.table.drop_index(ix.name)
+                m.scalar_ready = False
+                had_ann, m.ann_rows, m.ann_kind = bool(m.ann_rows), 0, None
+                removed += lance.remove_for_good(m.table, table_dir, where)
+                rows = m.table.count_rows()
+                if had_ann and rows >= ANN_MIN_ROWS:
+                    self.build_ann(m, rows)
+                else:
+                    self._save(m)  # no ANN index any more
+                if rows >= SCALAR_MIN_ROWS:
+                    _ensure_scalar_indexes(m.table)
+                    m.scalar_ready = True
+                lance.drop_old_versions(m.table)
+                m.appends = 0
+            return removed
 
     def optimize(self, model: str) -> None:
         with self._lock:
