@@ -137,6 +137,12 @@ class ServerConfig:
     # Memory (knowledge, distillations, recall, commands, storing the session) only for
     # model requests that carry the token in X-Lore-Token; others are relayed untouched.
     require_token_for_memory: bool = False
+    # One INFO line per model request on the "lore.requests" logger (lore_core/http/metrics.py):
+    # ids, names, token counts and times, never content or keys.
+    log_requests: bool = True
+    # OpenTelemetry spans per pipeline phase, when the opentelemetry API is installed (where
+    # they go is the OpenTelemetry SDK's configuration). Off: not a single call of it.
+    trace_requests: bool = False
 
 
 @attrs.define

@@ -30,6 +30,7 @@ from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.events.log import EventLog
 from lore_core.http.access import MemoryAccess, SessionOwners, TokenKeeper, allowed_upstreams, owner_key
+from lore_core.http.metrics import Metrics, opentelemetry_tracer
 from lore_core.http.peers import PeerUsers
 from lore_core.interfaces import (
     Codec,
@@ -101,6 +102,10 @@ class Gateway:
         self.upstream = UpstreamClient(config.upstream)
         self.started_at = time.time()
         self.stats: Counter[str] = Counter()
+        # The request log line and /lore/api/metrics (lore_core/http/metrics.py).
+        self.metrics = Metrics(log_requests=config.server.log_requests)
+        if config.server.trace_requests:
+            self.metrics.tracer = opentelemetry_tracer()
         self.cwd = os.getcwd()
         self._harnesses = sorted(registry.harnesses.values(), key=lambda h: h.name)
         # The store is opened in start(); every finished exchange is queued to it.
@@ -619,7 +624,10 @@ class Gateway:
         if response is not None and exchange.status == 200:
             try:
                 model = response.model or exchange.request.model
-                self.costs.record(exchange.session_id, model, response.usage)
+                usd = self.costs.record(exchange.session_id, model, response.usage)
+                # By model for /lore/api/metrics, by day, model and session for `lore spend`.
+                self.metrics.exchange(model, response.usage, usd)
+                self.spend.note(exchange.session_id, model, response.usage, usd)
             except Exception:
                 log.exception("could not price an exchange's usage")
         try:

@@ -1848,6 +1848,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from lore_core.cli.lifecycle import add_commands as add_lifecycle_commands
 
     add_lifecycle_commands(sub)
+    # lore spend (lore_core/cli/spend.py).
+    from lore_core.cli.spend import add_commands as add_spend_commands
+
+    add_spend_commands(sub)
     if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
         _add_plugin_commands(sub)
     return parser

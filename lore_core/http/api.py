@@ -80,6 +80,33 @@ async def status() -> Response:
     return _json(200, payload)
 
 
+@api.get("/metrics")
+async def metrics() -> Response:
+    """The gateway's counters in the Prometheus text format (:mod:`lore_core.http.metrics`);
+    behind the token like every route here (a scrape job sends it as a bearer token)."""
+    from lore_core.http.metrics import CONTENT_TYPE, exposition
+
+    return Response(exposition(_gateway()), status=200, content_type=CONTENT_TYPE)
+
+
+@api.get("/spend")
+async def spend() -> Response:
+    """``lore spend``: the last ``days`` local days (default 7, today included) by day, model
+    and session, from what the gateway keeps in the store (today's latest figures saved
+    first); and what the background worker spent today."""
+    from lore_core.context.spend import spend_report
+
+    gateway = _gateway()
+    await gateway.spend.save()  # raises nothing: what cannot be saved waits for the next save
+    try:
+        report = await spend_report(gateway.store, gateway.costs.today(), _int_arg("days", 7, high=3660))
+    except Exception as exc:
+        return _json(503, {"error": f"the store cannot be read: {exc}"})
+    report["daily_budget_usd"] = gateway.costs.daily_budget_usd
+    report["worker_today"] = gateway.worker.spend_today()
+    return _json(200, report)
+
+
 @api.get("/sessions")
 async def sessions() -> Response:
     await _settled()

@@ -276,6 +276,27 @@ def document() -> dict[str, Any]:
         "/lore/api/status": {
             "get": _op("gateway health and store counts", {"200": _json(_OBJECT), **_errors()})
         },
+        "/lore/api/metrics": {
+            "get": _op(
+                "the gateway's counters in the Prometheus text format 0.0.4 (docs/observability.md)",
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            "text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}
+                        },
+                    },
+                    **_errors(),
+                },
+            )
+        },
+        "/lore/api/spend": {
+            "get": _op(
+                "spend of the last days by day, model and session (lore spend)",
+                {"200": _json(_OBJECT), **_errors(503)},
+                params=[_query("days", "local days up to today, today included (default 7)")],
+            )
+        },
         "/lore/api/sessions": {
             "get": _op(
                 "stored sessions, newest first",

@@ -4,14 +4,19 @@ retry, relay. Each phase is a module of this package and works on the request's
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
 from quart import Response
 from werkzeug.datastructures import Headers
 
+from lore_core.http.metrics import CLIENT_CLOSED, RequestWatch
 from lore_core.interfaces import Codec, EditPolicy
+from lore_core.model import Exchange
 from lore_core.pipeline import overflow, ownership
 from lore_core.pipeline.answers import ClientError, error_response
 from lore_core.pipeline.compose import compose, prepare
@@ -31,16 +36,37 @@ log = logging.getLogger("lore.pipeline")
 
 
 async def handle(gateway: Gateway, codec: Codec, path: str) -> Response:
-    """One request of a wire API the gateway models, from client to upstream and back."""
+    """One request of a wire API the gateway models, from client to upstream and back;
+    timed and counted on the way (:mod:`lore_core.http.metrics`: the log line, /metrics)."""
+    watch = gateway.metrics.watch(codec.api)
+    try:
+        response = await _handle(gateway, codec, path, watch)
+    except asyncio.CancelledError:
+        gateway.metrics.finish(watch, CLIENT_CLOSED)
+        raise
+    except Exception:
+        gateway.metrics.finish(watch, 500)  # what Quart answers for it
+        raise
+    gateway.metrics.finish(watch, response.status_code)
+    return response
+
+
+async def _handle(gateway: Gateway, codec: Codec, path: str, watch: RequestWatch) -> Response:
+    clock = time.perf_counter
     try:
         turn = await parse(gateway, codec, path)
     except ClientError as exc:
         return error_response(codec, exc.status, exc.message)
     except Unparsed as unparsed:
-        return await passthrough(gateway, path, body=unparsed.body)
+        began = clock()
+        relayed = await passthrough(gateway, path, body=unparsed.body)
+        watch.waited(began)
+        return relayed
 
+    watch.turn = turn
     turn.access = await ownership.decide(gateway, turn)
     answer = await intercept(gateway, turn)
+    watch.parsed()
     if answer is not None:
         return answer
     if not turn.access.allowed:
@@ -48,35 +74,47 @@ async def handle(gateway: Gateway, codec: Codec, path: str) -> Response:
         # it is stored, distilled or learned from.
         gateway.note_stranger(turn.access)
         model = turn.view.model
-        return await passthrough(gateway, path, body=turn.body, provider=codec.provider, model=model)
+        began = clock()
+        relayed = await passthrough(gateway, path, body=turn.body, provider=codec.provider, model=model)
+        watch.waited(began)
+        return relayed
 
+    began = clock()
     try:
         await prepare(gateway, turn)
     except ClientError as exc:
         return error_response(codec, exc.status, exc.message)
+    watch.composed(began)
 
     # A prompt the upstream refuses as too long is composed again, once, at the layer the
     # overflow raised the session to.
     upstream: Any = None
     for attempt in (1, 2):
+        began = clock()
         await compose(gateway, turn)
+        watch.composed(began)
+        began = clock()
         sent = await send(gateway, turn)
+        watch.waited(began)
         if isinstance(sent, Response):
             return sent
         retry_above = None
         if attempt == 1:
             plan = turn.composing.composition if turn.composing is not None else None
             retry_above = plan.layer if plan is not None else 0
+        began = clock()
         upstream = await overflow.check(gateway, turn, sent, retry_above)
+        watch.waited(began)  # it reads an error answer, or the stream's opening events
         if upstream is overflow.RETRY:
             continue
         if isinstance(upstream, Response):
             return upstream
         break
-    return await relay(gateway, turn, upstream)
+    watch.relaying()
+    return await relay(gateway, turn, upstream, watch)
 
 
-async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
+async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch) -> Response:
     """The answer, through the one relay; the codec's editor rewrites it when the gateway
     owns a recall tool in the request or the usage the client sees must be scaled."""
     assert turn.sent is not None and turn.exchange is not None and turn.client_view is not None
@@ -109,19 +147,28 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
             client_view=turn.client_view,
             exchange=turn.exchange,
             send=send_follow_up,
-            run=run_for(gateway, turn.session_id, turn.project),
+            run=_counted(gateway, run_for(gateway, turn.session_id, turn.project)),
             memory=gateway.recall_memory,
             max_rounds=gateway.config.recall.max_rounds,
         )
+    first = turn.exchange
+
+    def finished(exchange: Exchange) -> None:
+        gateway.exchange_finished(exchange)
+        if exchange is first:  # recall follow-ups are exchanges of the same request
+            gateway.metrics.finish(watch, exchange.status, exchange)
+
     the_relay = Relay(
         codec=codec,
         exchange=turn.exchange,
-        finished=gateway.exchange_finished,
+        finished=finished,
         broke=gateway.upstream_broke,
         rounds=rounds,
     )
     headers = response_headers(upstream.headers)
     if is_sse:
+        # The request is over when the streamed answer is (its exchange finishes).
+        watch.waits_for_exchange = True
         editor = codec.stream_editor(policy) if policy is not None else None
         if editor is not None:
             # Decoded bytes, rewritten where they must be: no content-encoding or length.
@@ -145,6 +192,16 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any) -> Response:
         (k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length", "content-type")
     ]
     return Response(body, status=status, headers=Headers(kept + new_headers))
+
+
+def _counted(gateway: Gateway, run: Callable[[Any], Awaitable[str]]) -> Callable[[Any], Awaitable[str]]:
+    """The recall runner, each call counted (``lore_recall_calls_total``)."""
+
+    async def counted(arguments: Any) -> str:
+        gateway.metrics.recall_calls += 1
+        return await run(arguments)
+
+    return counted
 
 
 def _may_scale(body_bytes: int, limit: int, share: float, server_state: bool) -> bool:
