@@ -11,7 +11,9 @@ Every tool is a thin call of the gateway's own HTTP API (through a
 * ``knowledge_add``: ``POST /lore/api/knowledge`` with ``source: "mcp"`` (the
   KnowledgeBook's rules: secrets refused, deleted titles refused, the same title edits the
   entry), then the team's view of it (``GET /lore/api/knowledge/pending``);
-* ``write_event``: ``POST /v1/events``; ``pack``: ``POST /v1/pack``.
+* ``write_event``: ``POST /v1/events``; ``pack``: ``POST /v1/pack``;
+* ``forget_session``: ``DELETE /lore/api/sessions/<id>`` (``lore forget``), for a session of
+  the project only (``GET /lore/api/sessions/<id>`` says whose it is).
 
 A tool answers text for the model (``content``) and the API's JSON (``structuredContent``);
 what the gateway refuses is a tool error (``isError``) whose text says why.
@@ -23,15 +25,17 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from lore_core import __version__
 from lore_core.context.framing import data_frame, escape_delimiters
 from lore_core.interfaces import ApiAnswer, LocalApi
 from lore_core.recall.tool import CLOSEST_RESULTS, RESULT_LABEL, nothing_relevant
+from lore_core.storage.records import normal_project
 
 #: The header an HTTP client names its project in (the one harnesses send to the gateway).
 PROJECT_HEADER = "x-lore-project"
@@ -137,7 +141,7 @@ def recall_text(payload: Mapping[str, Any]) -> str:
 
 
 def build_server(api: LocalApi, default_project: DefaultProject) -> MCPServer:
-    """The MCP server: its five tools, each calling ``api``."""
+    """The MCP server: its six tools, each calling ``api``."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
 
     async def run_recall(query: str, scope: str, limit: int, project: str) -> CallToolResult:
@@ -322,6 +326,49 @@ def build_server(api: LocalApi, default_project: DefaultProject) -> MCPServer:
             facts["degraded"] = found["degraded"]
         text = f"{found.get('text', '')}\n\n({json.dumps(facts)})"
         return _result(text, found)
+
+    @server.tool(
+        description=(
+            "Forget one stored session of this project for good: its messages, distillations and "
+            "index entries are removed, and its client resending the history does not store it "
+            "again (new turns are stored). Only when the user asks for it: it cannot be undone."
+        ),
+        annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    async def forget_session(
+        ctx: Context,
+        session_id: Annotated[str, Field(description="The session's id (`lore sessions` lists them).")],
+        project: ProjectArg = None,
+    ) -> CallToolResult:
+        try:
+            where = _project(project, ctx, default_project)
+        except ToolFailure as exc:
+            return _result(str(exc), error=True)
+        path = f"/lore/api/sessions/{quote(session_id, safe='')}"
+        found = await api.call("GET", path)
+        if found.status != 200 or not isinstance(found.body, dict):
+            return _failed(found)
+        owner = str((found.body.get("session") or {}).get("project") or "")
+        if owner != (normal_project(where) or where):
+            # A tool call reaches one project's memory: another project's session is forgotten
+            # with `lore forget` by the user.
+            return _result(
+                f"Session {session_id!r} is not this project's (it belongs to {owner or 'no project'}).",
+                {"status": 403, "error": "another project's session"},
+                error=True,
+            )
+        answer = await api.call("DELETE", path)
+        if answer.status != 200 or not isinstance(answer.body, dict):
+            return _failed(answer)
+        r = answer.body
+        text = (
+            f"Forgot session {session_id}: {r.get('messages')} messages, {r.get('distillations')} "
+            f"distillations, {r.get('passages')} index passages, {r.get('vectors')} vectors. A client "
+            "resending its history does not store it again."
+        )
+        if r.get("knowledge"):
+            text += f" Kept: knowledge entries curated from it ({', '.join(r['knowledge'])})."
+        return _result(text, r)
 
     return server
 

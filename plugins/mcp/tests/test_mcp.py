@@ -32,10 +32,11 @@ from mcp.client.streamable_http import streamable_http_client
 from lore_core.context.framing import DATA_NOTICE
 from lore_core.http.app import create_app
 from lore_core.recall.tool import RESULT_LABEL
+from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.net import api_headers, free_port
 from lore_core.testing.server import ThreadedServer
 
-TOOLS = {"recall", "knowledge_search", "knowledge_add", "write_event", "pack"}
+TOOLS = {"recall", "knowledge_search", "knowledge_add", "write_event", "pack", "forget_session"}
 Session = Callable[[], Any]
 
 
@@ -185,6 +186,45 @@ def test_knowledge_add_follows_the_books_rules(gateway: ThreadedServer, project:
     refused = run(again)
     assert refused.is_error and "deleted" in text_of(refused)
     assert entries(gateway, project) == []
+
+
+def test_forget_session_forgets_a_session_of_the_project_only(
+    gateway: ThreadedServer, fake_upstream: Any, project: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for session, where in (("s-mine", project), ("s-theirs", elsewhere)):
+        fake_upstream.enqueue(Reply(text=f"the quetzalmarrow answer of {session}"))
+        body = {
+            "model": "claude-test",
+            "max_tokens": 20,
+            "messages": [{"role": "user", "content": "quetzalmarrow?"}],
+        }
+        headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "x-lore-session": session,
+                   "x-lore-project": str(where)}  # fmt: skip
+        httpx.post(f"{gateway.url}/v1/messages", json=body, headers=headers, timeout=30).raise_for_status()
+
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with http_session(gateway, project) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            out["annotations"] = tools["forget_session"].annotations
+            out["theirs"] = await session.call_tool("forget_session", {"session_id": "s-theirs"})
+            out["unknown"] = await session.call_tool("forget_session", {"session_id": "s-none"})
+            out["mine"] = await session.call_tool("forget_session", {"session_id": "s-mine"})
+        return out
+
+    out = run(main)
+    assert out["annotations"].destructive_hint is True
+    assert out["theirs"].is_error and "not this project's" in text_of(out["theirs"])
+    assert out["unknown"].is_error and "no session" in text_of(out["unknown"])
+    assert not out["mine"].is_error, text_of(out["mine"])
+    assert out["mine"].structured_content["messages"] == 2 and "Forgot session s-mine" in text_of(out["mine"])
+    headers = api_headers()
+    left = httpx.get(f"{gateway.url}/lore/api/sessions", headers=headers).json()
+    assert [s["id"] for s in left] == ["s-theirs"]
+    hits = httpx.get(f"{gateway.url}/lore/api/search", params={"q": "quetzalmarrow"}, headers=headers).json()
+    assert {h["session"] for h in hits} == {"s-theirs"}
 
 
 def test_a_manual_team_leaves_a_new_entry_pending(gateway: ThreadedServer, project: Path) -> None:
