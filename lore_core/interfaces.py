@@ -835,6 +835,13 @@ class Store(Protocol):
         neither)."""
         raise _not_implemented(self, "entities")
 
+    async def delete_entities(self, entity_ids: Sequence[str], updated: Sequence[Entity] = ()) -> int:
+        """Remove these entities (ids without ``e:``; an unknown id is skipped) and write
+        ``updated`` as :meth:`write_entities` does, in one transaction (``lore entity delete``:
+        the entity and the redirects merged into it go, and the others' relations to them with
+        them); returns how many were removed."""
+        raise _not_implemented(self, "entity deletion")
+
     async def get_entity(self, entity_id: str) -> Entity | None:
         """One entity by id (without ``e:``), a merged one too (``merged_into`` says where
         it went); ``None`` when no entity has this id."""

@@ -546,6 +546,11 @@ class MemoryStore(Store):
         for entity in entities:
             self._entities[entity.id] = copy.deepcopy(entity)
 
+    async def delete_entities(self, entity_ids: Sequence[str], updated: Sequence[Entity] = ()) -> int:
+        removed = sum(1 for i in set(entity_ids) if self._entities.pop(i, None) is not None)
+        await self.write_entities(updated)
+        return removed
+
     async def get_entity(self, entity_id: str) -> Entity | None:
         found = self._entities.get(entity_id)
         return copy.deepcopy(found) if found is not None else None

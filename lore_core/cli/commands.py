@@ -221,6 +221,11 @@ class _ApiReader:
     def knowledge_file(self, project: str, sensitive: bool, fmt: str = "lore-md") -> dict[str, Any]:
         return self._get("/knowledge/file", project=project, sensitive="1" if sensitive else None, format=fmt)
 
+    def knowledge_restore(self, ident: str) -> dict[str, Any]:
+        from urllib.parse import quote
+
+        return self._get(f"/knowledge/{quote(ident, safe=':')}/restore", _method="POST")
+
     def knowledge_import(
         self, project: str, text: str, path: str, fmt: str = "lore-md", allow_global: bool = False
     ) -> dict[str, Any]:
@@ -454,6 +459,17 @@ class _DirectReader:
             result = self._run(book.update(ident or "", provenance=provenance, **fields))
         else:
             result = self._run(book.delete(ident or "", provenance=provenance))
+        if result.status == REFUSED:
+            raise _CommandError(result.reason, 1)
+        return {"status": result.status, "entry": entry_json(result.version)}
+
+    def knowledge_restore(self, ident: str) -> dict[str, Any]:
+        from lore_core.knowledge.book import REFUSED, Provenance, entry_json
+
+        book = self._book()
+        if self._run(book.get(ident)) is None:
+            raise _CommandError(f"no knowledge entry {ident!r}", 1)
+        result = self._run(book.restore(ident, provenance=Provenance(source_ref="cli")))
         if result.status == REFUSED:
             raise _CommandError(result.reason, 1)
         return {"status": result.status, "entry": entry_json(result.version)}
@@ -976,6 +992,13 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
                     + (f" ({source})" if source else "")
                 )
             return 0
+        if args.knowledge_command == "restore":
+            result = reader.knowledge_restore(args.id)
+            if args.json:
+                _print_json(result)
+            else:
+                print(f"{result['status']}: {_entry_line(result['entry'])}")
+            return 0
         if args.knowledge_command == "delete":
             result = reader.knowledge_write("DELETE", args.id, {})
             print(f"{result['status']}: {result['entry']['id']} {result['entry']['title']}")
@@ -1094,6 +1117,11 @@ def cmd_entity(args: argparse.Namespace) -> int:
             result = reader.entity_change("relate", fields | project)
         elif command == "rename":
             result = reader.entity_change("edit", {"ref": args.ref, "name": args.name} | project)
+        elif command == "delete":
+            result = reader.entity_change("delete", {"ref": args.ref} | project)
+            if args.json:
+                _print_json(result)
+                return 0
         else:
             result = reader.entity_change("merge", {"keep": args.keep, "other": args.other} | project)
         print(f"{result['status']}: {_entity_line(result['entity'])}")
@@ -1686,9 +1714,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p.add_argument("--sensitivity", default=None, choices=SENSITIVITIES)
         p.add_argument("--project", default=None, help="the project directory (default: the current one)")
     kdelete = ksub.add_parser(
-        "delete", help="append a death certificate (nothing is erased; it never comes back)"
+        "delete",
+        help="append a death certificate (nothing is erased; it never comes back unless restored)",
     )
     kdelete.add_argument("id", help="k:<id>")
+    krestore = ksub.add_parser(
+        "restore",
+        help="bring a deleted entry back: a new version with its text before the deletion",
+        description=(
+            "Bring a deleted entry back: a new version of the same entry with its fields before "
+            "the deletion; every version, the deletion included, stays in its history. Refused "
+            "when an alive entry has its title now."
+        ),
+        epilog="example: lore knowledge restore k:3f2a9c0d1e4b5a67",
+    )
+    krestore.add_argument("id", help="k:<id> of a deleted entry (lore knowledge show lists its versions)")
+    krestore.add_argument("--json", action="store_true", help="print JSON")
     kcontra = ksub.add_parser(
         "contradictions", help="pairs of entries the worker judged (open: they give opposite instructions)"
     )
@@ -1748,8 +1789,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     entity = sub.add_parser(
         "entity",
-        help="list, show, add, alias, relate, rename or merge entities (e:<id>): the people, services, "
-        "tools, repositories and files the project knows by name",
+        help="list, show, add, alias, relate, rename, merge or delete entities (e:<id>): the people, "
+        "services, tools, repositories and files the project knows by name",
     )
     esub = entity.add_subparsers(dest="entity_command", metavar="ACTION")
     esub.required = True
@@ -1781,7 +1822,18 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     emerge = esub.add_parser("merge", help="merge <other> into <keep>: its names and relations move over")
     emerge.add_argument("keep", help="e:<id> or a name: the entity that stays")
     emerge.add_argument("other", help="e:<id> or a name: its id then opens <keep>")
-    for p in (elist, eshow, eadd, ealias, erelate, erename, emerge):
+    edelete = esub.add_parser(
+        "delete",
+        help="remove an entity for good, with the ids merged into it and every relation to it",
+        description=(
+            "Remove an entity for good: its row, the entities merged into it (their ids opened "
+            "it) and every other entity's relations to them. Its names are free again."
+        ),
+        epilog="example: lore entity delete e:3f2a9c0d1e4b5a67",
+    )
+    edelete.add_argument("ref", help="e:<id> or a name")
+    edelete.add_argument("--json", action="store_true", help="print JSON")
+    for p in (elist, eshow, eadd, ealias, erelate, erename, emerge, edelete):
         p.add_argument("--project", default=None, help="the project directory (default: the current one)")
     entity.set_defaults(func=cmd_entity)
 

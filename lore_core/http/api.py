@@ -598,6 +598,18 @@ async def knowledge_adopt(logical_id: str) -> Response:
     return _result(await book.adopt(logical_id, provenance=Provenance(source_ref="api")))
 
 
+@api.post("/knowledge/<path:logical_id>/restore")
+async def knowledge_restore(logical_id: str) -> Response:
+    """A deleted entry back (no body): a new version with its fields before the deletion,
+    every version kept. 409 when an alive entry has its title now."""
+    from lore_core.knowledge.book import Provenance
+
+    book = _gateway().knowledge
+    if await book.get(logical_id) is None:
+        return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
+    return _result(await book.restore(logical_id, provenance=Provenance(source_ref="api")))
+
+
 @api.delete("/knowledge/<path:logical_id>")
 async def knowledge_delete(logical_id: str) -> Response:
     from lore_core.knowledge.book import Provenance
@@ -657,7 +669,8 @@ async def entities_show() -> Response:
 async def entities_change(action: str) -> Response:
     """One edit by a person, its fields in a JSON object: ``add`` (project or global, name,
     kind, aliases, sensitivity), ``alias`` (ref, alias, remove), ``relate`` (ref, predicate,
-    target, remove), ``merge`` (keep, other), ``edit`` (ref, name, kind); ``project`` also
+    target, remove), ``merge`` (keep, other), ``edit`` (ref, name, kind), ``delete`` (ref:
+    the entity, the ids merged into it and every relation to them go); ``project`` also
     says where names are looked up. 400: malformed input (the error names the field); 404: an
     entity it names does not exist; 409: the rules refused it (the reason says why)."""
     from lore_core.knowledge.entities import (

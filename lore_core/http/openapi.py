@@ -403,6 +403,14 @@ def document() -> dict[str, Any]:
                 params=[knowledge_id],
             )
         },
+        "/lore/api/knowledge/{logical_id}/restore": {
+            "post": _op(
+                "bring a deleted entry back: a new version with its fields before the deletion, "
+                "every version kept (409: an alive entry has its title now)",
+                {"200": _json(_OBJECT), **_errors(404, 409)},
+                params=[knowledge_id],
+            )
+        },
         "/lore/api/knowledge/file": {
             "get": _op(
                 "the export of a project (.lore.md or JSON text)",
@@ -483,9 +491,9 @@ def document() -> dict[str, Any]:
         },
         "/lore/api/entities/{action}": {
             "post": _op(
-                "a person's edit: add, alias, relate, merge, rename",
+                "a person's edit: add, alias, relate, merge, edit (rename, kind) or delete",
                 {"200": _json(_OBJECT), "201": _json(_OBJECT, "created"), **_errors(400, 404, 409)},
-                params=[_path("action", "add, alias, relate, merge or rename")],
+                params=[_path("action", "add, alias, relate, merge, edit or delete")],
                 body={"type": "object"},
             )
         },

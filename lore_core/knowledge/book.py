@@ -12,7 +12,9 @@ Rules, whoever writes:
   into every later prompt and exported into the repository.
 * **A memory the user threw away does not come back**: creating an entry whose title
   carries a death certificate in this project (or globally) is refused with the reason; so
-  is editing a deleted entry, unless ``revive`` says a person means it.
+  is editing a deleted entry, unless ``revive`` says a person means it. A person brings a
+  deleted entry back with :meth:`KnowledgeBook.restore`: a new version of the same entry,
+  its history kept (the title is then its own again).
 * **Deduplicated by title**: creating an entry whose normalised title an alive entry of the
   same project already has edits that entry (or changes nothing when the content is the
   same).
@@ -51,6 +53,8 @@ MAX_TITLE_CHARS = 200
 MAX_CONTENT_CHARS = 4_000
 
 CREATED, UPDATED, DELETED, UNCHANGED, REFUSED = "created", "updated", "deleted", "unchanged", "refused"
+#: A deleted entry brought back (:meth:`KnowledgeBook.restore`).
+RESTORED = "restored"
 
 
 class KnowledgeInputError(ValueError):
@@ -98,7 +102,7 @@ class WriteResult:
 
     @property
     def changed(self) -> bool:
-        return self.status in (CREATED, UPDATED, DELETED)
+        return self.status in (CREATED, UPDATED, DELETED, RESTORED)
 
 
 @attrs.define
@@ -193,7 +197,8 @@ class KnowledgeBook:
         if tomb is not None:
             return self._refused(
                 title,
-                f"an entry titled {tomb.title!r} was deleted ({_when(tomb)}, k:{tomb.logical_id})",
+                f"an entry titled {tomb.title!r} was deleted ({_when(tomb)}, k:{tomb.logical_id}); "
+                f"a person brings it back with `lore knowledge restore k:{tomb.logical_id}`",
                 provenance,
                 tomb,
             )
@@ -330,6 +335,38 @@ class KnowledgeBook:
         )
         return await self._write(DELETED, version)
 
+    async def restore(self, logical_id: str, *, provenance: Provenance | None = None) -> WriteResult:
+        """Bring a deleted entry back: a new version of it with the fields of its last version
+        before the death certificate; every version stays in its history, the certificate
+        included. Unchanged when the entry is not deleted; refused when an alive entry of the
+        same scope has its title now (one title names one entry: edit or delete that one
+        first). A person's act: the curator and the imports never restore."""
+        provenance = provenance or Provenance()
+        versions = await self.store.knowledge_versions(logical_id.strip().removeprefix("k:"))
+        if not versions:
+            return self._refused(logical_id, f"no entry k:{logical_id.removeprefix('k:')}", provenance)
+        current = versions[-1]
+        if not current.is_deleted:
+            return WriteResult(UNCHANGED, current)
+        before = next((v for v in reversed(versions) if not v.is_deleted), None)
+        if before is None:
+            return self._refused(
+                current.title, f"k:{current.logical_id} has no version to restore", provenance, current
+            )
+        other = await self.by_title(before.project, before.title, before.scope)
+        if other is not None and other.logical_id != current.logical_id:
+            return self._refused(
+                before.title,
+                f"k:{other.logical_id} has the title {before.title!r} now: edit or delete it first",
+                provenance,
+                current,
+            )
+        fields = {name: getattr(before, name) for name in _RESTORED_FIELDS}
+        version = next_version(
+            current, updated_by=provenance.author, at=self.clock(), **fields, **_prov(provenance)
+        )
+        return await self._write(RESTORED, version)
+
     async def reinforce(self, logical_ids: Sequence[str], amount: float) -> None:
         if logical_ids:
             await self.store.reinforce_knowledge(list(logical_ids), amount, self.clock())
@@ -364,6 +401,10 @@ class KnowledgeBook:
             reason,
         )
         return WriteResult(REFUSED, standing, reason)
+
+
+#: What a restore takes from the last version before the death certificate.
+_RESTORED_FIELDS = ("category", "title", "content", "scope", "project", "sensitivity")
 
 
 def entry_json(version: KnowledgeVersion, metric: KnowledgeMetric | None = None) -> dict[str, Any]:

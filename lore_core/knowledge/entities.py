@@ -17,6 +17,9 @@ Rules, whoever writes:
   relations of third entities that pointed at the other point at it, and the other stays as
   a redirect (``merged_into``), so its ``e:`` id still opens. All in one store write.
 * **Renaming** keeps the old name as an alias, so what was written under it still matches.
+* **Deleting** removes the entity for good, with the redirects merged into it (their ids
+  opened it) and every relation to it, in one store write. Its names are free again; a later
+  curation that finds the name again makes a new entity (a delete is not a block list).
 
 Writes are serialised (one lock): each one reads, checks and writes the rows it changes.
 """
@@ -56,6 +59,7 @@ MAX_PREDICATE_CHARS = 40
 MAX_REDIRECTS = 16
 
 CREATED, UPDATED, MERGED, UNCHANGED, REFUSED = "created", "updated", "merged", "unchanged", "refused"
+DELETED = "deleted"
 
 _PREDICATE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -77,7 +81,7 @@ class EntityResult:
 
     @property
     def changed(self) -> bool:
-        return self.status in (CREATED, UPDATED, MERGED)
+        return self.status in (CREATED, UPDATED, MERGED, DELETED)
 
 
 def check_name(value: object, field: str = "name") -> str:
@@ -393,6 +397,38 @@ class EntityBook:
                     changes.append(self._touched(third, author, relations=moved))
             return await self._write(MERGED, changes)
 
+    async def delete(self, ident: str, *, project: str = "", author: str = AUTHOR_USER) -> EntityResult:
+        """Remove the entity ``ident`` names (an ``e:`` id, a merged one's opens its survivor,
+        or a name ``project`` knows), the redirects merged into it, and the relations of other
+        entities to any of them, in one store write. The result carries the entity as it was."""
+        async with self._lock:
+            entity = await self.resolve(project, ident)
+            if entity is None:
+                return self._refused(ident, f"no entity {ident}", missing=True)
+            everything = await self.entities(None, include_merged=True)
+            gone = {entity.id}
+            grew = True
+            while grew:  # redirects to redirects: a chain of merges
+                found = {e.id for e in everything if e.merged_into in gone} - gone
+                gone |= found
+                grew = bool(found)
+            updated = [
+                self._touched(e, author, relations=[r for r in e.relations if r.target not in gone])
+                for e in everything
+                if e.id not in gone and any(r.target in gone for r in e.relations)
+            ]
+            await self.store.delete_entities(sorted(gone), updated)
+            self.generation += 1
+            log.info(
+                "entity deleted: %s %r (%s), %d redirects", entity.ref, entity.name, author, len(gone) - 1
+            )
+            for listener in self.listeners:
+                try:
+                    listener([entity, *updated])
+                except Exception:
+                    log.exception("an entity listener failed")
+            return EntityResult(DELETED, entity)
+
     # -- helpers -------------------------------------------------------------------------------
 
     async def _owner(self, project: str, name: str, exclude: set[str] | None = None) -> Entity | None:
@@ -487,6 +523,7 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     "relate": ("project", "ref", "predicate", "target", "remove"),
     "merge": ("project", "keep", "other"),
     "edit": ("project", "ref", "name", "kind"),
+    "delete": ("project", "ref"),
 }
 
 
@@ -542,6 +579,8 @@ async def run_action(
         keep, other = _field(body, "keep", str, required=True), _field(body, "other", str, required=True)
         return await book.merge(keep, other, project=project, author=author)
     ref = _field(body, "ref", str, required=True)
+    if action == "delete":
+        return await book.delete(ref, project=project, author=author)
     remove = bool(_field(body, "remove", bool))
     if action == "alias":
         alias = check_name(_field(body, "alias", str, required=True), "alias")

@@ -1308,6 +1308,30 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_entities_deleted_with_the_others_rewritten_in_one_call(
+        self, make_store: Callable[[], Store]
+    ) -> None:
+        from lore_core.storage.entities import Entity, Relation
+
+        async def body(store: Store) -> None:
+            try:
+                await store.delete_entities([])
+            except NotImplementedError:
+                pytest.skip(f"the {store.name} store cannot delete entities")
+            pg = Entity("e1", "service", "PostgreSQL", ["pg"], project="/work/alpha")
+            old = Entity("e2", "service", "Postgres 9", project="/work/alpha", merged_into="e1")
+            api = Entity(
+                "e3", "service", "billing-api", relations=[Relation("uses", "e1")], project="/work/alpha"
+            )
+            await store.write_entities([pg, old, api])
+            dropped = Entity("e3", "service", "billing-api", project="/work/alpha", updated_at=5.0)
+            assert await store.delete_entities(["e1", "e2", "nope"], [dropped]) == 2
+            assert await store.get_entity("e1") is None and await store.get_entity("e2") is None
+            assert await store.list_entities(None, include_merged=True) == [dropped]
+            assert await store.delete_entities(["e1"]) == 0
+
+        self.run(make_store, body)
+
     def test_entities_persist_across_reopen(self, make_store: Callable[[], Store]) -> None:
         if not self.persistent:
             pytest.skip("this store does not persist")

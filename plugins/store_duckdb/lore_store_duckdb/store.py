@@ -1458,6 +1458,27 @@ class DuckDBStore(Store):
 
         await asyncio.to_thread(run)
 
+    async def delete_entities(self, entity_ids: Sequence[str], updated: Sequence[Entity] = ()) -> int:
+        ids, rows = sorted(set(entity_ids)), [_entity_row(e) for e in updated]
+
+        def run() -> int:
+            with self._transaction() as cur:
+                removed = 0
+                if ids:
+                    found = cur.execute(
+                        "DELETE FROM entities WHERE id IN (SELECT unnest(?))", (ids,)
+                    ).fetchone()
+                    removed = int(found[0]) if found else 0
+                if rows:
+                    cur.executemany(
+                        f"""INSERT OR REPLACE INTO entities ({", ".join(_ENTITY_COLUMNS)})
+                        VALUES ({", ".join("?" * len(_ENTITY_COLUMNS))})""",
+                        rows,
+                    )
+            return removed
+
+        return await asyncio.to_thread(run)
+
     async def get_entity(self, entity_id: str) -> Entity | None:
         rows = await asyncio.to_thread(self._query, f"{_ENTITY_SELECT} WHERE id = ?", (entity_id,))
         return _entity(rows[0]) if rows else None
