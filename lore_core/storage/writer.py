@@ -202,7 +202,8 @@ class StoreWriter:
         except Exception:
             log.exception("store: could not turn an exchange of session %s into records", exchange.session_id)
             return
-        if self.forget_marks is not None:
+        # One lookup for a session never forgotten (the request path's only cost of forget).
+        if self.forget_marks is not None and self.forget_marks.forgotten(exchange.session_id) is not None:
             try:
                 batch, dropped = drop_forgotten(batch, self.forget_marks.forgotten, exchange.started_at)
             except Exception:
