@@ -373,6 +373,7 @@ ROUTE_PATHS = frozenset(
     f"/lore/api/{name}"
     for name in (
         "status", "sessions", "search", "recall", "distillations", "distill", "knowledge", "team", "entities",
+        "metrics", "spend",  # read-only, fuzzed from /openapi.json (tests/test_fuzz_openapi.py)
     )
 )  # fmt: skip
 
