@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from lore_core import cli
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import Codec, Harness
 from lore_core.storage import history_import as history
+from lore_core.storage.amnesia import Amnesia
+from lore_core.storage.forget import forget_stored_session
 from lore_core.storage.history_import import ImportReport, import_history
 from lore_core.testing.server import ThreadedServer
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
@@ -341,6 +344,21 @@ def test_what_amnesia_kept_out_of_a_session_stays_out(home: Path) -> None:
     _, messages = stored(store, sid)
     assert sorted(m.position for m in messages) == [0, 0, 1, 1]  # two windows, from 2 on forgotten
     assert all("undefined symbol" not in m.text for m in messages)  # the tool result, position 2
+
+
+def test_a_forgotten_session_is_not_brought_back_by_an_import(home: Path) -> None:
+    """``lore forget`` then an import of the client's transcripts: the forgotten messages stay
+    out (the import is one more resend of the history), the other sessions are untouched."""
+    store = MemoryStore()
+    root = home / ".claude" / "projects"
+    sid = "11111111-aaaa-4aaa-8aaa-000000000001"
+    run_import(claude(), store, root)
+    assert stored(store, sid)[1]
+    assert asyncio.run(forget_stored_session(store, Amnesia(store), sid, at=time.time())) is not None
+    assert stored(store, sid)[1] == []
+    again = run_import(claude(), store, root, skip_done=False)
+    assert stored(store, sid)[1] == [] and again.added == 0
+    assert stored(store, "22222222-bbbb-4bbb-8bbb-000000000002")[1]
 
 
 def test_since_and_project_filter(home: Path) -> None:

@@ -45,6 +45,7 @@ import attrs
 from lore_core.interfaces import Codec, Harness, HistorySource, ImportedSession, Store
 from lore_core.model import Exchange, Message
 from lore_core.storage.amnesia import Amnesia, Range
+from lore_core.storage.forget import drop_forgotten
 from lore_core.storage.records import WriteBatch, normal_project, records_from_exchange
 
 #: The pseudo-session whose state holds the done markers (key ``<harness>:<source key>``).
@@ -356,6 +357,10 @@ async def _source_records(
         # for an import as for any resend of its history.
         forget = await amnesia.load(session.id) if amnesia is not None else []
         records = session_records(session, harness.name, codec, source.modified, forget)
+        if amnesia is not None:
+            # A session the user forgot (lore forget) is not brought back by its transcript:
+            # the import is one more resend, dropped as the writer drops one.
+            records, _ = drop_forgotten(records, amnesia.forgotten)
         if records.messages:
             sessions += 1
             messages += len(records.messages)
