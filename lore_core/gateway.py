@@ -53,6 +53,7 @@ from lore_core.knowledge.inject import KnowledgeInjector
 from lore_core.model import Exchange, RequestView
 from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, bootstrap
+from lore_core.projects import project_root
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.memory import RecallMemory
 from lore_core.recall.sources import StoreSessionDirectory, vector_index_name
@@ -62,7 +63,7 @@ from lore_core.storage.amnesia import Amnesia
 from lore_core.storage.forget import ForgetReport, forget_stored_session
 from lore_core.storage.journal import Journal
 from lore_core.storage.private import private_directory
-from lore_core.storage.records import logical_messages, normal_project
+from lore_core.storage.records import logical_messages
 from lore_core.storage.writer import StoreWriter, choose_store
 from lore_core.worker.client import WorkerClient
 
@@ -380,8 +381,9 @@ class Gateway:
             harness = self.registry.harnesses.get("generic", harness)
         session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
         project = _safe_call(harness.project, ctx) or self.cwd
-        # Every harness's project is stored normalised: no ".." survives (review F16).
-        project = normal_project(project) or project
+        # Every harness's project is stored normalised (no ".." survives, review F16) and
+        # as its repository root, so a subdirectory is not a project of its own.
+        project = project_root(project)
         return harness, session, project
 
     def note_stranger(self, access: MemoryAccess) -> None:

@@ -4,6 +4,7 @@ return, and what a raising implementation does (docs/hooks.md, "Lifecycle")."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_the_server_gives_the_gateways_stop_its_whole_budget(lore_env, tmp_path)
     closing after long saturated runs: the server waits as long as the gateway may take."""
     from lore_core.http.serve import hypercorn_config
 
-    (tmp_path / ".lore.json").write_text('{"server": {"shutdownGraceSeconds": 45}}')
+    Path(lore_env["LORE_CONFIG"]).write_text('{"server": {"shutdownGraceSeconds": 45}}')
     gateway = load(lore_env, tmp_path)
     config = hypercorn_config(gateway, "127.0.0.1:0")
     assert config.graceful_timeout == 45

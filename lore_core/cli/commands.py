@@ -673,12 +673,13 @@ def _print_json(payload: Any) -> None:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
-        rows = reader.sessions(args.project, args.limit)
+        project = _project_filter(args)
+        rows = reader.sessions(project, args.limit)
         if args.json:
             _print_json(rows)
             return 0
         if not rows:
-            print("no sessions stored" + (f" for project {args.project}" if args.project else ""))
+            print("no sessions stored" + (f" for project {project}" if project else ""))
             return 0
         for s in rows:
             branches = f", {s['branch_count']} branches" if s["branch_count"] > 1 else ""
@@ -826,7 +827,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
-        hits = reader.search(args.query, args.session, args.project, args.limit)
+        hits = reader.search(args.query, args.session, _project_filter(args), args.limit)
         if args.json:
             _print_json(
                 [
@@ -862,7 +863,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
     from lore_core.recall.tool import CLOSEST_RESULTS, nothing_relevant, snippet
 
     def action(reader: Any) -> int:
-        answer = reader.recall(args.query, args.scope, args.session, args.project, args.limit)
+        answer = reader.recall(args.query, args.scope, args.session, _project_filter(args), args.limit)
         results = answer.get("results") or []
         matched = bool(answer.get("matched", True))
         if args.json:
@@ -896,10 +897,17 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 
 def _project(args: argparse.Namespace) -> str:
-    """``--project``, else the current directory: the project a harness started here has."""
-    import os
+    """``--project``, else the current directory: the project a harness started here has
+    (its repository root, :func:`lore_core.projects.cli_project`)."""
+    from lore_core.projects import cli_project
 
-    return os.path.abspath(os.path.expanduser(args.project)) if args.project else os.getcwd()
+    return cli_project(args.project)
+
+
+def _project_filter(args: argparse.Namespace) -> str | None:
+    """An optional ``--project`` (``.``, a subdirectory, a trailing slash: its repository
+    root), or ``None`` for every project."""
+    return _project(args) if args.project else None
 
 
 def _entry_line(e: dict[str, Any]) -> str:
@@ -1204,7 +1212,6 @@ def cmd_import_history(args: argparse.Namespace) -> int:
     (DuckDB: one process), so the import refuses while one answers, rather than wait or
     write beside it."""
     import asyncio
-    import os
     from pathlib import Path
 
     from lore_core.plugins import bootstrap
@@ -1226,7 +1233,7 @@ def cmd_import_history(args: argparse.Namespace) -> int:
         print(f"lore: {exc}", file=sys.stderr)
         return 2
     root = Path(args.path).expanduser() if args.path else None
-    project = os.path.abspath(os.path.expanduser(args.project)) if args.project else None
+    project = _project_filter(args)
     store = None
     if not args.dry_run:
         url = _gateway_url(boot.config.server.host, boot.config.server.port)

@@ -19,6 +19,7 @@ import attrs
 from quart import Blueprint, Response, current_app, request
 
 from lore_core.knowledge.book import UNPAIRED_SURROGATE, entry_json, is_text
+from lore_core.projects import project_root
 from lore_core.storage.records import main_branch, normal_project
 from lore_core.worker.client import WorkerError
 
@@ -43,14 +44,14 @@ def _project_arg(value: Any) -> str | Response:
     project = normal_project(value) if isinstance(value, str) else None
     if project is None:
         return _json(400, {"error": NOT_A_PROJECT})
-    return project
+    return project_root(project)  # a subdirectory names its repository's project
 
 
 def _project_filter(value: str | None) -> str | None:
-    """An optional project that selects what is read: normalised like stored projects (so
-    ``/a/../b`` reads ``/b``); a value that is not an absolute path selects nothing, as
-    before."""
-    return (normal_project(value) or value) if value else None
+    """An optional project that selects what is read: normalised and mapped to its
+    repository root like stored projects (so ``/a/../b`` reads ``/b``); a value that is not
+    an absolute path selects nothing, as before."""
+    return project_root(value) if value else None
 
 
 def _int_arg(name: str, default: int, low: int = 1, high: int = 10_000) -> int:
@@ -689,7 +690,7 @@ async def entities_change(action: str) -> Response:
         return body
     if isinstance(body.get("project"), str):
         # Stored like every project (review F16); what is not absolute the action refuses.
-        body["project"] = normal_project(body["project"]) or body["project"]
+        body["project"] = project_root(body["project"])
     try:
         result = await run_action(_gateway().entities, action, body)
     except EntityInputError as exc:

@@ -44,6 +44,7 @@ import attrs
 
 from lore_core.interfaces import Codec, Harness, HistorySource, ImportedSession, Store
 from lore_core.model import Exchange, Message
+from lore_core.projects import project_root
 from lore_core.storage.amnesia import Amnesia, Range
 from lore_core.storage.forget import drop_forgotten
 from lore_core.storage.records import WriteBatch, normal_project, records_from_exchange
@@ -178,7 +179,8 @@ def session_records(
     the session's ``/lore:amnesia`` ranges, kept out as the writer keeps them out of every
     resend of the history."""
     batch = WriteBatch()
-    project = normal_project(session.project) or ""
+    # Filed as the gateway files it: its repository root when the directory exists here.
+    project = project_root(session.project) if normal_project(session.project) else ""
     path = codec.request_path or (codec.paths[0] if codec.paths else "")
     for window in session.windows:
         view = codec.parse(window.request, b"")
@@ -230,9 +232,10 @@ def session_time(session: ImportedSession) -> float:
 
 
 def _in_project(project: str, wanted: str) -> bool:
-    """``project`` is ``wanted`` or a directory under it."""
+    """``project`` (or the repository root it is filed under) is ``wanted`` or a directory
+    under it."""
     normal = normal_project(project) or project
-    return normal == wanted or normal.startswith(wanted.rstrip("/") + "/")
+    return any(p == wanted or p.startswith(wanted.rstrip("/") + "/") for p in (normal, project_root(normal)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,9 +276,9 @@ async def import_history(
         raise HistoryImportError(f"{where} does not exist (is {harness.display_name} used on this machine?)")
     wanted = None
     if project is not None:
-        wanted = normal_project(project)
-        if wanted is None:
+        if normal_project(project) is None:
             raise HistoryImportError(f"--project must be an absolute directory, not {project!r}")
+        wanted = project_root(project)
     report = ImportReport(harness=harness.name, root=str(where), dry_run=store is None)
     sources = harness.history_sources(where)
     report.sources = len(sources)

@@ -37,11 +37,13 @@ def lore_env(tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.Mo
         "XDG_CONFIG_HOME": str(home / ".config"),
         "XDG_DATA_HOME": str(home / ".local" / "share"),
         "XDG_CACHE_HOME": str(home / ".cache"),
-        "LORE_CONFIG": str(tmp_path / ".lore.json"),
+        # Not named .lore.json: that marks a project's root (lore_core.projects), and the
+        # tests' projects are folders under tmp_path.
+        "LORE_CONFIG": str(tmp_path / "lore.json"),
         "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
         "LORE_UPSTREAM_OPENAI": fake_upstream.url,
     }
-    (tmp_path / ".lore.json").write_text("{}")
+    (tmp_path / "lore.json").write_text("{}")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
