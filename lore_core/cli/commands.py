@@ -671,6 +671,23 @@ def _print_json(payload: Any) -> None:
     print(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
 
 
+#: What ``--limit 0`` asks for: everything, as far as the local API answers at once.
+LIMIT_ALL = 10_000
+LIMIT_HELP = "at most this many (0: all)"
+
+
+def limit_arg(value: str) -> int:
+    """``--limit``: 0 means all; a negative or non-number value is refused (it used to show
+    one row without a word)."""
+    try:
+        limit = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if limit < 0:
+        raise argparse.ArgumentTypeError(f"{limit}: give 0 (all) or a positive number")
+    return limit or LIMIT_ALL
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         project = _project_filter(args)
@@ -1606,7 +1623,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     # Store readers: through the running gateway's API, else the store file directly.
     sessions = sub.add_parser("sessions", help="list stored sessions, newest first")
     sessions.add_argument("--project", default=None, help="only this project (its directory)")
-    sessions.add_argument("--limit", type=int, default=50)
+    sessions.add_argument("--limit", type=limit_arg, default=50, help=LIMIT_HELP)
     sessions.add_argument("--json", action="store_true", help="print JSON")
     sessions.set_defaults(func=cmd_sessions)
 
@@ -1638,7 +1655,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     search.add_argument("query")
     search.add_argument("--session", default=None, help="only this session")
     search.add_argument("--project", default=None, help="only this project")
-    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--limit", type=limit_arg, default=10, help=LIMIT_HELP)
     search.add_argument(
         "--json", action="store_true", help="print a JSON array: id, session, role, score, text"
     )
@@ -1651,7 +1668,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     recall.add_argument("--scope", default=None, help="session | project (default)")
     recall.add_argument("--session", default=None, help="the session (needed for --scope session)")
     recall.add_argument("--project", default=None, help="the project directory")
-    recall.add_argument("--limit", type=int, default=10)
+    recall.add_argument("--limit", type=limit_arg, default=10, help=LIMIT_HELP)
     recall.add_argument(
         "--json",
         action="store_true",
