@@ -760,6 +760,12 @@ def _print_distillation(d: dict[str, Any]) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        if args.session is None:
+            latest = reader.sessions(None, 1)
+            if not latest:
+                print("no sessions stored")
+                return 0
+            args.session = latest[0]["id"]
         if args.session.startswith("d:"):
             found = reader.distillation(args.session)
             if args.json:
@@ -779,7 +785,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"{_when(s['created_at'])} .. {_when(s['updated_at'])}"
         )
         if data.get("state"):
-            print(f"state {data['state']}")
+            # Names only: the values (spend, owner, amnesia ranges) are for --json.
+            print(f"state: {', '.join(sorted(data['state']))} (--json shows them)")
         if s["branch_count"] > 1 and not args.all_branches:
             print("(showing the current branch; --all-branches shows every stored message)")
         print()
@@ -1628,7 +1635,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     sessions.set_defaults(func=cmd_sessions)
 
     show = sub.add_parser("show", help="print a stored session's conversation, or a distillation (d:<id>)")
-    show.add_argument("session", help="session id (see lore sessions), or d:<id> (see lore distillations)")
+    show.add_argument(
+        "session",
+        nargs="?",
+        default=None,
+        help="session id (see lore sessions) or d:<id> (see lore distillations); default: the latest session",
+    )
     show.add_argument(
         "--all-branches", action="store_true", help="every stored message, not only the current branch"
     )
