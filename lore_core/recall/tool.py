@@ -75,12 +75,17 @@ INPUT_SCHEMA: dict[str, Any] = {
 
 # Bounds of the tool result: it enters the conversation and is paid for on every later
 # turn (cached or not), so a search answers with passages and opening one item with the
-# region around one passage (the model pages on from there).
-MAX_RESULT_CHARS = 8000
+# region around one passage (the model pages on from there). The text bounds are what
+# memory's own text may take; the data frame around it (F9) comes on top, so framing
+# costs no evidence (inside the bound it cut a last-failing-test answer at 7,601 of 8,000
+# characters on the coding-sessions set).
+RESULT_TEXT_CHARS = 8000
+OPEN_TEXT_CHARS = 10000
+MAX_RESULT_CHARS = RESULT_TEXT_CHARS + frame_overhead(RESULT_LABEL)
+MAX_OPEN_CHARS = OPEN_TEXT_CHARS + frame_overhead(RESULT_LABEL)
 #: Results a tool call asks the engine for when the model names no limit: more than fit, so
 #: the answer is filled (:func:`format_response` packs them best first).
 TOOL_LIMIT = 30
-MAX_OPEN_CHARS = 10000
 #: Longest text one search result shows: a merged run of passages is cut around the
 #: query's terms, so one long run cannot take the room of several distinct facts.
 RESULT_CHARS = 1600
@@ -315,7 +320,7 @@ def _packed(response: RecallResponse, room: int, per_result: int = RESULT_CHARS)
 
 def format_response(response: RecallResponse, max_chars: int | None = None) -> str:
     """The tool-result text for a response, at most ``max_chars`` characters."""
-    limit = max_chars or (MAX_OPEN_CHARS if response.opened else MAX_RESULT_CHARS)
+    limit = max_chars or (OPEN_TEXT_CHARS if response.opened else RESULT_TEXT_CHARS)
     notes = [f"Note: {n}" for n in response.notes]
     if response.error:
         lines = [response.error]
@@ -369,12 +374,15 @@ async def run_recall(
 def tool_result_text(response: RecallResponse, max_chars: int | None = None) -> str:
     """The recall tool's result as the model reads it on every wire API: the formatted
     response in one data frame (F9: what memory holds is reference data, and a planted
-    ``</lore-...>`` cannot close the frame), within ``max_chars`` in all. A response that
-    holds no memory (an error, nothing found) is a plain sentence, escaped."""
+    ``</lore-...>`` cannot close the frame), within ``max_chars`` in all (by default the
+    text bound plus the frame). A response that holds no memory (an error, nothing found)
+    is a plain sentence, escaped."""
     if response.error or not response.results:
         return escape_delimiters(format_response(response, max_chars))
-    limit = max_chars or (MAX_OPEN_CHARS if response.opened else MAX_RESULT_CHARS)
-    room = limit - frame_overhead(RESULT_LABEL)
+    if max_chars:
+        room = max_chars - frame_overhead(RESULT_LABEL)
+    else:
+        room = OPEN_TEXT_CHARS if response.opened else RESULT_TEXT_CHARS
     # Escaped before the cut: an escape lengthens the text, the bound holds for what is sent.
     body = _cut(escape_delimiters(format_response(response, room)), room)
     return data_frame(body, RESULT_LABEL)
