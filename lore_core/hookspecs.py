@@ -232,7 +232,9 @@ def lore_register_mounts(register: Callable[[Mount], None]) -> None:
     and everything below it; not ``/v1``, ``/lore`` or ``/health``, and no two mounts on one
     path). The kernel dispatches those HTTP requests to the mount before its own routes, only
     after the Host, Origin and peer checks and the gateway token that ``/lore/api`` requires
-    (:mod:`lore_core.http.access`); ``start(api)`` is awaited after ``lore_startup`` (``api``:
+    (:mod:`lore_core.http.access`), the token excepted for a mount declaring
+    ``authenticates_itself`` (it gets a :class:`~lore_core.interfaces.MountAuth` in its scope
+    and checks its own credential); ``start(api)`` is awaited after ``lore_startup`` (``api``:
     a :class:`~lore_core.interfaces.LocalApi` calling the gateway's own routes in-process),
     ``stop()`` before ``lore_shutdown``. A bad path is a
     :class:`~lore_core.plugins.PluginError`.

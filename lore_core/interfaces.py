@@ -420,6 +420,21 @@ class LaunchPlan:
 
 
 @attrs.frozen
+class ClientSetting:
+    """One setting ``lore setup <agent>`` writes into the client's own configuration file, so
+    that the client reaches the gateway when it is started without ``lore run`` (from an IDE,
+    a script, a desktop launcher). ``lore setup undo <agent>`` puts back what was there."""
+
+    #: The client's configuration file (created when missing). Its suffix says the format:
+    #: ``.json``, or ``.toml`` (top-level keys only: ``key`` then has one part).
+    path: Path
+    #: Where in the file: the nested object keys (``("env", "ANTHROPIC_BASE_URL")``).
+    key: tuple[str, ...]
+    #: The value to set: a string, a boolean or a number, as the client expects it.
+    value: str | bool | int
+
+
+@attrs.frozen
 class HistorySource:
     """One piece of a client's local history that its harness reads by itself: a transcript
     file, or one session of the client's database. ``lore import --from`` reads each source
@@ -472,7 +487,8 @@ class Harness(Protocol):
 
     :meth:`history_root`, :meth:`history_sources` and :meth:`read_history` are optional:
     they let ``lore import --from <name>`` read the client's own transcripts. By default a
-    harness has no history to import."""
+    harness has no history to import. :meth:`setup_settings` is optional too: by default
+    ``lore setup <name>`` has nothing to write."""
 
     #: Name used by ``lore run <name>`` and stored with every session.
     name: str
@@ -497,6 +513,12 @@ class Harness(Protocol):
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
         """How ``lore run <name> args...`` starts the client pointed at ``gateway_url``."""
+
+    def setup_settings(self, gateway_url: str) -> list[ClientSetting]:
+        """What ``lore setup <name>`` writes into the client's own configuration files so it
+        talks to ``gateway_url`` whenever it starts, with the same effect as :meth:`launch`'s
+        plan. Default: none (``lore setup`` says the client cannot be set up that way)."""
+        return []
 
     def compaction_request(self, ctx: RequestContext) -> bool:
         """The request is the client's own "summarise the conversation" call; the gateway then
@@ -1149,6 +1171,23 @@ class LocalApi(Protocol):
         ...
 
 
+#: The ASGI scope key under which an ``authenticates_itself`` mount finds its :class:`MountAuth`.
+MOUNT_AUTH_SCOPE_KEY = "lore.mount_auth"
+
+
+@attrs.frozen
+class MountAuth:
+    """What the kernel tells an ``authenticates_itself`` mount about one request.
+
+    ``token_valid``: the request carried the gateway token in ``Authorization: Bearer``.
+    ``key``: a secret derived from the current gateway token for this mount (an HMAC of the
+    token keyed by the mount's name, never the token itself); it changes when the token is
+    rotated, so what the mount signs or binds with it (a session) ends with the token."""
+
+    token_valid: bool
+    key: bytes = attrs.field(repr=False)
+
+
 class Mount:
     """An ASGI application the gateway serves under ``path`` (``lore_register_mounts``):
     one segment such as ``"/mcp"``, matching that path and everything below it.
@@ -1160,10 +1199,20 @@ class Mount:
     gateway has started serving (after ``lore_startup``), ``stop`` at shutdown (before
     ``lore_shutdown``); until ``start`` has returned, requests are answered 503 without
     calling the application. An exception out of ``__call__`` is logged and answered 500
-    when no response was started. Implementations inherit from it."""
+    when no response was started. Implementations inherit from it.
+
+    ``authenticates_itself`` (default ``False``): the mount checks its own credential (a
+    browser's session cookie: the lore-dashboard plugin) instead of the gateway token. The
+    kernel still applies the Host, Origin and peer checks (a remote peer, with
+    ``server.allowRemote``, must still send the token in ``X-Lore-Token``) and then calls the
+    mount whether or not ``Authorization: Bearer`` carried the token; it puts a
+    :class:`MountAuth` in ``scope[MOUNT_AUTH_SCOPE_KEY]`` saying whether it did, with a key
+    derived from the current token that the mount binds its credentials to. Such a mount
+    must refuse, itself, every request it cannot authenticate."""
 
     name: str = ""
     path: str = ""
+    authenticates_itself: bool = False
 
     async def start(self, api: LocalApi) -> None:
         """Get ready to serve; ``api`` reaches the gateway's own routes in-process."""

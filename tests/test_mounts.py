@@ -5,7 +5,9 @@
   the gateway's routes in-process (``LocalApi``); bad paths are a ``PluginError``;
 * ``lore_register_commands``: a ``lore`` subcommand, loaded only when the command line names
   no built-in one; a clash with a built-in is a ``PluginError``;
-* with no plugin serving it, ``/mcp`` is still behind the token, and a 404.
+* with no plugin serving it, ``/mcp`` is still behind the token, and a 404;
+* a mount that ``authenticates_itself`` passes the Host, Origin and peer checks only and is
+  told whether the token came, with a key derived from the token (changed by a rotation).
 """
 
 from __future__ import annotations
@@ -19,7 +21,18 @@ import httpx
 import pytest
 
 from lore_core import hookimpl
-from lore_core.interfaces import ApiAnswer, ASGIReceive, ASGIScope, ASGISend, Command, LocalApi, Mount
+from lore_core.http.access import rotate_token
+from lore_core.interfaces import (
+    MOUNT_AUTH_SCOPE_KEY,
+    ApiAnswer,
+    ASGIReceive,
+    ASGIScope,
+    ASGISend,
+    Command,
+    LocalApi,
+    Mount,
+    MountAuth,
+)
 from lore_core.plugins import PluginError, Registry, make_plugin_manager
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
@@ -128,6 +141,56 @@ def test_without_a_plugin_mcp_is_still_behind_the_token(start_gateway: Callable[
     assert httpx.post(server.url + "/mcp", json={}).status_code == 401
     answer = httpx.post(server.url + "/mcp", json={}, headers=api_headers())
     assert answer.status_code == 404 and "error" in answer.json()
+
+
+class SelfAuth(Mount):
+    """A mount that checks its own credential: answers what the kernel told it."""
+
+    name = "self-auth"
+    path = "/selfauth"
+    authenticates_itself = True
+
+    def __init__(self) -> None:
+        self.seen: list[MountAuth] = []
+
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
+        auth = scope[MOUNT_AUTH_SCOPE_KEY]
+        assert isinstance(auth, MountAuth)
+        self.seen.append(auth)
+        body = json.dumps({"token_valid": auth.token_valid}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_a_mount_that_authenticates_itself_gets_the_guard_but_not_the_token_check(
+    start_gateway: Callable[..., ThreadedServer],
+) -> None:
+    """Host, Origin and peer are still the kernel's; the token is the mount's business: it is
+    told whether the bearer matched, and gets a key that changes with the token."""
+    mount, echo = SelfAuth(), Echo()
+    server = start_gateway(extra_plugins=(mounting(mount, echo),))
+    assert httpx.get(server.url + "/selfauth").json() == {"token_valid": False}
+    assert httpx.get(server.url + "/selfauth", headers={"Authorization": "Bearer wrong"}).json() == {
+        "token_valid": False
+    }
+    assert httpx.get(server.url + "/selfauth/x", headers=api_headers()).json() == {"token_valid": True}
+    refused = [
+        httpx.get(server.url + "/selfauth", headers={"Host": "rebind.example"}),
+        httpx.get(server.url + "/selfauth", headers={"Origin": "http://evil.example"}),
+        httpx.post(server.url + "/selfauth", headers={"Origin": "null"}),
+    ]
+    assert [r.status_code for r in refused] == [421, 403, 403]
+    assert len(mount.seen) == 3
+    # Another mount (the default) still requires the token itself.
+    assert httpx.get(server.url + "/echo").status_code == 401
+
+    # The key is the same while the token is, differs from the token, and changes with it.
+    key = mount.seen[0].key
+    assert mount.seen[1].key == key and len(key) == 32
+    assert server.gateway.tokens.current().encode() not in key
+    rotate_token(server.gateway.tokens.path)
+    assert httpx.get(server.url + "/selfauth", headers=api_headers()).json() == {"token_valid": True}
+    assert mount.seen[-1].key != key
 
 
 @pytest.mark.parametrize("path", ["/v1", "/lore", "/health", "/a/b", "mcp", "/", "/Upper", ""])

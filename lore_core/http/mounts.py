@@ -4,7 +4,9 @@ and the in-process API they call.
 :class:`MountDispatcher` wraps the Quart app's ``asgi_app`` (Quart's documented middleware
 seam): a request for a mounted path (``/mcp`` and below) goes to its
 :class:`~lore_core.interfaces.Mount` once it has passed :func:`lore_core.http.access.check`
-with the token required; every other request, and the lifespan, goes to Quart untouched.
+with the token required (for a mount that ``authenticates_itself``: Host, Origin and peer,
+then a :class:`~lore_core.interfaces.MountAuth` in the scope); every other request, and the
+lifespan, goes to Quart untouched.
 Refusals are JSON, as on ``/lore/api``.
 
 :class:`InProcessApi` is the :class:`~lore_core.interfaces.LocalApi` a mount gets: httpx
@@ -15,6 +17,8 @@ client's and get the same answers.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -23,7 +27,16 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from lore_core.http import access
-from lore_core.interfaces import ApiAnswer, ASGIReceive, ASGIScope, ASGISend, LocalApi, Mount
+from lore_core.interfaces import (
+    MOUNT_AUTH_SCOPE_KEY,
+    ApiAnswer,
+    ASGIReceive,
+    ASGIScope,
+    ASGISend,
+    LocalApi,
+    Mount,
+    MountAuth,
+)
 
 if TYPE_CHECKING:
     from lore_core.gateway import Gateway
@@ -129,7 +142,8 @@ class MountDispatcher:
             client[0] if client else None,
             self._gateway.config,
             self._gateway.tokens,
-            protected=True,
+            # A mount that authenticates itself gets the Host, Origin and peer checks only.
+            protected=not mount.authenticates_itself,
         )
         if refusal is not None:
             self._gateway.stats["requests_refused"] += 1
@@ -138,7 +152,15 @@ class MountDispatcher:
         if mount not in self._started:
             await _send_json(send, 503, {"error": f"{mount.path} is not serving yet"})
             return
+        if mount.authenticates_itself:
+            scope = {**scope, MOUNT_AUTH_SCOPE_KEY: self._auth(mount, headers)}
         await self._serve(mount, scope, receive, send)
+
+    def _auth(self, mount: Mount, headers: Mapping[str, str]) -> MountAuth:
+        """Whether the request carries the gateway token, and the mount's key derived from it."""
+        tokens = self._gateway.tokens
+        key = hmac.new(tokens.current().encode(), b"lore mount " + mount.name.encode(), hashlib.sha256)
+        return MountAuth(token_valid=tokens.matches(access.bearer(headers)), key=key.digest())
 
     async def _serve(self, mount: Mount, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
         started = False
