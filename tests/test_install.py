@@ -213,3 +213,19 @@ def test_the_documented_command_puts_lore_on_path_with_the_default_plugins(tmp_p
     assert f"listening on http://127.0.0.1:{port}" in output
     assert str(data_dir) in output
     assert "Traceback" not in output
+
+    # And off again: `lore setup` undone, the memory purged, the program removed by the tool
+    # that installed it (uv, told where its tools are, as when it installed them).
+    settings = home / ".claude" / "settings.json"
+    setup = run("setup", "claude", "--no-start")
+    assert setup.returncode == 0 and json.loads(settings.read_text())["env"]["ANTHROPIC_BASE_URL"], setup
+    env.update({"PATH": f"{Path(uv).parent}{os.pathsep}{env['PATH']}", "UV_TOOL_DIR": str(tmp_path / "tools"),
+                "UV_TOOL_BIN_DIR": str(bin_dir)})  # fmt: skip
+    dry = run("uninstall", "--purge", "--dry-run")
+    assert dry.returncode == 0 and "would run: uv tool uninstall lore" in dry.stdout, dry
+    assert data_dir.exists() and (bin_dir / "lore").exists()
+    gone = run("uninstall", "--purge")
+    assert gone.returncode == 0, gone
+    assert "undid lore setup claude" in gone.stdout and "removed the program" in gone.stdout, gone.stdout
+    assert not settings.exists()  # setup created it: undo removes it
+    assert not data_dir.exists() and not (bin_dir / "lore").exists()

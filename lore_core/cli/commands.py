@@ -1937,6 +1937,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from lore_core.cli.lifecycle import add_commands as add_lifecycle_commands
 
     add_lifecycle_commands(sub)
+    # lore setup [undo] <agent> (lore_core/cli/setup.py).
+    from lore_core.cli.setup import add_command as add_setup_command
+
+    add_setup_command(sub)
+    # lore uninstall (lore_core/cli/uninstall.py).
+    from lore_core.cli.uninstall import add_command as add_uninstall_command
+
+    add_uninstall_command(sub)
     # lore spend (lore_core/cli/spend.py).
     from lore_core.cli.spend import add_commands as add_spend_commands
 

@@ -4,6 +4,7 @@ transcripts."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,7 +12,14 @@ from typing import Any
 
 from lore_core import hookimpl
 from lore_core.builtin.harness_support import resolve_project
-from lore_core.interfaces import Harness, HistorySource, ImportedSession, LaunchPlan, RequestContext
+from lore_core.interfaces import (
+    ClientSetting,
+    Harness,
+    HistorySource,
+    ImportedSession,
+    LaunchPlan,
+    RequestContext,
+)
 from lore_harness_claude import history
 
 SESSION_HEADER = "x-claude-code-session-id"
@@ -78,6 +86,12 @@ class ClaudeCodeHarness(Harness):
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
         return LaunchPlan(argv=["claude", *args], env={"ANTHROPIC_BASE_URL": gateway_url, **LAUNCH_ENV})
 
+    def setup_settings(self, gateway_url: str) -> list[ClientSetting]:
+        # settings.json's "env" is applied to every Claude Code session, however started.
+        settings = settings_path()
+        env = {"ANTHROPIC_BASE_URL": gateway_url, **LAUNCH_ENV}
+        return [ClientSetting(settings, ("env", name), value) for name, value in env.items()]
+
     # Its transcripts, for `lore import --from claude-code` (lore_harness_claude.history).
     def history_root(self) -> Path | None:
         return history.history_root()
@@ -87,6 +101,12 @@ class ClaudeCodeHarness(Harness):
 
     def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
         return history.read_history(source)
+
+
+def settings_path() -> Path:
+    """Claude Code's user settings: ``$CLAUDE_CONFIG_DIR/settings.json`` or
+    ``~/.claude/settings.json``."""
+    return Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude") / "settings.json"
 
 
 def session_from_user_id(user_id: Any) -> str | None:

@@ -4,6 +4,7 @@ session files."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -11,7 +12,14 @@ from typing import Any
 
 from lore_core import hookimpl
 from lore_core.builtin.harness_support import header_project
-from lore_core.interfaces import Harness, HistorySource, ImportedSession, LaunchPlan, RequestContext
+from lore_core.interfaces import (
+    ClientSetting,
+    Harness,
+    HistorySource,
+    ImportedSession,
+    LaunchPlan,
+    RequestContext,
+)
 from lore_core.model import TEXT, RequestView
 from lore_harness_codex import history
 
@@ -70,6 +78,10 @@ class CodexHarness(Harness):
         # it reports below it instead.
         return LaunchPlan(argv=["codex", "-c", f"openai_base_url={gateway_url}/v1", *args])
 
+    def setup_settings(self, gateway_url: str) -> list[ClientSetting]:
+        # The same key as the launch plan's `-c`, in $CODEX_HOME/config.toml.
+        return [ClientSetting(config_path(), ("openai_base_url",), f"{gateway_url}/v1")]
+
     # Its session files, for `lore import --from codex` (lore_harness_codex.history).
     def history_root(self) -> Path | None:
         return history.history_root()
@@ -79,6 +91,11 @@ class CodexHarness(Harness):
 
     def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
         return history.read_history(source)
+
+
+def config_path() -> Path:
+    """Codex's configuration: ``$CODEX_HOME/config.toml`` or ``~/.codex/config.toml``."""
+    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "config.toml"
 
 
 def find_cwd(view: RequestView | None) -> str | None:

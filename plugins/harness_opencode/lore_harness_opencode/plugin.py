@@ -12,7 +12,14 @@ from typing import Any
 
 from lore_core import hookimpl
 from lore_core.builtin.harness_support import resolve_project
-from lore_core.interfaces import Harness, HistorySource, ImportedSession, LaunchPlan, RequestContext
+from lore_core.interfaces import (
+    ClientSetting,
+    Harness,
+    HistorySource,
+    ImportedSession,
+    LaunchPlan,
+    RequestContext,
+)
 from lore_harness_opencode import history
 
 # OpenCode's system prompt has an <env> block: "  Working directory: /home/dev/project".
@@ -63,6 +70,17 @@ class OpenCodeHarness(Harness):
         config = gateway_config(gateway_url, os.environ.get(CONFIG_ENV))
         return LaunchPlan(argv=["opencode", *args], env={CONFIG_ENV: config, **LAUNCH_ENV})
 
+    def setup_settings(self, gateway_url: str) -> list[ClientSetting]:
+        # The global opencode.json, which OpenCode merges under a project's own: the providers
+        # at the gateway, and LAUNCH_ENV's two switches as the settings they stand for.
+        path = config_path()
+        return [
+            *(ClientSetting(path, ("provider", name, "options", "baseURL"), f"{gateway_url}/v1")
+              for name in GATEWAY_PROVIDERS),
+            ClientSetting(path, ("compaction", "auto"), False),
+            ClientSetting(path, ("compaction", "prune"), False),
+        ]  # fmt: skip
+
     # Its session storage, for `lore import --from opencode` (lore_harness_opencode.history).
     def history_root(self) -> Path | None:
         return history.history_root()
@@ -72,6 +90,13 @@ class OpenCodeHarness(Harness):
 
     def read_history(self, source: HistorySource) -> Iterator[ImportedSession]:
         return history.read_history(source)
+
+
+def config_path() -> Path:
+    """OpenCode's global configuration: ``$XDG_CONFIG_HOME/opencode/opencode.json`` (by
+    default ``~/.config/opencode/opencode.json``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "opencode" / "opencode.json"
 
 
 def gateway_config(gateway_url: str, existing: str | None = None) -> str:
