@@ -27,6 +27,7 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "lore-store-duckdb": "plugins/store_duckdb",
     "lore-embed-local": "plugins/embed_local",
     "lore-mcp": "plugins/mcp",
+    "lore-dashboard": "plugins/dashboard",
 }
 
 #: The distribution with the default plugins, relative to the repository's root.

@@ -1,0 +1,605 @@
+"""The dashboard: the ``/ui`` mount, its routes and pages.
+
+Every page is rendered here from what the gateway's local API answers (the
+:class:`~lore_core.interfaces.LocalApi` the kernel hands :meth:`Dashboard.start`): the
+dashboard reads and changes memory exactly as ``lore`` commands do, under the same rules.
+It never opens the store itself.
+
+Access (:mod:`lore_dashboard.auth`): the kernel checks Host, Origin and peer
+(``authenticates_itself``); here, every page but the login and the static files needs the
+session cookie, and every POST its CSRF token. Without the cookie a page says how to log in
+and shows no memory (401); a POST without it is a 401, one with a wrong CSRF token a 403.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
+from typing import Any
+
+import jinja2
+from markupsafe import Markup, escape
+
+from lore_core.interfaces import (
+    MOUNT_AUTH_SCOPE_KEY,
+    ASGIReceive,
+    ASGIScope,
+    ASGISend,
+    LocalApi,
+    Mount,
+    MountAuth,
+)
+from lore_dashboard import auth
+from lore_dashboard.web import BadRequest, Request, Response, json_response, redirect
+
+log = logging.getLogger("lore.dashboard")
+
+PREFIX = "/ui"
+#: Sessions per page of the list, messages per page of the reader.
+SESSIONS_PER_PAGE = 50
+MESSAGES_PER_PAGE = 100
+#: The most sessions the list reads from the local API for one page (its own bound).
+MAX_SESSIONS_READ = 10_000
+#: A text block longer than this is collapsed in the reader (its start stays visible).
+LONG_TEXT_CHARS = 1500
+#: Results per search.
+SEARCH_LIMIT = 20
+#: What the recall tool accepts as a scope (the dashboard offers the same).
+RECALL_SCOPES = ("all", "session", "project", "knowledge")
+CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
+SCOPES = ("project", "global")
+SENSITIVITIES = ("normal", "sensitive", "restricted")
+#: Messages a redirect may ask a page to show (a fixed set: no text comes from the URL).
+NOTICES = {
+    "forgotten": "The session was forgotten: its messages, distillations and search entries are gone.",
+    "created": "The knowledge entry was added.",
+    "edited": "The knowledge entry was changed (a new version).",
+    "deleted": "The knowledge entry was deleted (its versions are kept: it can be restored).",
+    "restored": "The knowledge entry was restored.",
+    "unchanged": "Nothing changed: the entry already said that.",
+    "logged-out": "You are logged out.",
+}
+STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+
+Handler = Callable[[Request, auth.Session], Awaitable[Response]]
+
+
+def _fmt_time(value: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(float(value)))
+    except (TypeError, ValueError, OverflowError):
+        return ""
+
+
+def _fmt_iso(value: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(value)))
+    except (TypeError, ValueError, OverflowError):
+        return ""
+
+
+def _fmt_duration(seconds: Any) -> str:
+    try:
+        total = int(float(seconds))
+    except (TypeError, ValueError, OverflowError):
+        return ""
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s"
+
+
+def _highlight(text: str, query: str) -> Markup:
+    """``text`` escaped, the query's words in it wrapped in ``<mark>``."""
+    words = sorted({w for w in re.findall(r"\w{2,}", query.lower())}, key=len, reverse=True)
+    if not words:
+        return escape(text)
+    pattern = re.compile("|".join(re.escape(w) for w in words), re.IGNORECASE)
+    out: list[str] = []
+    last = 0
+    for match in pattern.finditer(text):
+        out.append(str(escape(text[last : match.start()])))
+        out.append(f"<mark>{escape(match.group(0))}</mark>")
+        last = match.end()
+    out.append(str(escape(text[last:])))
+    return Markup("".join(out))
+
+
+def _pretty_json(value: Any) -> str:
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("lore_dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        time=_fmt_time,
+        iso=_fmt_iso,
+        duration=_fmt_duration,
+        pretty=_pretty_json,
+        highlight=_highlight,
+        q=lambda v: urllib.parse.quote(str(v), safe=""),
+    )
+    return env
+
+
+def _cursor(row: Mapping[str, Any]) -> tuple[float, str]:
+    return (float(row.get("updated_at") or 0.0), str(row.get("id") or ""))
+
+
+def parse_cursor(value: str) -> tuple[float, str] | None:
+    """``"<updated_at>~<id>"`` (the last row of the previous page), or ``None``."""
+    if not value:
+        return None
+    stamp, sep, session_id = value.partition("~")
+    try:
+        number = float(stamp)
+    except ValueError:
+        number = math.nan
+    if not sep or not session_id or not math.isfinite(number):
+        raise BadRequest("after must be <updated_at>~<session id>, as the Next link gives it")
+    return number, session_id
+
+
+class Dashboard(Mount):
+    """The web dashboard under ``/ui``."""
+
+    name = "dashboard"
+    path = PREFIX
+    authenticates_itself = True
+
+    def __init__(self) -> None:
+        self._api: LocalApi | None = None
+        self.gate = auth.Gatekeeper()
+        self._env = _environment()
+        self._static = resources.files("lore_dashboard") / "static"
+        self._pages: dict[tuple[str, str], Handler] = {
+            ("GET", ""): self.health_page,
+            ("GET", "/sessions"): self.sessions_page,
+            ("GET", "/session"): self.session_page,
+            ("GET", "/session/forget"): self.forget_page,
+            ("POST", "/session/forget"): self.forget_action,
+            ("GET", "/search"): self.search_page,
+            ("GET", "/knowledge"): self.knowledge_page,
+            ("GET", "/knowledge/entry"): self.entry_page,
+            ("GET", "/knowledge/new"): self.new_entry_page,
+            ("POST", "/knowledge/new"): self.create_action,
+            ("POST", "/knowledge/edit"): self.edit_action,
+            ("POST", "/knowledge/delete"): self.delete_action,
+            ("POST", "/knowledge/restore"): self.restore_action,
+            ("POST", "/logout"): self.logout_action,
+        }
+
+    async def start(self, api: LocalApi) -> None:
+        self._api = api
+
+    async def stop(self) -> None:
+        self._api = None
+
+    @property
+    def api(self) -> LocalApi:
+        if self._api is None:
+            raise RuntimeError("the dashboard is not started")
+        return self._api
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
+        mount_auth = scope.get(MOUNT_AUTH_SCOPE_KEY)
+        if not isinstance(mount_auth, MountAuth):
+            # Served without the kernel's authenticates_itself contract: refuse everything.
+            await Response("the dashboard needs the gateway's mount authentication", 500, "text/plain").send(
+                send
+            )
+            return
+        try:
+            request = Request(scope, receive)
+            response = await self.dispatch(request, mount_auth)
+        except BadRequest as exc:
+            response = self.render(
+                "error.html", None, status=exc.status, title="Bad request", message=str(exc)
+            )
+        await response.send(send)
+
+    async def dispatch(self, request: Request, mount_auth: MountAuth) -> Response:
+        route = request.path[len(PREFIX) :].rstrip("/")
+        if route.startswith("/static/"):
+            return self.static_file(request, route.removeprefix("/static/"))
+        if route == "/login":
+            return self.login(request, mount_auth)
+        if route == "/login-links":
+            return self.mint_link(request, mount_auth)
+        methods = {m for (m, r) in self._pages if r == route}
+        if not methods:
+            return self.render("error.html", None, status=404, title="Not found", message="No such page.")
+        if request.method not in methods:
+            return Response(
+                "method not allowed", 405, "text/plain", headers={"allow": ", ".join(sorted(methods))}
+            )
+        session = self.gate.session(request.cookies.get(auth.COOKIE_NAME), mount_auth.key)
+        if session is None:
+            if request.method == "GET":
+                return self.render("login_needed.html", None, status=401, title="Log in")
+            return Response("not logged in: open a login link from `lore dashboard`", 401, "text/plain")
+        if request.method == "POST":
+            form = await request.form()
+            if not auth.csrf_ok(session, form.get("csrf")):
+                return Response(
+                    "refused: the form's CSRF token is missing or wrong (reload the page)", 403, "text/plain"
+                )
+        return await self._pages[(request.method, route)](request, session)
+
+    def render(
+        self, template: str, session: auth.Session | None, status: int = 200, **values: Any
+    ) -> Response:
+        page = self._env.get_template(template)
+        notice = NOTICES.get(values.pop("notice", ""), "")
+        html = page.render(
+            csrf=session.csrf if session else "", logged_in=session is not None, notice=notice, **values
+        )
+        return Response(html, status)
+
+    def static_file(self, request: Request, name: str) -> Response:
+        suffix = "." + name.rsplit(".", 1)[-1] if "." in name else ""
+        if request.method not in ("GET", "HEAD"):
+            return Response("method not allowed", 405, "text/plain", headers={"allow": "GET"})
+        if not re.fullmatch(r"[a-z0-9_-]+\.[a-z]+", name) or suffix not in STATIC_TYPES:
+            return Response("not found", 404, "text/plain")
+        item = self._static / name
+        if not item.is_file():
+            return Response("not found", 404, "text/plain")
+        return Response(item.read_bytes(), 200, STATIC_TYPES[suffix])
+
+    # -- access ----------------------------------------------------------------------------
+
+    def mint_link(self, request: Request, mount_auth: MountAuth) -> Response:
+        """``POST /ui/login-links`` with the gateway token (``lore dashboard``): a one-time
+        login path."""
+        if request.method != "POST":
+            return Response("method not allowed", 405, "text/plain", headers={"allow": "POST"})
+        if not mount_auth.token_valid:
+            return json_response({"error": "the gateway token is missing or wrong (lore token)"}, 401)
+        secret = self.gate.mint(mount_auth.key)
+        return json_response(
+            {"path": f"{PREFIX}/login?t={secret}", "expires_in_seconds": int(auth.LINK_TTL_SECONDS)}, 201
+        )
+
+    def login(self, request: Request, mount_auth: MountAuth) -> Response:
+        if request.method != "GET":
+            return Response("method not allowed", 405, "text/plain", headers={"allow": "GET"})
+        opened = self.gate.redeem(request.arg("t"), mount_auth.key)
+        if opened is None:
+            return self.render("login_needed.html", None, status=403, title="Log in", refused=True)
+        cookie, _ = opened
+        # The secret leaves the address bar and the history: the browser GETs /ui/.
+        return redirect(f"{PREFIX}/", cookies=(auth.session_cookie(cookie),))
+
+    async def logout_action(self, request: Request, session: auth.Session) -> Response:
+        self.gate.end(request.cookies.get(auth.COOKIE_NAME))
+        return redirect(f"{PREFIX}/sessions?notice=logged-out", cookies=(auth.cleared_cookie(),))
+
+    # -- the local API -----------------------------------------------------------------
+
+    async def _get(self, path: str, params: Mapping[str, str] | None = None) -> tuple[int, Any]:
+        answer = await self.api.call("GET", path, params=params)
+        return answer.status, answer.body
+
+    def _api_error(self, session: auth.Session, status: int, body: Any, what: str) -> Response:
+        reason = body.get("error") if isinstance(body, dict) else None
+        shown = status if 400 <= status < 500 else 502
+        return self.render(
+            "error.html",
+            session,
+            status=shown,
+            title=what,
+            message=str(reason or f"the gateway answered {status}"),
+        )
+
+    # -- pages -------------------------------------------------------------------------
+
+    async def health_page(self, request: Request, session: auth.Session) -> Response:
+        status, body = await self._get("/lore/api/status")
+        if status != 200 or not isinstance(body, dict):
+            return self._api_error(session, status, body, "Health")
+        health = body.get("health") or {}
+        return self.render(
+            "health.html",
+            session,
+            title="Health",
+            health=health,
+            store=body.get("store") or {},
+            notice=request.arg("notice"),
+        )
+
+    async def _sessions_after(
+        self, project: str, cursor: tuple[float, str] | None, keep: Callable[[Mapping[str, Any]], bool]
+    ) -> tuple[list[dict[str, Any]], bool, bool]:
+        """One page of sessions older than ``cursor`` that ``keep`` accepts, newest first;
+        whether there are more; whether the read stopped at :data:`MAX_SESSIONS_READ`."""
+        limit = SESSIONS_PER_PAGE * 4
+        while True:
+            params = {"limit": str(limit)}
+            if project:
+                params["project"] = project
+            status, rows = await self._get("/lore/api/sessions", params)
+            if status != 200 or not isinstance(rows, list):
+                raise RuntimeError(rows.get("error") if isinstance(rows, dict) else f"status {status}")
+            rows.sort(key=_cursor, reverse=True)
+            page = [r for r in rows if (cursor is None or _cursor(r) < cursor) and keep(r)]
+            exhausted = len(rows) < limit
+            if len(page) > SESSIONS_PER_PAGE or exhausted or limit >= MAX_SESSIONS_READ:
+                more = len(page) > SESSIONS_PER_PAGE
+                return page[:SESSIONS_PER_PAGE], more, not exhausted and not more
+            limit = min(limit * 4, MAX_SESSIONS_READ)
+
+    async def sessions_page(self, request: Request, session: auth.Session) -> Response:
+        project, harness, text = request.arg("project"), request.arg("harness"), request.arg("q")
+        cursor = parse_cursor(request.arg("after"))
+        if project and not project.startswith("/"):
+            raise BadRequest("project must be the project's absolute directory")
+        needle = text.lower()
+
+        def keep(row: Mapping[str, Any]) -> bool:
+            if harness and row.get("harness") != harness:
+                return False
+            if needle:
+                haystack = " ".join(
+                    str(row.get(k) or "") for k in ("title", "id", "model", "project")
+                ).lower()
+                return needle in haystack
+            return True
+
+        try:
+            rows, more, capped = await self._sessions_after(project, cursor, keep)
+        except RuntimeError as exc:
+            return self.render("error.html", session, status=502, title="Sessions", message=str(exc))
+        filters = {k: v for k, v in {"project": project, "harness": harness, "q": text}.items() if v}
+        newest = "?" + urllib.parse.urlencode(filters) if filters else ""
+        following = ""
+        if more and rows:
+            last = _cursor(rows[-1])
+            following = "?" + urllib.parse.urlencode({**filters, "after": f"{last[0]!r}~{last[1]}"})
+        return self.render(
+            "sessions.html",
+            session,
+            title="Sessions",
+            rows=rows,
+            project=project,
+            harness=harness,
+            text=text,
+            following=following,
+            newest=newest,
+            max_read=MAX_SESSIONS_READ,
+            paged=cursor is not None,
+            capped=capped,
+            notice=request.arg("notice"),
+        )
+
+    async def _session(self, session_id: str) -> tuple[int, Any]:
+        return await self._get(f"/lore/api/sessions/{urllib.parse.quote(session_id, safe='')}")
+
+    async def session_page(self, request: Request, session: auth.Session) -> Response:
+        session_id = request.arg("id")
+        if not session_id:
+            raise BadRequest("missing id: /ui/session?id=<session id>")
+        try:
+            page = max(1, int(request.arg("page") or 1))
+        except ValueError:
+            raise BadRequest("page must be a number") from None
+        status, body = await self._session(session_id)
+        if status != 200 or not isinstance(body, dict):
+            return self._api_error(session, status, body, "Session")
+        messages = body.get("messages") or []
+        pages = max(1, math.ceil(len(messages) / MESSAGES_PER_PAGE))
+        at = request.arg("at")
+        if at:
+            # A deep link to one message (a recall id's item): the page that holds it.
+            index = next((i for i, m in enumerate(messages) if m.get("id") == at), None)
+            if index is not None:
+                page = index // MESSAGES_PER_PAGE + 1
+        page = min(page, pages)
+        shown = messages[(page - 1) * MESSAGES_PER_PAGE : page * MESSAGES_PER_PAGE]
+        return self.render(
+            "session.html",
+            session,
+            title=str(body["session"].get("title") or session_id),
+            info=body["session"],
+            messages=shown,
+            first_number=(page - 1) * MESSAGES_PER_PAGE + 1,
+            page=page,
+            pages=pages,
+            total=len(messages),
+            long_text=LONG_TEXT_CHARS,
+        )
+
+    async def forget_page(self, request: Request, session: auth.Session) -> Response:
+        session_id = request.arg("id")
+        if not session_id:
+            raise BadRequest("missing id: /ui/session/forget?id=<session id>")
+        status, body = await self._session(session_id)
+        if status != 200 or not isinstance(body, dict):
+            return self._api_error(session, status, body, "Forget")
+        return self.render("forget.html", session, title="Forget this session?", info=body["session"])
+
+    async def forget_action(self, request: Request, session: auth.Session) -> Response:
+        form = await request.form()
+        session_id = form.get("id", "")
+        if not session_id:
+            raise BadRequest("missing id")
+        if form.get("confirm") != "yes":
+            raise BadRequest("tick the confirmation to forget the session")
+        answer = await self.api.call(
+            "DELETE", f"/lore/api/sessions/{urllib.parse.quote(session_id, safe='')}"
+        )
+        if answer.status != 200:
+            return self._api_error(session, answer.status, answer.body, "Forget")
+        return redirect(f"{PREFIX}/sessions?notice=forgotten")
+
+    async def search_page(self, request: Request, session: auth.Session) -> Response:
+        query, scope, project = request.arg("q"), request.arg("scope") or "all", request.arg("project")
+        if scope not in RECALL_SCOPES:
+            raise BadRequest(f"scope must be one of {', '.join(RECALL_SCOPES)}")
+        if project and not project.startswith("/"):
+            raise BadRequest("project must be the project's absolute directory")
+        result: dict[str, Any] | None = None
+        if query:
+            params = {"q": query, "scope": scope, "limit": str(SEARCH_LIMIT)}
+            if project:
+                params["project"] = project
+            status, body = await self._get("/lore/api/recall", params)
+            if status != 200 or not isinstance(body, dict):
+                return self._api_error(session, status, body, "Search")
+            result = body
+        return self.render(
+            "search.html",
+            session,
+            title="Search",
+            query=query,
+            scope=scope,
+            project=project,
+            scopes=RECALL_SCOPES,
+            result=result,
+        )
+
+    async def knowledge_page(self, request: Request, session: auth.Session) -> Response:
+        project, category = request.arg("project"), request.arg("category")
+        if project and not project.startswith("/"):
+            raise BadRequest("project must be the project's absolute directory")
+        if category and category not in CATEGORIES:
+            raise BadRequest(f"category must be one of {', '.join(CATEGORIES)}")
+        status, entries = await self._get("/lore/api/knowledge", {"project": project} if project else None)
+        if status != 200 or not isinstance(entries, list):
+            return self._api_error(session, status, entries, "Knowledge")
+        by_category: dict[str, list[dict[str, Any]]] = {c: [] for c in CATEGORIES}
+        for entry in entries:
+            if not category or entry.get("category") == category:
+                by_category.setdefault(str(entry.get("category")), []).append(entry)
+        for group in by_category.values():
+            group.sort(key=lambda e: str(e.get("title", "")).lower())
+        return self.render(
+            "knowledge.html",
+            session,
+            title="Knowledge",
+            project=project,
+            category=category,
+            categories=CATEGORIES,
+            by_category={c: g for c, g in by_category.items() if g},
+            count=sum(len(g) for g in by_category.values()),
+            notice=request.arg("notice"),
+        )
+
+    async def _entry(self, entry_id: str) -> tuple[int, Any]:
+        return await self._get(f"/lore/api/knowledge/{urllib.parse.quote(entry_id, safe=':')}")
+
+    async def entry_page(self, request: Request, session: auth.Session) -> Response:
+        entry_id = request.arg("id")
+        if not entry_id:
+            raise BadRequest("missing id: /ui/knowledge/entry?id=k:<id>")
+        status, body = await self._entry(entry_id)
+        if status != 200 or not isinstance(body, dict):
+            return self._api_error(session, status, body, "Knowledge entry")
+        return self.render(
+            "entry.html",
+            session,
+            title=str(body["entry"].get("title") or entry_id),
+            entry=body["entry"],
+            versions=list(reversed(body.get("versions") or [])),
+            categories=CATEGORIES,
+            sensitivities=SENSITIVITIES,
+            notice=request.arg("notice"),
+        )
+
+    async def new_entry_page(self, request: Request, session: auth.Session) -> Response:
+        return self.render(
+            "entry_new.html",
+            session,
+            title="New knowledge entry",
+            project=request.arg("project"),
+            categories=CATEGORIES,
+            scopes=SCOPES,
+            sensitivities=SENSITIVITIES,
+            values={},
+            error="",
+        )
+
+    @staticmethod
+    def _entry_link(body: Any, notice: str) -> str:
+        entry_id = body.get("entry", {}).get("id", "") if isinstance(body, dict) else ""
+        return f"{PREFIX}/knowledge/entry?" + urllib.parse.urlencode({"id": entry_id, "notice": notice})
+
+    async def create_action(self, request: Request, session: auth.Session) -> Response:
+        form = await request.form()
+        fields = {
+            k: form.get(k, "").strip()
+            for k in ("project", "category", "title", "content", "scope", "sensitivity")
+        }
+        answer = await self.api.call(
+            "POST", "/lore/api/knowledge", body={k: v for k, v in fields.items() if v}
+        )
+        if answer.status in (200, 201):
+            status = answer.body.get("status") if isinstance(answer.body, dict) else ""
+            return redirect(self._entry_link(answer.body, "created" if status == "created" else "edited"))
+        if 400 <= answer.status < 500:
+            reason = answer.body.get("error") if isinstance(answer.body, dict) else ""
+            return self.render(
+                "entry_new.html",
+                session,
+                status=answer.status,
+                title="New knowledge entry",
+                project=fields["project"],
+                categories=CATEGORIES,
+                scopes=SCOPES,
+                sensitivities=SENSITIVITIES,
+                values=fields,
+                error=str(reason or f"refused ({answer.status})"),
+            )
+        return self._api_error(session, answer.status, answer.body, "New knowledge entry")
+
+    async def _id_from(self, request: Request) -> str:
+        form = await request.form()
+        entry_id = form.get("id", "").strip()
+        if not entry_id:
+            raise BadRequest("missing id")
+        return entry_id
+
+    async def edit_action(self, request: Request, session: auth.Session) -> Response:
+        entry_id = await self._id_from(request)
+        form = await request.form()
+        fields = {k: form[k].strip() for k in ("category", "title", "content", "sensitivity") if k in form}
+        return await self._change(session, entry_id, "PATCH", "", fields, "edited")
+
+    async def delete_action(self, request: Request, session: auth.Session) -> Response:
+        entry_id = await self._id_from(request)
+        return await self._change(session, entry_id, "DELETE", "", None, "deleted")
+
+    async def restore_action(self, request: Request, session: auth.Session) -> Response:
+        entry_id = await self._id_from(request)
+        return await self._change(session, entry_id, "POST", "/restore", None, "restored")
+
+    async def _change(
+        self, session: auth.Session, entry_id: str, method: str, suffix: str, body: Any, done: str
+    ) -> Response:
+        path = f"/lore/api/knowledge/{urllib.parse.quote(entry_id, safe=':')}{suffix}"
+        answer = await self.api.call(method, path, body=body)
+        if answer.status == 200:
+            status = answer.body.get("status") if isinstance(answer.body, dict) else ""
+            return redirect(self._entry_link(answer.body, "unchanged" if status == "unchanged" else done))
+        return self._api_error(session, answer.status, answer.body, "Knowledge entry")

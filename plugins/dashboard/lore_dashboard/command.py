@@ -1,0 +1,90 @@
+"""``lore dashboard``: a one-time login link to the running gateway's dashboard.
+
+The link is minted by the gateway itself (``POST /ui/login-links`` with the gateway token,
+as every ``lore`` command reaches the local API), so it works with a gateway started in the
+background by ``lore run``; when none runs, one is started the same way (``--no-start``
+fails instead). ``--open`` opens the link in the default browser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import webbrowser
+
+import httpx
+
+from lore_core.interfaces import Command
+
+#: How long the gateway may take to answer the mint.
+MINT_TIMEOUT_SECONDS = 10.0
+
+
+class DashboardCommand(Command):
+    name = "dashboard"
+    help = "print (or --open) a one-time login link to the web dashboard of the running gateway"
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--open", action="store_true", help="open the link in the default web browser")
+        parser.add_argument(
+            "--no-start",
+            action="store_true",
+            help="fail when no gateway runs, instead of starting one as `lore run` does",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        return login_link(open_it=args.open, start=not args.no_start)
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"lore dashboard: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def login_link(*, open_it: bool = False, start: bool = True) -> int:
+    from lore_core.cli.launcher import LaunchError, ensure_gateway, gateway_url, probe
+    from lore_core.http.access import cli_token
+    from lore_core.plugins import bootstrap
+
+    config = bootstrap().config
+    host, port = config.server.host, config.server.port
+    url = gateway_url(host, port)
+    try:
+        if start:
+            status = ensure_gateway(host, port)
+            if status.started:
+                print(f"lore dashboard: {status.describe()}", file=sys.stderr, flush=True)
+        elif probe(host, port)[0] != "lore":
+            return _fail(
+                f"no Lore gateway answers at {url}: start one with `lore serve` (or drop --no-start)"
+            )
+    except LaunchError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot start the gateway: {exc}")
+    token = cli_token(config)
+    if not token:
+        return _fail("no gateway token found (the gateway writes it at its first start; see `lore token`)")
+    try:
+        with httpx.Client(base_url=url, trust_env=False, timeout=MINT_TIMEOUT_SECONDS) as client:
+            answer = client.post("/ui/login-links", headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as exc:
+        return _fail(f"the gateway at {url} did not answer ({type(exc).__name__}: {exc})")
+    if answer.status_code == 404:
+        return _fail(
+            f"the gateway at {url} does not serve the dashboard: it was started before lore-dashboard "
+            "was installed, or the plugin is disabled (LORE_DISABLE_PLUGINS); restart it"
+        )
+    if answer.status_code == 401:
+        return _fail(f"the gateway at {url} refused the token (is it another data directory's gateway?)")
+    try:
+        payload = answer.json()
+        link = url + str(payload["path"])
+        ttl = int(payload["expires_in_seconds"])
+    except (ValueError, KeyError, TypeError):
+        return _fail(f"the gateway at {url} answered {answer.status_code}: {answer.text[:200]}")
+    print(f"Open this link within {ttl} seconds; it works once:")
+    print(f"  {link}", flush=True)
+    if open_it and not webbrowser.open(link):
+        return _fail("no web browser could be opened here: open the link above yourself")
+    return 0

@@ -1,0 +1,520 @@
+"""The dashboard over HTTP against a real gateway on loopback with real traffic replayed
+into it (the in-memory store, or DuckDB when installed):
+
+* access: a login link minted with the gateway token works once; an expired, reused,
+  unknown or pre-rotation link is refused; the session cookie is HttpOnly, SameSite=Strict,
+  Path=/ui; a token rotation logs out; without the cookie a page shows no memory (401)
+  and an action is refused (401); a POST with a missing or wrong CSRF token (403) or from
+  a foreign Origin (403, the kernel's check) changes nothing;
+* every answer carries the strict Content-Security-Policy and the other headers;
+* pages: health, sessions (filters, keyset pages), the reader (tool calls collapsed),
+  search (the recall engine), knowledge (by category, versions);
+* actions: forget, knowledge add / edit / delete / restore, each reflected by the local
+  API (what the CLI reads) afterwards;
+* ``lore dashboard`` prints a link that logs in; client mistakes are 4xx, never a 500.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from lore_dashboard import auth
+
+from lore_core.http.access import rotate_token
+from lore_core.testing.fake_upstream import FakeUpstream, Reply
+from lore_core.testing.net import api_headers
+from lore_core.testing.server import ThreadedServer
+
+SECRET_WORD = "zanzibarquux"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "proj"
+    path.mkdir()
+    return path
+
+
+def send_turn(
+    server: ThreadedServer,
+    fake: FakeUpstream,
+    session: str,
+    project: Path,
+    history: list[dict[str, Any]],
+    reply: Reply,
+) -> list[dict[str, Any]]:
+    """One model request through the gateway, as a coding client sends it; the history with
+    the answer appended."""
+    fake.enqueue(reply)
+    headers = {
+        "x-api-key": "k",
+        "anthropic-version": "2023-06-01",
+        "x-session-id": session,
+        "X-Lore-Project": str(project),
+    }
+    body = {"model": "claude-test", "max_tokens": 50, "messages": history}
+    answer = httpx.post(server.url + "/v1/messages", json=body, headers=headers, timeout=30)
+    answer.raise_for_status()
+    return [*history, {"role": "assistant", "content": answer.json()["content"]}]
+
+
+def replay_traffic(server: ThreadedServer, fake: FakeUpstream, project: Path) -> None:
+    """Two sessions: one with a tool call and a long tool output, one short."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": f"Plan the {SECRET_WORD} migration"}]
+    history = send_turn(server, fake, "s-tools", project, history, Reply(text="Let me read the file first."))
+    history.append(
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "here is the file"},
+                {"type": "tool_result", "tool_use_id": "call-1", "content": "line of output\n" * 300},
+            ],
+        }
+    )
+    send_turn(server, fake, "s-tools", project, history, Reply(text=f"The {SECRET_WORD} plan is ready."))
+    send_turn(
+        server,
+        fake,
+        "s-short",
+        project,
+        [{"role": "user", "content": "say hello"}],
+        Reply(text="hello there"),
+    )
+
+
+def local_api(server: ThreadedServer) -> httpx.Client:
+    return httpx.Client(base_url=server.url + "/lore/api", headers=api_headers(), timeout=30)
+
+
+def mint(server: ThreadedServer) -> str:
+    answer = httpx.post(server.url + "/ui/login-links", headers=api_headers())
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["path"])
+
+
+def login(server: ThreadedServer) -> httpx.Client:
+    """A browser-like client logged in through a fresh link."""
+    client = httpx.Client(base_url=server.url, timeout=30)
+    answer = client.get(mint(server))
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/"
+    return client
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "the page has no CSRF field"
+    return html.unescape(found.group(1))
+
+
+def post(client: httpx.Client, path: str, data: dict[str, str], **headers: str) -> httpx.Response:
+    return client.post(path, data=data, headers=headers)
+
+
+@pytest.fixture
+def served(
+    start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream, project: Path
+) -> Iterator[ThreadedServer]:
+    server = start_gateway()
+    replay_traffic(server, fake_upstream, project)
+    yield server
+
+
+# -- access ------------------------------------------------------------------------------------
+
+
+def test_a_login_link_works_once_and_sets_a_strict_session_cookie(served: ThreadedServer) -> None:
+    path = mint(served)
+    assert re.fullmatch(r"/ui/login\?t=[A-Za-z0-9_-]{40,}", path)
+    browser = httpx.Client(base_url=served.url)
+    first = browser.get(path)
+    assert first.status_code == 303
+    cookie = first.headers["set-cookie"]
+    assert cookie.startswith(f"{auth.COOKIE_NAME}=")
+    for part in ("HttpOnly", "SameSite=Strict", "Path=/ui"):
+        assert part in cookie
+    assert browser.get("/ui/").status_code == 200
+
+    # The same link again, in another browser: refused, and it logs nobody in.
+    other = httpx.Client(base_url=served.url)
+    again = other.get(path)
+    assert again.status_code == 403 and "not valid" in again.text
+    assert "set-cookie" not in again.headers
+    assert other.get("/ui/sessions").status_code == 401
+
+
+def test_an_expired_unknown_or_pre_rotation_link_is_refused(
+    served: ThreadedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    browser = httpx.Client(base_url=served.url)
+    assert browser.get("/ui/login?t=made-up").status_code == 403
+    assert browser.get("/ui/login").status_code == 403
+
+    path = mint(served)
+    dashboard = served.gateway.registry.mounts["dashboard"]
+    later = dashboard.gate._clock() + auth.LINK_TTL_SECONDS + 1
+    with monkeypatch.context() as patched:
+        patched.setattr(dashboard.gate, "_clock", lambda: later)
+        assert browser.get(path).status_code == 403
+    # The expired link is gone for good, even back in its time.
+    assert browser.get(path).status_code == 403
+
+    path = mint(served)
+    rotate_token(served.gateway.tokens.path)
+    assert browser.get(path).status_code == 403
+    # A link minted after the rotation works.
+    fresh = httpx.Client(base_url=served.url)
+    assert fresh.get(mint(served)).status_code == 303
+    assert fresh.get("/ui/sessions").status_code == 200
+
+
+def test_minting_a_link_needs_the_gateway_token(served: ThreadedServer) -> None:
+    assert httpx.post(served.url + "/ui/login-links").status_code == 401
+    wrong = httpx.post(served.url + "/ui/login-links", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert httpx.get(served.url + "/ui/login-links", headers=api_headers()).status_code == 405
+
+
+def test_a_token_rotation_logs_out(served: ThreadedServer) -> None:
+    browser = login(served)
+    assert browser.get("/ui/sessions").status_code == 200
+    rotate_token(served.gateway.tokens.path)
+    page = browser.get("/ui/sessions")
+    assert page.status_code == 401 and SECRET_WORD not in page.text
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ui/",
+        "/ui/sessions",
+        "/ui/session?id=s-tools",
+        "/ui/search?q=" + SECRET_WORD,
+        "/ui/knowledge",
+        "/ui/knowledge/entry?id=k:x",
+        "/ui/session/forget?id=s-tools",
+    ],
+)
+def test_without_the_cookie_a_page_says_how_to_log_in_and_shows_no_memory(
+    served: ThreadedServer, path: str
+) -> None:
+    for cookies in ({}, {auth.COOKIE_NAME: "forged"}):
+        page = httpx.get(served.url + path, cookies=cookies)
+        assert page.status_code == 401
+        assert "lore dashboard" in page.text
+        assert SECRET_WORD not in page.text and "s-tools" not in page.text.replace(path, "")
+
+
+def test_without_the_cookie_an_action_is_refused_and_changes_nothing(served: ThreadedServer) -> None:
+    answer = httpx.post(
+        served.url + "/ui/session/forget", data={"id": "s-tools", "confirm": "yes", "csrf": "x"}
+    )
+    assert answer.status_code == 401
+    assert local_api(served).get("/sessions/s-tools").status_code == 200
+
+
+def test_a_cross_site_post_is_refused(served: ThreadedServer, project: Path) -> None:
+    browser = login(served)
+    page = browser.get("/ui/session/forget?id=s-tools")
+    token = csrf_of(page.text)
+    form = {"id": "s-tools", "confirm": "yes"}
+    refused = [
+        post(browser, "/ui/session/forget", form),  # no CSRF token
+        post(browser, "/ui/session/forget", {**form, "csrf": "wrong"}),
+        post(browser, "/ui/session/forget", {**form, "csrf": token}, origin="http://evil.example"),
+        post(browser, "/ui/session/forget", {**form, "csrf": token}, origin="null"),
+    ]
+    assert [r.status_code for r in refused] == [403, 403, 403, 403]
+    # Another session's CSRF token is not this one's.
+    other = login(served)
+    other_token = csrf_of(other.get("/ui/").text)
+    assert other_token != token
+    assert post(browser, "/ui/session/forget", {**form, "csrf": other_token}).status_code == 403
+    assert local_api(served).get("/sessions/s-tools").status_code == 200
+    # The same form with its token, from the page's own origin, goes through.
+    done = post(browser, "/ui/session/forget", {**form, "csrf": token}, origin=served.url)
+    assert done.status_code == 303
+
+
+def test_every_answer_carries_the_security_headers(served: ThreadedServer) -> None:
+    browser = login(served)
+    for path in ("/ui/", "/ui/sessions", "/ui/static/dashboard.css", "/ui/nowhere"):
+        answer = browser.get(path)
+        csp = answer.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["referrer-policy"] == "same-origin"
+    # No inline script or style anywhere.
+    for path in ("/ui/", "/ui/sessions", "/ui/session?id=s-tools", "/ui/knowledge"):
+        text = browser.get(path).text
+        assert (
+            not re.search(r"<script(?![^>]*\bsrc=)", text) and "<style" not in text and " style=" not in text
+        )
+        assert not re.search(r"\son[a-z]+=", text)
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+
+def test_health_shows_what_the_status_route_says(served: ThreadedServer) -> None:
+    page = login(served).get("/ui/").text
+    status = local_api(served).get("/status").json()
+    assert "<h1>Health</h1>" in page
+    assert f"version {status['health']['version']}" in page
+    assert f"{status['store']['sessions']} sessions" in page
+
+
+def test_sessions_list_filters_and_keyset_pages(
+    served: ThreadedServer,
+    fake_upstream: FakeUpstream,
+    project: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    browser = login(served)
+    page = browser.get("/ui/sessions").text
+    assert "s-tools" in page and "s-short" in page and SECRET_WORD in page
+    assert "s-short" not in browser.get("/ui/sessions", params={"q": SECRET_WORD}).text
+    assert "s-tools" in browser.get("/ui/sessions", params={"q": SECRET_WORD}).text
+    assert "No session matches" in browser.get("/ui/sessions", params={"harness": "no-such"}).text
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert "No session matches" in browser.get("/ui/sessions", params={"project": str(elsewhere)}).text
+    assert "s-tools" in browser.get("/ui/sessions", params={"project": str(project)}).text
+
+    # Keyset pages: with two rows a page, the second page starts after the first's last row
+    # and a session arriving meanwhile does not shift it.
+    import lore_dashboard.app as app
+
+    monkeypatch.setattr(app, "SESSIONS_PER_PAGE", 1)
+    first = browser.get("/ui/sessions").text
+    following = re.search(r'href="(/ui/sessions\?after=[^"]+)" rel="next"', first)
+    assert following, first
+    newest = re.findall(r"/ui/session\?id=([\w-]+)", first)
+    send_turn(
+        served, fake_upstream, "s-new", project, [{"role": "user", "content": "newer"}], Reply(text="ok")
+    )
+    second = browser.get(html.unescape(following.group(1))).text
+    shown = re.findall(r"/ui/session\?id=([\w-]+)", second)
+    assert shown and shown[0] not in newest and "s-new" not in shown
+    assert {newest[0], shown[0]} == {"s-tools", "s-short"}
+    assert browser.get("/ui/sessions", params={"after": "garbage"}).status_code == 400
+
+
+def test_the_reader_shows_the_conversation_with_tool_output_collapsed(served: ThreadedServer) -> None:
+    page = login(served).get("/ui/session", params={"id": "s-tools"}).text
+    assert f"Plan the {SECRET_WORD} migration" in page
+    assert f"The {SECRET_WORD} plan is ready." in page
+    assert re.search(r"<details class=\"tool\"><summary>Tool result[^<]*\(\d+ characters\)", page)
+    assert page.count("line of output") >= 300  # all of it, inside the <details>
+    assert "Forget this session" in page
+
+
+def test_search_runs_the_recall_engine(served: ThreadedServer) -> None:
+    browser = login(served)
+    page = browser.get("/ui/search", params={"q": SECRET_WORD}).text
+    api = local_api(served).get("/recall", params={"q": SECRET_WORD, "scope": "all", "limit": "20"}).json()
+    assert api["results"]
+    # The passages that hold the word are on the page, by their recall ids (the vector index
+    # fills in the background, so the looser neighbours may differ between two calls).
+    shown = re.findall(r'<code class="rid">([^<]+)</code>', page)
+    holding = {r["id"] for r in api["results"] if SECRET_WORD in r["text"]}
+    assert len(holding) == 2 and holding <= set(shown), (shown, api["results"])
+    assert f"<mark>{SECRET_WORD}</mark>" in page
+    # Each message result opens the session at its message (a deep link that finds its page).
+    import lore_dashboard.app as app
+
+    link = re.search(r'href="(/ui/session\?id=s-tools&amp;at=(\w+)#m-\w+)"', page)
+    assert link, page
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(app, "MESSAGES_PER_PAGE", 1)
+        reader = browser.get(html.unescape(link.group(1))).text
+    assert f'id="m-{link.group(2)}"' in reader
+    assert browser.get("/ui/search", params={"q": "x", "scope": "nowhere"}).status_code == 400
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+def test_forget_from_the_session_page(served: ThreadedServer) -> None:
+    browser = login(served)
+    confirm = browser.get("/ui/session/forget", params={"id": "s-tools"})
+    assert confirm.status_code == 200 and "for good" in confirm.text
+    token = csrf_of(confirm.text)
+    # Without the confirmation ticked: refused, nothing forgotten.
+    unticked = post(browser, "/ui/session/forget", {"id": "s-tools", "csrf": token})
+    assert unticked.status_code == 400
+    assert local_api(served).get("/sessions/s-tools").status_code == 200
+
+    hits = local_api(served).get("/search", params={"q": SECRET_WORD}).json()
+    assert hits and {h["session"] for h in hits} == {"s-tools"}
+    done = post(browser, "/ui/session/forget", {"id": "s-tools", "csrf": token, "confirm": "yes"})
+    assert done.status_code == 303 and done.headers["location"] == "/ui/sessions?notice=forgotten"
+    api = local_api(served)
+    assert api.get("/sessions/s-tools").status_code == 404
+    assert api.get("/search", params={"q": SECRET_WORD}).json() == []
+    listed = browser.get(done.headers["location"]).text
+    assert "was forgotten" in listed and "s-tools" not in listed
+    # Forgetting it again: the API's 404, shown as such.
+    again = post(browser, "/ui/session/forget", {"id": "s-tools", "csrf": token, "confirm": "yes"})
+    assert again.status_code == 404
+
+
+def test_knowledge_add_edit_delete_restore(served: ThreadedServer, project: Path) -> None:
+    browser = login(served)
+    token = csrf_of(browser.get("/ui/knowledge/new").text)
+    api = local_api(served)
+
+    created = post(
+        browser,
+        "/ui/knowledge/new",
+        {
+            "csrf": token,
+            "project": str(project),
+            "category": "decision",
+            "title": "Use keyset pages",
+            "content": "OFFSET scans every skipped row.",
+            "scope": "project",
+            "sensitivity": "normal",
+        },
+    )
+    assert created.status_code == 303, created.text
+    entry_url = created.headers["location"]
+    entry_id = urllib.parse.parse_qs(urllib.parse.urlsplit(entry_url).query)["id"][0]
+    stored = api.get(f"/knowledge/{entry_id}").json()
+    assert stored["entry"]["title"] == "Use keyset pages" and stored["entry"]["source_ref"] == "api"
+    listing = browser.get("/ui/knowledge", params={"project": str(project)}).text
+    assert "Decision" in listing and "Use keyset pages" in listing
+
+    edited = post(
+        browser,
+        "/ui/knowledge/edit",
+        {
+            "csrf": token,
+            "id": entry_id,
+            "title": "Use keyset pages",
+            "category": "decision",
+            "sensitivity": "normal",
+            "content": "OFFSET scans every skipped row; a cursor does not.",
+        },
+    )
+    assert edited.status_code == 303
+    assert api.get(f"/knowledge/{entry_id}").json()["entry"]["version"] == 2
+    page = browser.get(edited.headers["location"]).text
+    assert "a new version" in page and "v2" in page and "v1" in page
+
+    deleted = post(browser, "/ui/knowledge/delete", {"csrf": token, "id": entry_id})
+    assert deleted.status_code == 303
+    assert api.get(f"/knowledge/{entry_id}").json()["entry"]["is_deleted"] is True
+    assert entry_id not in [e["id"] for e in api.get("/knowledge", params={"project": str(project)}).json()]
+    assert "Restore this entry" in browser.get(deleted.headers["location"]).text
+
+    restored = post(browser, "/ui/knowledge/restore", {"csrf": token, "id": entry_id})
+    assert restored.status_code == 303
+    now = api.get(f"/knowledge/{entry_id}").json()["entry"]
+    assert now["is_deleted"] is False and now["version"] == 4
+    assert entry_id in [e["id"] for e in api.get("/knowledge", params={"project": str(project)}).json()]
+
+
+def test_a_refused_knowledge_entry_says_why_and_keeps_the_form(served: ThreadedServer, project: Path) -> None:
+    browser = login(served)
+    token = csrf_of(browser.get("/ui/knowledge/new").text)
+    answer = post(
+        browser,
+        "/ui/knowledge/new",
+        {"csrf": token, "project": "relative/dir", "category": "decision", "title": "T", "content": "C"},
+    )
+    assert answer.status_code == 400
+    assert "absolute" in answer.text and 'value="T"' in answer.text
+    assert local_api(served).get("/knowledge").json() == []
+
+
+@pytest.mark.parametrize(
+    "method, path, data",
+    [
+        ("GET", "/ui/session", None),
+        ("GET", "/ui/session?id=no-such", None),
+        ("GET", "/ui/session?id=s-tools&page=x", None),
+        ("GET", "/ui/knowledge/entry?id=k:nope", None),
+        ("GET", "/ui/knowledge?category=nope", None),
+        ("GET", "/ui/sessions?project=relative", None),
+        ("GET", "/ui/search?q=x&project=relative", None),
+        ("GET", "/ui/static/../app.py", None),
+        ("GET", "/ui/static/nothing.css", None),
+        ("GET", "/ui/no/such/page", None),
+        ("PUT", "/ui/sessions", None),
+        ("POST", "/ui/knowledge/edit", {"id": "k:nope", "title": "x"}),
+        ("POST", "/ui/knowledge/delete", {}),
+        ("POST", "/ui/knowledge/restore", {"id": "k:nope"}),
+        ("POST", "/ui/session/forget", {"id": "no-such", "confirm": "yes"}),
+    ],
+)
+def test_client_mistakes_are_never_a_500(
+    served: ThreadedServer, method: str, path: str, data: dict[str, str] | None
+) -> None:
+    browser = login(served)
+    if data is not None:
+        data = {**data, "csrf": csrf_of(browser.get("/ui/").text)}
+    answer = browser.request(method, path, data=data)
+    assert 400 <= answer.status_code < 500, (answer.status_code, answer.text[:300])
+
+
+def test_a_form_that_is_not_urlencoded_is_refused(served: ThreadedServer) -> None:
+    browser = login(served)
+    answer = browser.post(
+        "/ui/logout", content=b'{"csrf": "x"}', headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 415
+
+
+def test_logout_ends_the_session(served: ThreadedServer) -> None:
+    browser = login(served)
+    token = csrf_of(browser.get("/ui/").text)
+    answer = post(browser, "/ui/logout", {"csrf": token})
+    assert answer.status_code == 303 and "Max-Age=0" in answer.headers["set-cookie"]
+    assert browser.get("/ui/sessions").status_code == 401
+
+
+# -- lore dashboard ----------------------------------------------------------------------------
+
+
+def test_lore_dashboard_prints_a_link_that_logs_in(served: ThreadedServer, lore_env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lore_core.cli", "dashboard", "--no-start"],
+        env={**os.environ, "LORE_PORT": str(served.port)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    link = re.search(r"(http://\S+/ui/login\?t=\S+)", done.stdout)
+    assert link, done.stdout
+    browser = httpx.Client()
+    assert browser.get(link.group(1), follow_redirects=True).status_code == 200
+    assert "s-tools" in browser.get(served.url + "/ui/sessions").text
+
+
+def test_lore_dashboard_without_a_gateway_says_so(lore_env: dict[str, str]) -> None:
+    from lore_core.testing.net import free_port
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lore_core.cli", "dashboard", "--no-start"],
+        env={**os.environ, "LORE_PORT": str(free_port())},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1
+    assert "no Lore gateway answers" in done.stderr and "lore serve" in done.stderr
