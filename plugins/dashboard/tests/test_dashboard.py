@@ -272,6 +272,8 @@ def test_health_shows_what_the_status_route_says(served: ThreadedServer) -> None
     assert "<h1>Health</h1>" in page
     assert f"version {status['health']['version']}" in page
     assert f"{status['store']['sessions']} sessions" in page
+    assert status["health"]["stats"]["exchanges"] == 3
+    assert '<p class="big">3</p>' in page  # the exchanges replayed
 
 
 def test_sessions_list_filters_and_keyset_pages(
