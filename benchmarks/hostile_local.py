@@ -360,6 +360,8 @@ class Lab:
             "upstream": {"anthropic": self.provider.url, "openai": self.provider.url, "maxRetries": 0},
             "distill": DISTILL,
             "events": {"consolidateDelayMs": 50},
+            # The victim's project has no .lore.md yet; the attacks read the one Lore writes.
+            "knowledge": {"createLoreMd": True},
         }
         config_path = self.work / "lore.json"
         config_path.write_text(json.dumps(config, indent=1))

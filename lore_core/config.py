@@ -321,9 +321,12 @@ class KnowledgeConfig:
     # confidence (0.02: about a third in 20 days).
     decay_per_day: float = setting(0.02, low=0, high=1)
     decay_after_days: float = setting(14.0, low=0, high=3650)
-    # Write .lore.md at the project root on idle (entries of sensitivity "normal" only) and
-    # import it when it changes.
+    # Keep the project root's .lore.md in step on idle (entries of sensitivity "normal" only)
+    # and import it when it changes. Only where the repository has one (`lore export` writes
+    # the first, or a teammate commits it) unless createLoreMd: a file never appears unasked.
     lore_md: bool = True
+    # Also write .lore.md into repositories that have none.
+    create_lore_md: bool = False
     # Show entries of sensitivity "sensitive" to the worker model (the knowledge curator's
     # prompt). Off by default: the worker is often a hosted model. Restricted entries never.
     worker_sees_sensitive: bool = False

@@ -34,7 +34,8 @@ from lore_core.testing.net import api_headers
 from lore_core.testing.poll import poll
 from lore_core.testing.server import ThreadedServer
 
-CONFIG = {"distill": {"idleTimeoutSeconds": 3600}}
+# createLoreMd: these projects have no .lore.md yet, and these tests follow the one Lore writes.
+CONFIG = {"distill": {"idleTimeoutSeconds": 3600}, "knowledge": {"createLoreMd": True}}
 
 
 @pytest.fixture(autouse=True)

@@ -106,7 +106,7 @@ def test_the_gateway_writes_approvals_into_the_project_file(
 ) -> None:
     project = tmp_path / "shop"
     project.mkdir()
-    server = start_gateway()
+    server = start_gateway({"knowledge": {"createLoreMd": True}})  # the project has no .lore.md yet
     lore_md = project / ".lore.md"
     with httpx.Client(base_url=server.url, timeout=30) as model:
         # A request from the project: the gateway watches its .lore.md from now on.

@@ -173,6 +173,10 @@ def _sync(server: ThreadedServer) -> None:
     server.call(server.gateway.knowledge_upkeep.sync_files(force=True))
 
 
+# These projects have no .lore.md yet: let the gateway create one (knowledge.createLoreMd).
+CREATE_LORE_MD = {"knowledge": {"createLoreMd": True}}
+
+
 def test_lore_md_is_written_only_into_directories_the_gateway_user_owns(
     start_gateway: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -180,7 +184,7 @@ def test_lore_md_is_written_only_into_directories_the_gateway_user_owns(
     one another user owns (here uid 65534), saying why in one log line."""
     if os.getuid() != 0:
         pytest.skip("needs root to give a directory to another user (chown)")
-    server: ThreadedServer = start_gateway()
+    server: ThreadedServer = start_gateway(CREATE_LORE_MD)
     owned, foreign = tmp_path / "owned", tmp_path / "foreign"
     owned.mkdir()
     foreign.mkdir()
@@ -196,6 +200,24 @@ def test_lore_md_is_written_only_into_directories_the_gateway_user_owns(
     assert not (foreign / ".lore.md").exists()
     refusals = [r.getMessage() for r in caplog.records if str(foreign) in r.getMessage()]
     assert len(refusals) == 1 and "owned by uid 65534" in refusals[0], refusals
+
+
+def test_lore_md_is_not_created_unasked_and_kept_in_step_once_there(
+    start_gateway: Any, tmp_path: Path
+) -> None:
+    """By default the gateway keeps a repository's ``.lore.md`` in step only where one exists
+    (``lore export`` wrote it, or a teammate committed it): none appears unasked."""
+    server: ThreadedServer = start_gateway()
+    quiet, shared = tmp_path / "quiet", tmp_path / "shared"
+    quiet.mkdir()
+    shared.mkdir()
+    (shared / ".lore.md").write_text("# Project knowledge\n")
+    for project in (quiet, shared):
+        made = _add(server, project=str(project), category="gotcha", title="Slow CI", content="CI is slow.")
+        assert made.status_code == 201, made.text
+    _sync(server)
+    assert not (quiet / ".lore.md").exists()
+    assert "Slow CI" in (shared / ".lore.md").read_text()
 
 
 def test_lore_md_is_never_written_through_a_symlink(start_gateway: Any, tmp_path: Path) -> None:

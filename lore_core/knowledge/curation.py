@@ -443,7 +443,8 @@ class KnowledgeUpkeep:
             if force or now - at >= EXPORT_DEBOUNCE_SECONDS:
                 del self._dirty[project]
                 path = self.lore_md(project)
-                if path is not None:
+                # Kept in step where the repository has one; created only when configured.
+                if path is not None and (self.config.create_lore_md or path.exists()):
                     await self.export_file(project, path)
 
     async def export_file(self, project: str, path: Path) -> lorefile.ExportReport:
