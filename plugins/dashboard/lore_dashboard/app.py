@@ -55,6 +55,7 @@ RECALL_SCOPES = ("all", "session", "project", "knowledge")
 CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
 SCOPES = ("project", "global")
 SENSITIVITIES = ("normal", "sensitive", "restricted")
+CONTRADICTION_STATUSES = ("open", "cleared", "kept", "resolved")
 #: Messages a redirect may ask a page to show (a fixed set: no text comes from the URL).
 NOTICES = {
     "forgotten": "The session was forgotten: its messages, distillations and search entries are gone.",
@@ -64,6 +65,7 @@ NOTICES = {
     "restored": "The knowledge entry was restored.",
     "unchanged": "Nothing changed: the entry already said that.",
     "logged-out": "You are logged out.",
+    "resolved": "The contradiction is settled.",
 }
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 
@@ -185,6 +187,8 @@ class Dashboard(Mount):
             ("POST", "/knowledge/edit"): self.edit_action,
             ("POST", "/knowledge/delete"): self.delete_action,
             ("POST", "/knowledge/restore"): self.restore_action,
+            ("GET", "/contradictions"): self.contradictions_page,
+            ("POST", "/contradictions/resolve"): self.resolve_action,
             ("POST", "/logout"): self.logout_action,
         }
 
@@ -603,3 +607,43 @@ class Dashboard(Mount):
             status = answer.body.get("status") if isinstance(answer.body, dict) else ""
             return redirect(self._entry_link(answer.body, "unchanged" if status == "unchanged" else done))
         return self._api_error(session, answer.status, answer.body, "Knowledge entry")
+
+    async def contradictions_page(self, request: Request, session: auth.Session) -> Response:
+        project, status = request.arg("project"), request.arg("status") or "open"
+        if project and not project.startswith("/"):
+            raise BadRequest("project must be the project's absolute directory")
+        if status != "all" and status not in CONTRADICTION_STATUSES:
+            raise BadRequest(f"status must be all or one of {', '.join(CONTRADICTION_STATUSES)}")
+        params = {"project": project} if project else {}
+        if status != "all":
+            params["status"] = status
+        code, pairs = await self._get("/lore/api/knowledge/contradictions", params)
+        if code != 200 or not isinstance(pairs, list):
+            return self._api_error(session, code, pairs, "Contradictions")
+        return self.render(
+            "contradictions.html",
+            session,
+            title="Contradictions",
+            pairs=pairs,
+            project=project,
+            chosen=status,
+            statuses=("all", *CONTRADICTION_STATUSES),
+            notice=request.arg("notice"),
+        )
+
+    async def resolve_action(self, request: Request, session: auth.Session) -> Response:
+        """Keep one entry of a pair (the other is deleted, restorable) or both."""
+        form = await request.form()
+        first, second, keep = form.get("first", ""), form.get("second", ""), form.get("keep", "")
+        if not first or not second:
+            raise BadRequest("missing first or second (the two entries' ids)")
+        if keep == "both":
+            body: dict[str, Any] = {"first": first, "second": second, "keep_both": True}
+        elif keep in (first, second):
+            body = {"first": first, "second": second, "keep": keep}
+        else:
+            raise BadRequest("keep must be one of the two entries, or both")
+        answer = await self.api.call("POST", "/lore/api/knowledge/contradictions/resolve", body=body)
+        if answer.status != 200:
+            return self._api_error(session, answer.status, answer.body, "Contradictions")
+        return redirect(f"{PREFIX}/contradictions?notice=resolved")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,24 @@ def _replay(server: ThreadedServer, fake: FakeUpstream, project: Path) -> None:
     ]  # fmt: skip
     _send(server, fake, "s-billing", project, second)
     _send(server, fake, "s-webhook", project, [{"role": "user", "content": "Add retries to the webhook."}])
+
+
+def _in_conflict(server: ThreadedServer, api: httpx.Client, project: Path) -> tuple[str, str]:
+    """Two entries and the judge's verdict on them (recorded as the judge does: it needs a model)."""
+    from lore_core.storage.knowledge import KnowledgeContradiction, pair_ids
+
+    made = {}
+    for title, content in (("Tabs", "Indent with tabs."), ("Spaces", "Indent with four spaces, never tabs.")):
+        body = {"project": str(project), "category": "preference", "title": title, "content": content}
+        made[title] = api.post("/knowledge", json=body).json()["entry"]
+    first, second = pair_ids(made["Tabs"]["logical_id"], made["Spaces"]["logical_id"])
+    judgement = KnowledgeContradiction(
+        first_id=first, second_id=second, project=made["Tabs"]["project"], status="open",
+        first_fingerprint="a", second_fingerprint="b", judged_at=time.time(), judged_by="worker:test/judge",
+        reason="tabs against spaces",
+    )  # fmt: skip
+    server.call(server.gateway.store.record_contradiction(judgement))
+    return made["Tabs"]["id"], made["Spaces"]["id"]
 
 
 def _mint(server: ThreadedServer) -> str:
@@ -187,6 +206,16 @@ def test_the_dashboard_in_a_browser(
     assert "was forgotten" in page.content()
     assert api.get("/sessions/s-webhook").status_code == 404
 
+    # A contradiction, settled by keeping one side.
+    tabs, spaces = _in_conflict(server, api, project)
+    page.get_by_role("link", name="Contradictions").click()
+    assert page.get_by_text("tabs against spaces").is_visible()
+    page.screenshot(path=str(shots / "contradictions.png"), full_page=True)
+    page.get_by_role("button", name="Keep “Spaces”").click()
+    assert "is settled" in page.content()
+    assert api.get(f"/knowledge/{tabs}").json()["entry"]["is_deleted"] is True
+    assert api.get(f"/knowledge/{spaces}").json()["entry"]["is_deleted"] is False
+
     # Narrow: every page still renders without sideways scrolling.
     phone = browser.new_context(viewport={"width": 390, "height": 844}, storage_state=context.storage_state())
     small = phone.new_page()
@@ -196,6 +225,7 @@ def test_the_dashboard_in_a_browser(
         "search": f"/ui/search?q={SECRET_WORD}",
         "knowledge": "/ui/knowledge",
         "session": "/ui/session?id=s-billing",
+        "contradictions": "/ui/contradictions?status=all",
     }
     for name, path in narrow.items():
         small.goto(server.url + path)

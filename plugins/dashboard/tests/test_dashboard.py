@@ -202,6 +202,7 @@ def test_a_token_rotation_logs_out(served: ThreadedServer) -> None:
         "/ui/knowledge",
         "/ui/knowledge/entry?id=k:x",
         "/ui/session/forget?id=s-tools",
+        "/ui/contradictions",
     ],
 )
 def test_without_the_cookie_a_page_says_how_to_log_in_and_shows_no_memory(
@@ -520,3 +521,71 @@ def test_lore_dashboard_without_a_gateway_says_so(lore_env: dict[str, str]) -> N
     )
     assert done.returncode == 1
     assert "no Lore gateway answers" in done.stderr and "lore serve" in done.stderr
+
+
+# -- contradictions ----------------------------------------------------------------------------
+
+
+def _two_entries_in_conflict(server: ThreadedServer, project: Path) -> tuple[str, str]:
+    """Two entries, and the judge's verdict that they contradict (recorded as the worker's
+    judge records it: the judge itself needs a model)."""
+    from lore_core.storage.knowledge import KnowledgeContradiction, pair_ids
+
+    api = local_api(server)
+    ids = []
+    for title, content in (("Tabs", "Indent with tabs."), ("Spaces", "Indent with four spaces, never tabs.")):
+        body = {"project": str(project), "category": "preference", "title": title, "content": content}
+        answer = api.post("/knowledge", json=body)
+        assert answer.status_code == 201, answer.text
+        ids.append(answer.json()["entry"]["id"])
+    first, second = pair_ids(ids[0].removeprefix("k:"), ids[1].removeprefix("k:"))
+    stored = api.get("/knowledge", params={"project": str(project)}).json()
+    project_key = stored[0]["project"]
+    judgement = KnowledgeContradiction(
+        first_id=first, second_id=second, project=project_key, status="open", first_fingerprint="a",
+        second_fingerprint="b", judged_at=1.0, judged_by="worker:test/judge", reason="tabs against spaces",
+    )  # fmt: skip
+    server.call(server.gateway.store.record_contradiction(judgement))
+    return f"k:{first}", f"k:{second}"
+
+
+def test_contradictions_keep_one_or_both(served: ThreadedServer, project: Path) -> None:
+    first, second = _two_entries_in_conflict(served, project)
+    browser = login(served)
+    page = browser.get("/ui/contradictions")
+    assert page.status_code == 200
+    assert (
+        "tabs against spaces" in page.text and "Indent with tabs." in page.text and "Keep both" in page.text
+    )
+    token = csrf_of(page.text)
+    api = local_api(served)
+
+    # Neither of the pair, or no CSRF token: refused, nothing changes.
+    assert post(browser, "/ui/contradictions/resolve", {"csrf": token, "first": first, "second": second,
+                                                        "keep": "k:other"}).status_code == 400  # fmt: skip
+    form = {"first": first, "second": second, "keep": second}
+    assert post(browser, "/ui/contradictions/resolve", form).status_code == 403
+    assert api.get("/knowledge/contradictions", params={"status": "open"}).json()
+
+    done = post(browser, "/ui/contradictions/resolve", {**form, "csrf": token})
+    assert done.status_code == 303
+    assert api.get("/knowledge/contradictions", params={"status": "open"}).json() == []
+    resolved = api.get("/knowledge/contradictions", params={"status": "resolved"}).json()
+    assert [r["kept"] for r in resolved] == [second]
+    assert api.get(f"/knowledge/{first}").json()["entry"]["is_deleted"] is True
+    assert api.get(f"/knowledge/{second}").json()["entry"]["is_deleted"] is False
+    assert "No open contradiction" in browser.get(done.headers["location"]).text
+    assert "Kept:" in browser.get("/ui/contradictions", params={"status": "all"}).text
+
+
+def test_contradictions_keep_both(served: ThreadedServer, project: Path) -> None:
+    first, second = _two_entries_in_conflict(served, project)
+    browser = login(served)
+    token = csrf_of(browser.get("/ui/contradictions").text)
+    done = post(browser, "/ui/contradictions/resolve", {"csrf": token, "first": first, "second": second,
+                                                        "keep": "both"})  # fmt: skip
+    assert done.status_code == 303
+    api = local_api(served)
+    assert [r["status"] for r in api.get("/knowledge/contradictions").json()] == ["kept"]
+    assert not any(api.get(f"/knowledge/{i}").json()["entry"]["is_deleted"] for i in (first, second))
+    assert browser.get("/ui/contradictions", params={"status": "nope"}).status_code == 400
