@@ -1135,6 +1135,10 @@ class Command:
 
     name: str = ""
     help: str = ""
+    #: What ``lore <name> --help`` says under the usage line (default: ``help``).
+    description: str = ""
+    #: Command lines shown under "examples:" in ``--help`` (``"lore x --y  # why"``).
+    examples: tuple[str, ...] = ()
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         """Add the command's arguments to its subparser (default: none)."""

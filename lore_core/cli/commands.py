@@ -613,6 +613,41 @@ class _CommandError(Exception):
         self.code = code
 
 
+def unique_prefix(value: str, candidates: Sequence[str], what: str) -> str:
+    """The candidate ``value`` names: itself when it is one, else the only candidate it
+    begins; ``value`` unchanged when none does (the command's own "not found" then says
+    so). Two or more: an error listing them."""
+    if value in candidates:
+        return value
+    found = [c for c in candidates if c.startswith(value)]
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise _CommandError(f"{value!r} begins more than one {what}: {shown}; give more of the id", 2)
+    return found[0] if found else value
+
+
+def _session_ref(reader: Any, value: str) -> str:
+    return unique_prefix(value, reader.session_ids(), "session")
+
+
+def _distillation_ref(reader: Any, value: str) -> str:
+    ids = [f"d:{d['id']}" for d in reader.distillations(None, True)]
+    return unique_prefix(value, ids, "distillation")
+
+
+def _knowledge_ref(reader: Any, value: str) -> str:
+    """A knowledge id, with or without its ``k:``."""
+    ids = [e["id"] for e in reader.knowledge_list(None)]
+    return unique_prefix(value if value.startswith("k:") else f"k:{value}", ids, "knowledge entry")
+
+
+def _entity_ref(reader: Any, value: str) -> str:
+    """An ``e:`` id prefix to the whole id; a name or an alias as given."""
+    if not value.startswith("e:"):
+        return value
+    return unique_prefix(value, [e["id"] for e in reader.entities(None)], "entity")
+
+
 def _gateway_url(host: str, port: int) -> str | None:
     """The URL of a Lore gateway answering on host:port, or None."""
     import json
@@ -710,34 +745,74 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return _with_reader(args, action)
 
 
-def _render_message(m: dict[str, Any]) -> list[str]:
+#: Lines of a tool's output ``lore show`` prints before "... N more lines" (``--full``: all).
+SHOWN_OUTPUT_LINES = 12
+#: Characters of a tool call's arguments shown on its line.
+SHOWN_CALL_CHARS = 160
+# The argument that says what a call does, in the order they are looked for.
+_CALL_SUBJECT_KEYS = ("command", "cmd", "file_path", "path", "pattern", "query", "url", "description")
+
+
+def _call_summary(tool_input: Any) -> str:
+    """One line for a tool call's arguments: the one that says what it does (the command,
+    the path, the pattern), else the arguments as JSON, shortened."""
     import json
 
+    if isinstance(tool_input, dict):
+        for key in _CALL_SUBJECT_KEYS:
+            value = tool_input.get(key)
+            if isinstance(value, str) and value.strip():
+                return _clip(" ".join(value.split()), SHOWN_CALL_CHARS)
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                return _clip(" ".join(value), SHOWN_CALL_CHARS)
+    return _clip(json.dumps(tool_input, ensure_ascii=False), SHOWN_CALL_CHARS)
+
+
+def _render_message(m: dict[str, Any], full: bool = False, names: dict[str, str] | None = None) -> list[str]:
+    """One message as a transcript: a rule naming who spoke and when, the text, tool calls
+    on one line each, tool output indented and (unless ``full``) shortened. ``names``: the
+    tool of each call id seen so far in the session (an output follows its call's message)."""
     facts = [m["role"]]
     if m.get("model") and m["role"] == "assistant":
         facts.append(m["model"])
+    facts.append(_when(m.get("created_at")))
     usage = m.get("usage") or {}
     if usage:
         facts.append(f"in {usage.get('input_tokens', 0)} / out {usage.get('output_tokens', 0)} tokens")
     if not m.get("complete", True):
         facts.append("INCOMPLETE")
-    lines = [f"[{m['position']}] {', '.join(facts)}  {_when(m.get('created_at'))}  {m['id']}"]
+    lines = [f"--- [{m['position']}] {' · '.join(facts)}  ({m['id']})"]
+    names = {} if names is None else names
     for b in m.get("blocks") or []:
         kind = b.get("type")
         if kind == "tool_call":
-            args = json.dumps(b.get("tool_input"), ensure_ascii=False)
-            lines.append(f"    -> {b.get('tool_name')} ({b.get('tool_call_id')}) {args}")
+            names[b.get("tool_call_id") or ""] = b.get("tool_name") or "tool"
+            lines.append(f"  -> {b.get('tool_name')}: {_call_summary(b.get('tool_input'))}")
         elif kind == "tool_result":
-            flag = " ERROR" if b.get("is_error") else ""
-            lines.append(f"    <- result for {b.get('tool_call_id')}{flag}:")
-            lines.extend("       " + line for line in (b.get("text") or "").splitlines())
+            flag = " (error)" if b.get("is_error") else ""
+            name = names.get(b.get("tool_call_id") or "", "tool")
+            output = (b.get("text") or "").splitlines()
+            shown = output if full else output[:SHOWN_OUTPUT_LINES]
+            lines.append(f"  <- {name} output{flag}" + (":" if output else ": (empty)"))
+            lines.extend("     " + line for line in shown)
+            if len(output) > len(shown):
+                lines.append(f"     ... {len(output) - len(shown)} more lines (--full shows them)")
         elif b.get("text"):
-            prefix = "    (thinking) " if kind == "thinking" else "    "
-            lines.extend(prefix + line for line in b["text"].splitlines())
+            if kind == "thinking":
+                lines.append("  (thinking)")
+                lines.extend("  " + line for line in b["text"].splitlines())
+            elif m["role"] in ("system", "developer") and not full:
+                # The client's instructions: long and the same in every session.
+                text = b["text"].splitlines()
+                lines.extend(text[:SHOWN_OUTPUT_LINES])
+                if len(text) > SHOWN_OUTPUT_LINES:
+                    lines.append(f"  ... {len(text) - SHOWN_OUTPUT_LINES} more lines (--full shows them)")
+            else:
+                lines.extend(b["text"].splitlines())
         else:
-            lines.append(f"    [{b.get('wire_type') or kind}]")
+            lines.append(f"  [{b.get('wire_type') or kind}]")
     if m.get("error"):
-        lines.append(f"    error: {m['error']}")
+        lines.append(f"  error: {m['error']}")
     return lines
 
 
@@ -766,6 +841,10 @@ def cmd_show(args: argparse.Namespace) -> int:
                 print("no sessions stored")
                 return 0
             args.session = latest[0]["id"]
+        elif args.session.startswith("d:"):
+            args.session = _distillation_ref(reader, args.session)
+        else:
+            args.session = _session_ref(reader, args.session)
         if args.session.startswith("d:"):
             found = reader.distillation(args.session)
             if args.json:
@@ -790,8 +869,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         if s["branch_count"] > 1 and not args.all_branches:
             print("(showing the current branch; --all-branches shows every stored message)")
         print()
+        names: dict[str, str] = {}
         for m in data["messages"]:
-            print("\n".join(_render_message(m)))
+            print("\n".join(_render_message(m, args.full, names)))
+            print()
         return 0
 
     return _with_reader(args, action)
@@ -809,6 +890,7 @@ def _mib(size: int) -> str:
 
 def cmd_forget(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        args.session = _session_ref(reader, args.session)
         if not args.yes:
             session = reader.show(args.session, True)["session"]  # a 404 says there is none
             what = (
@@ -851,6 +933,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        if args.session:
+            args.session = _session_ref(reader, args.session)
         hits = reader.search(args.query, args.session, _project_filter(args), args.limit)
         if args.json:
             _print_json(
@@ -887,6 +971,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
     from lore_core.recall.tool import CLOSEST_RESULTS, nothing_relevant, snippet
 
     def action(reader: Any) -> int:
+        if args.session:
+            args.session = _session_ref(reader, args.session)
         answer = reader.recall(args.query, args.scope, args.session, _project_filter(args), args.limit)
         results = answer.get("results") or []
         matched = bool(answer.get("matched", True))
@@ -957,6 +1043,9 @@ def _contradiction_lines(row: dict[str, Any]) -> list[str]:
 
 def cmd_knowledge(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        for name in ("id", "first", "second", "keep"):  # unique prefixes, with or without k:
+            if getattr(args, name, None):
+                setattr(args, name, _knowledge_ref(reader, getattr(args, name)))
         if args.knowledge_command == "pending":
             found = reader.pending(_project(args))
             if args.json:
@@ -974,6 +1063,9 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
         if args.knowledge_command in ("approve", "reject"):
             decision = "approved" if args.knowledge_command == "approve" else "rejected"
             found = reader.decide(args.id, decision, args.by or _reviewer(), _project(args))
+            if args.json:
+                _print_json(found)
+                return 0
             print(_approval_line(found))
             return 0
         if args.knowledge_command == "contradictions":
@@ -996,6 +1088,9 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
             return 0
         if args.knowledge_command == "resolve":
             found = reader.resolve(args.first, args.second, None if args.keep_both else args.keep)
+            if args.json:
+                _print_json(found)
+                return 0
             print("\n".join(_contradiction_lines(found)))
             return 0
         if args.knowledge_command == "list":
@@ -1034,6 +1129,9 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
             return 0
         if args.knowledge_command == "delete":
             result = reader.knowledge_write("DELETE", args.id, {})
+            if args.json:
+                _print_json(result)
+                return 0
             print(f"{result['status']}: {result['entry']['id']} {result['entry']['title']}")
             return 0
         fields = {
@@ -1051,6 +1149,9 @@ def cmd_knowledge(args: argparse.Namespace) -> int:
                     "nothing to change: give --category, --title, --content, --scope or --sensitivity", 2
                 )
             result = reader.knowledge_write("PATCH", args.id, fields)
+        if args.json:
+            _print_json(result)
+            return 0
         print(f"{result['status']}: {_entry_line(result['entry'])}")
         return 0
 
@@ -1076,6 +1177,7 @@ def cmd_team(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         project = _project(args)
         command = args.team_command or "show"
+        shared_before = None if command == "show" else reader.knowledge_file(project, False)["written"]
         if command == "show":
             found = reader.team(project)
         elif command == "bind":
@@ -1084,6 +1186,18 @@ def cmd_team(args: argparse.Namespace) -> int:
             found = reader.team_change(project, "unbind")
         else:
             found = reader.team_change(project, "policy", policy=args.policy, team_wide=args.team_wide)
+        if shared_before is not None:
+            # What the repository's .lore.md shares follows the team and policy: say when it
+            # changes (binding with the manual policy shares nothing until approved).
+            shared_after = reader.knowledge_file(project, False)["written"]
+            found = {**found, "shared_before": shared_before, "shared_after": shared_after}
+            if shared_after != shared_before and not args.json:
+                hint = " (approve entries: lore knowledge pending)" if shared_after < shared_before else ""
+                print(
+                    f"lore: note: .lore.md now shares {_plural(shared_after, 'entry', 'entries')} "
+                    f"of this project, {shared_before} before{hint}",
+                    file=sys.stderr,
+                )
         if args.json:
             _print_json(found)
         elif found["bound"]:
@@ -1093,6 +1207,10 @@ def cmd_team(args: argparse.Namespace) -> int:
         return 0
 
     return _with_reader(args, action)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _entity_line(e: dict[str, Any]) -> str:
@@ -1105,6 +1223,9 @@ def _entity_line(e: dict[str, Any]) -> str:
 def cmd_entity(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         command = args.entity_command
+        for name in ("ref", "target", "keep", "other"):  # e: id prefixes
+            if getattr(args, name, None):
+                setattr(args, name, _entity_ref(reader, getattr(args, name)))
         if command == "list":
             rows = reader.entities(None if args.all else _project(args))
             if args.json:
@@ -1135,7 +1256,7 @@ def cmd_entity(args: argparse.Namespace) -> int:
             fields: dict[str, Any] = {"name": args.name, "kind": args.kind, "aliases": args.alias or []}
             if args.sensitivity:
                 fields["sensitivity"] = args.sensitivity
-            fields |= {"global": True} if args.is_global else project
+            fields |= {"global": True} if args.is_global or args.scope == "global" else project
             result = reader.entity_change("add", fields)
         elif command == "alias":
             fields = {"ref": args.ref, "alias": args.alias, "remove": args.remove}
@@ -1157,6 +1278,9 @@ def cmd_entity(args: argparse.Namespace) -> int:
                 return 0
         else:
             result = reader.entity_change("merge", {"keep": args.keep, "other": args.other} | project)
+        if args.json:
+            _print_json(result)
+            return 0
         print(f"{result['status']}: {_entity_line(result['entity'])}")
         return 0
 
@@ -1184,6 +1308,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         if found.get("skipped_unapproved"):
             unapproved = found["skipped_unapproved"]
             note += f"; {unapproved} not let through by team {found['team']} (lore knowledge pending)"
+        if args.json:
+            report = {k: v for k, v in found.items() if k != "text"}
+            _print_json({"path": str(path), "changed": changed, **report})
+            return 0
         print(f"{path}: {found['written']} entries{'' if changed else ', unchanged'}{note}")
         return 0
 
@@ -1397,7 +1525,7 @@ class _ProgressBar:
 
 def cmd_distill(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
-        sessions = [args.session] if args.session else reader.session_ids()
+        sessions = [_session_ref(reader, args.session)] if args.session else reader.session_ids()
         bar = _ProgressBar("distilling")
         bar(0, len(sessions))
         reports = []
@@ -1423,6 +1551,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 def cmd_distillations(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
+        if args.session:
+            args.session = _session_ref(reader, args.session)
         rows = reader.distillations(args.session, not args.current)
         if args.json:
             keys = ("id", "session", "generation", "archived", "source_ids", "text")
@@ -1451,6 +1581,8 @@ def cmd_distillations(args: argparse.Namespace) -> int:
 
 def cmd_token(args: argparse.Namespace) -> int:
     """Print the gateway token (made when there is none yet), or replace it."""
+    import json
+
     from lore_core.http import access
     from lore_core.plugins import bootstrap
 
@@ -1462,7 +1594,9 @@ def cmd_token(args: argparse.Namespace) -> int:
                 "lore: the token is configured (server.token or LORE_TOKEN): change it there", file=sys.stderr
             )
             return 2
-        print(fixed)
+        print(
+            json.dumps({"token": fixed, "rotated": False, "source": "configuration"}) if args.json else fixed
+        )
         return 0
     path = access.token_path()
     try:
@@ -1470,7 +1604,10 @@ def cmd_token(args: argparse.Namespace) -> int:
     except access.TokenError as exc:
         print(f"lore: {exc}", file=sys.stderr)
         return 3
-    print(token)
+    if args.json:
+        print(json.dumps({"token": token, "rotated": args.rotate, "source": str(path)}))
+    else:
+        print(token)
     if args.rotate:
         print(
             f"lore: a new token is in {path}; clients using the old one are refused from now on",
@@ -1644,6 +1781,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     show.add_argument(
         "--all-branches", action="store_true", help="every stored message, not only the current branch"
     )
+    show.add_argument("--full", action="store_true", help="tool outputs whole (default: their first lines)")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)
 
@@ -1725,6 +1863,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     token.add_argument(
         "--rotate", action="store_true", help="replace it by a new one (a running gateway takes it at once)"
     )
+    token.add_argument("--json", action="store_true", help='print {"token": ..., "rotated": ...}')
     token.set_defaults(func=cmd_token)
 
     knowledge = sub.add_parser(
@@ -1747,14 +1886,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p.add_argument("--category", required=required, choices=CATEGORIES)
         p.add_argument("--title", required=required)
         p.add_argument("--content", default=None, help="the text ('-' or nothing with add: read stdin)")
-        p.add_argument("--scope", default=None, choices=SCOPES)
+        p.add_argument("--scope", default=None, choices=SCOPES, help="project (default) or global")
+        p.add_argument("--global", dest="scope", action="store_const", const="global", help="--scope global")
         p.add_argument("--sensitivity", default=None, choices=SENSITIVITIES)
         p.add_argument("--project", default=None, help="the project directory (default: the current one)")
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
     kdelete = ksub.add_parser(
         "delete",
         help="append a death certificate (nothing is erased; it never comes back unless restored)",
     )
     kdelete.add_argument("id", help="k:<id>")
+    kdelete.add_argument("--json", action="store_true", help="print the result as JSON")
     krestore = ksub.add_parser(
         "restore",
         help="bring a deleted entry back: a new version with its text before the deletion",
@@ -1785,6 +1927,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     settle.add_argument(
         "--keep-both", action="store_true", help="both stand (not judged again unless edited)"
     )
+    kresolve.add_argument("--json", action="store_true", help="print the result as JSON")
     kpending = ksub.add_parser(
         "pending", help="entries of a team-bound project whose text waits for approval (and rejected ones)"
     )
@@ -1801,6 +1944,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         kdecide.add_argument(
             "--project", default=None, help="the project directory (default: the current one)"
         )
+        kdecide.add_argument("--json", action="store_true", help="print the result as JSON")
     knowledge.set_defaults(func=cmd_knowledge)
 
     team = sub.add_parser(
@@ -1844,6 +1988,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     eadd.add_argument("--alias", action="append", help="another name it goes by (repeatable)")
     eadd.add_argument("--sensitivity", default=None, choices=SENSITIVITIES)
     eadd.add_argument("--global", dest="is_global", action="store_true", help="for every project")
+    eadd.add_argument(
+        "--scope", choices=SCOPES, default=None, help="project (default) or global: the same as --global"
+    )
     ealias = esub.add_parser("alias", help="add (or --remove) an alias; one another entity has is refused")
     ealias.add_argument("ref", help="e:<id> or a name")
     ealias.add_argument("alias")
@@ -1872,6 +2019,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     edelete.add_argument("--json", action="store_true", help="print JSON")
     for p in (elist, eshow, eadd, ealias, erelate, erename, emerge, edelete):
         p.add_argument("--project", default=None, help="the project directory (default: the current one)")
+    for p in (eadd, ealias, erelate, erename, emerge):
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
     entity.set_defaults(func=cmd_entity)
 
     export = sub.add_parser(
@@ -1886,6 +2035,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         choices=EXPORT_FORMATS,
         help="lore-md (default) or json (a list lore import reads back; printed unless --output)",
     )
+    export.add_argument("--json", action="store_true", help="print what was written as JSON (not the file)")
     export.set_defaults(func=cmd_export)
 
     import_ = sub.add_parser(
@@ -1941,6 +2091,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from lore_core.cli.setup import add_command as add_setup_command
 
     add_setup_command(sub)
+    # lore completion bash|zsh|fish (lore_core/cli/completion.py).
+    from lore_core.cli.completion import add_command as add_completion_command
+
+    add_completion_command(sub)
     # lore uninstall (lore_core/cli/uninstall.py).
     from lore_core.cli.uninstall import add_command as add_uninstall_command
 
@@ -1951,6 +2105,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_spend_commands(sub)
     if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
         _add_plugin_commands(sub)
+    # Descriptions and examples (lore_core/cli/help_texts.py).
+    from lore_core.cli import help_texts
+
+    help_texts.apply(parser)
     return parser
 
 
@@ -1958,6 +2116,7 @@ def _add_plugin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     """The plugins' subcommands (``lore_register_commands``). Asked for only when the command
     line names no built-in command: loading the plugins costs most of a second, which
     ``lore serve`` and the other built-ins need not pay to parse their arguments."""
+    from lore_core.cli import help_texts
     from lore_core.plugins import Registry, make_plugin_manager
 
     registry = Registry.collect(make_plugin_manager())
@@ -1965,7 +2124,13 @@ def _add_plugin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         if command.name in sub.choices:
             owner = registry.owners.get(f"command {command.name!r}", "?")
             raise PluginError(f"plugin {owner} registered the command {command.name!r}, a built-in command")
-        parser = sub.add_parser(command.name, help=command.help)
+        parser = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description or command.help,
+            epilog=help_texts.examples(list(command.examples)) if command.examples else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         command.configure(parser)
         parser.set_defaults(func=command.run)
 

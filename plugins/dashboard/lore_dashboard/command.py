@@ -23,6 +23,12 @@ MINT_TIMEOUT_SECONDS = 10.0
 class DashboardCommand(Command):
     name = "dashboard"
     help = "print (or --open) a one-time login link to the web dashboard of the running gateway"
+    description = (
+        "Print a one-time login link to the dashboard the gateway serves at /ui (sessions, search,\n"
+        "knowledge, forget), or open it in the browser with --open. The link works once, for a short\n"
+        "while; it starts a gateway in the background as `lore run` does unless --no-start."
+    )
+    examples = ("lore dashboard --open", "lore dashboard --no-start   # only if a gateway runs")
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--open", action="store_true", help="open the link in the default web browser")

@@ -65,6 +65,15 @@ class GatewayApi(LocalApi):
 class McpCommand(Command):
     name = "mcp"
     help = "serve Lore's memory tools over MCP on stdin/stdout (for agents that launch MCP servers)"
+    description = (
+        "Serve Lore's memory tools (recall, knowledge, forget_session, ...) over MCP on stdin/stdout,\n"
+        "for agents that launch MCP servers themselves. It talks to the running gateway (and starts\n"
+        "one as `lore run` does unless --no-start); the gateway also serves MCP over HTTP at /mcp."
+    )
+    examples = (
+        "lore mcp",
+        "claude mcp add lore -- lore mcp --project .   # register it with Claude Code",
+    )
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--project", help="the project's directory (default: the current directory)")

@@ -175,6 +175,12 @@ def _mib(size: int) -> str:
 class CompactCommand(Command):
     name = "duckdb-compact"
     help = "copy the DuckDB store into a new file (current block size, no free space); stop the gateway first"
+    description = (
+        "Copy the DuckDB store into a new file with the current block size and no free space,\n"
+        "check every table's row count, and swap it in (the old file is kept as <file>.before-compact\n"
+        "unless --remove-old). Refused while a gateway or any process holds the store."
+    )
+    examples = ("lore stop && lore duckdb-compact", "lore duckdb-compact --remove-old")
 
     def configure(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
