@@ -33,7 +33,7 @@ def test_limit_zero_lists_all_and_a_negative_limit_is_refused(
     assert len(json.loads(capsys.readouterr().out)) == 3
     assert cli.main(["sessions", "--limit", "1", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 1
-    assert cli.main(["search", "zebra", "--limit", "0", "--json"]) == 0
+    assert cli.main(["search", "zebra", "--all", "--limit", "0", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 3
 
     for command in (["sessions"], ["search", "zebra"], ["recall", "zebra"]):

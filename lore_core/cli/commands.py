@@ -935,7 +935,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         if args.session:
             args.session = _session_ref(reader, args.session)
-        hits = reader.search(args.query, args.session, _project_filter(args), args.limit)
+        project = _search_project(args)
+        hits = reader.search(args.query, args.session, project, args.limit)
         if args.json:
             _print_json(
                 [
@@ -945,7 +946,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             )
             return 0
         if not hits:
-            print("no matches")
+            print("no matches" + _where_searched(project))
             return 0
         for h in hits:
             snippet = " ".join(h["text"].split())
@@ -973,7 +974,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
         if args.session:
             args.session = _session_ref(reader, args.session)
-        answer = reader.recall(args.query, args.scope, args.session, _project_filter(args), args.limit)
+        project = None if args.scope == "all" else _search_project(args)
+        answer = reader.recall(args.query, args.scope, args.session, project, args.limit)
         results = answer.get("results") or []
         matched = bool(answer.get("matched", True))
         if args.json:
@@ -995,7 +997,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
                 for line in [head, *shown[:RECALL_LINES]]:
                     print(f"    {_clip(line, 150)}")
             if not results and not answer.get("error"):
-                print("no matches")
+                print("no matches" + _where_searched(project))
         for note in answer.get("notes") or []:
             print(f"note: {note}", file=sys.stderr)
         if answer.get("error"):
@@ -1018,6 +1020,17 @@ def _project_filter(args: argparse.Namespace) -> str | None:
     """An optional ``--project`` (``.``, a subdirectory, a trailing slash: its repository
     root), or ``None`` for every project."""
     return _project(args) if args.project else None
+
+
+def _search_project(args: argparse.Namespace) -> str | None:
+    """What ``lore search`` and ``lore recall`` search, as the knowledge and entity commands
+    do: the current project (or --project), every project with --all; a session names its
+    own."""
+    return None if args.all or args.session else _project(args)
+
+
+def _where_searched(project: str | None) -> str:
+    return f" in project {project} (--all searches every project)" if project else ""
 
 
 def _entry_line(e: dict[str, Any]) -> str:
@@ -1804,7 +1817,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="full-text (BM25) search over stored messages")
     search.add_argument("query")
     search.add_argument("--session", default=None, help="only this session")
-    search.add_argument("--project", default=None, help="only this project")
+    search.add_argument("--project", default=None, help="this project (default: the current one)")
+    search.add_argument("--all", action="store_true", help="every project")
     search.add_argument("--limit", type=limit_arg, default=10, help=LIMIT_HELP)
     search.add_argument(
         "--json", action="store_true", help="print a JSON array: id, session, role, score, text"
@@ -1815,9 +1829,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "recall", help="search everything remembered, as the model's recall tool does (or open one id)"
     )
     recall.add_argument("query", help="a question or keywords, or one result id (t:..., d:...) to open")
-    recall.add_argument("--scope", default=None, help="session | project (default)")
+    recall.add_argument(
+        "--scope",
+        default=None,
+        help="session | project (default) | knowledge | all (every project, as --all)",
+    )
     recall.add_argument("--session", default=None, help="the session (needed for --scope session)")
-    recall.add_argument("--project", default=None, help="the project directory")
+    recall.add_argument("--project", default=None, help="this project (default: the current one)")
+    recall.add_argument("--all", action="store_true", help="every project")
     recall.add_argument("--limit", type=limit_arg, default=10, help=LIMIT_HELP)
     recall.add_argument(
         "--json",
