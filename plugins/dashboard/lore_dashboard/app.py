@@ -13,9 +13,12 @@ and shows no memory (401); a POST without it is a 401, one with a wrong CSRF tok
 
 from __future__ import annotations
 
+import difflib
+import getpass
 import json
 import logging
 import math
+import os
 import re
 import time
 import urllib.parse
@@ -66,6 +69,8 @@ NOTICES = {
     "unchanged": "Nothing changed: the entry already said that.",
     "logged-out": "You are logged out.",
     "resolved": "The contradiction is settled.",
+    "approved": "Approved: the team shares this text.",
+    "rejected": "Rejected: the team does not get this text.",
 }
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 
@@ -115,6 +120,37 @@ def _highlight(text: str, query: str) -> Markup:
         last = match.end()
     out.append(str(escape(text[last:])))
     return Markup("".join(out))
+
+
+def text_diff(old: str, new: str) -> list[tuple[str, str]]:
+    """Line by line: ``("same" | "removed" | "added", line)``, for showing what changed."""
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+        tag, text = line[:2], line[2:]
+        if tag == "  ":
+            out.append(("same", text))
+        elif tag == "- ":
+            out.append(("removed", text))
+        elif tag == "+ ":
+            out.append(("added", text))
+    return out
+
+
+def version_text(version: Mapping[str, Any]) -> str:
+    """What a version says, as its diff compares it: category, title, then the content."""
+    if version.get("is_deleted"):
+        return ""
+    return f"[{version.get('category', '')}] {version.get('title', '')}\n{version.get('content', '')}"
+
+
+def with_diffs(versions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The versions newest first, each with its diff from the one before (the first: none)."""
+    out = []
+    for index, version in enumerate(versions):
+        before = versions[index - 1] if index else None
+        diff = text_diff(version_text(before), version_text(version)) if before is not None else []
+        out.append({**version, "diff": diff})
+    return out[::-1]
 
 
 def _pretty_json(value: Any) -> str:
@@ -187,6 +223,8 @@ class Dashboard(Mount):
             ("POST", "/knowledge/edit"): self.edit_action,
             ("POST", "/knowledge/delete"): self.delete_action,
             ("POST", "/knowledge/restore"): self.restore_action,
+            ("GET", "/review"): self.review_page,
+            ("POST", "/review/decide"): self.decide_action,
             ("GET", "/contradictions"): self.contradictions_page,
             ("POST", "/contradictions/resolve"): self.resolve_action,
             ("POST", "/logout"): self.logout_action,
@@ -241,7 +279,8 @@ class Dashboard(Mount):
         session = self.gate.session(request.cookies.get(auth.COOKIE_NAME), mount_auth.key)
         if session is None:
             if request.method == "GET":
-                return self.render("login_needed.html", None, status=401, title="Log in")
+                notice = request.arg("notice")
+                return self.render("login_needed.html", None, status=401, title="Log in", notice=notice)
             return Response("not logged in: open a login link from `lore dashboard`", 401, "text/plain")
         if request.method == "POST":
             form = await request.form()
@@ -525,7 +564,7 @@ class Dashboard(Mount):
             session,
             title=str(body["entry"].get("title") or entry_id),
             entry=body["entry"],
-            versions=list(reversed(body.get("versions") or [])),
+            versions=with_diffs(body.get("versions") or []),
             categories=CATEGORIES,
             sensitivities=SENSITIVITIES,
             notice=request.arg("notice"),
@@ -647,3 +686,60 @@ class Dashboard(Mount):
         if answer.status != 200:
             return self._api_error(session, answer.status, answer.body, "Contradictions")
         return redirect(f"{PREFIX}/contradictions?notice=resolved")
+
+    async def review_page(self, request: Request, session: auth.Session) -> Response:
+        """A team-bound project's entries waiting for a decision (with what changed since the
+        approved text), and the rejected ones."""
+        project = request.arg("project")
+        if project and not project.startswith("/"):
+            raise BadRequest("project must be the project's absolute directory")
+        values: dict[str, Any] = {"project": project, "pending": None, "reviewer": _reviewer()}
+        if project:
+            code, body = await self._get("/lore/api/knowledge/pending", {"project": project})
+            if code == 409 and isinstance(body, dict):
+                values["unbound"] = str(body.get("error") or "")
+            elif code != 200 or not isinstance(body, dict):
+                return self._api_error(session, code, body, "Team review")
+            else:
+                values["team"] = body.get("team") or {}
+                values["pending"] = [await self._with_diff(row) for row in body.get("pending") or []]
+                values["rejected"] = body.get("rejected") or []
+        return self.render(
+            "review.html", session, title="Team review", notice=request.arg("notice"), **values
+        )
+
+    async def _with_diff(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The row with its entry's current text and, when an earlier text was approved, the
+        diff from that one."""
+        code, body = await self._entry(str(row.get("id", "")))
+        if code != 200 or not isinstance(body, dict):
+            return {**row, "content": "", "diff": []}
+        versions = body.get("versions") or []
+        current = body["entry"]
+        shared = next((v for v in versions if v.get("version") == row.get("shared_version")), None)
+        diff = text_diff(version_text(shared), version_text(current)) if shared is not None else []
+        return {**row, "content": current.get("content", ""), "diff": diff}
+
+    async def decide_action(self, request: Request, session: auth.Session) -> Response:
+        form = await request.form()
+        entry_id, decision, by = form.get("id", ""), form.get("decision", ""), form.get("by", "").strip()
+        project = form.get("project", "")
+        if not entry_id or decision not in ("approved", "rejected"):
+            raise BadRequest("give the entry's id and a decision: approved or rejected")
+        body = {"id": entry_id, "decision": decision, "by": by or _reviewer()}
+        if project:
+            body["project"] = project
+        answer = await self.api.call("POST", "/lore/api/knowledge/decisions", body=body)
+        if answer.status != 200:
+            return self._api_error(session, answer.status, answer.body, "Team review")
+        query = urllib.parse.urlencode({"project": project, "notice": decision})
+        return redirect(f"{PREFIX}/review?{query}")
+
+
+def _reviewer() -> str:
+    """Who decides by default, as ``lore knowledge approve`` says: ``LORE_REVIEWER``, else
+    the login name the gateway runs under."""
+    try:
+        return os.environ.get("LORE_REVIEWER") or getpass.getuser()
+    except (KeyError, OSError):
+        return ""

@@ -122,9 +122,13 @@ def test_the_dashboard_in_a_browser(
     start_gateway: Callable[..., ThreadedServer],
     fake_upstream: FakeUpstream,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A project path of no machine in particular: it shows in the screenshots (docs/images).
+    from playwright.sync_api import expect
+
     project = Path("/home/dev/shop")
+    monkeypatch.setenv("LORE_REVIEWER", "dev")
     server = start_gateway()
     _replay(server, fake_upstream, project)
     api = httpx.Client(base_url=server.url + "/lore/api", headers=api_headers(), timeout=30)
@@ -153,16 +157,17 @@ def test_the_dashboard_in_a_browser(
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
 
     page.get_by_role("link", name="Sessions").click()
-    assert page.get_by_role("row").count() == 3  # the header and two sessions
+    expect(page.get_by_role("row")).to_have_count(3)  # the header and two sessions
     page.screenshot(path=str(shots / "sessions.png"), full_page=True)
     page.get_by_label("Text").fill("webhook")
     page.get_by_role("button", name="Filter").click()
-    assert page.get_by_role("row").count() == 2
+    expect(page.get_by_role("row")).to_have_count(2)
 
     page.goto(server.url + "/ui/sessions")
     page.get_by_role("link", name=f"Why does the {SECRET_WORD} refund test fail?").click()
     call = page.locator("details.tool", has_text="Tool call: read_file")
-    assert call.count() == 1 and "src/ledger.py" in (call.text_content() or "")
+    expect(call).to_have_count(1)
+    assert "src/ledger.py" in (call.text_content() or "")
     tool = page.locator("details.tool", has_text="Tool result of read_file")
     assert not tool.evaluate("d => d.open")
     tool.locator("summary").first.click()
@@ -183,12 +188,14 @@ def test_the_dashboard_in_a_browser(
     page.get_by_label("Title").fill("Refund fees are counted once")
     page.get_by_label("Content").fill("ledger.refund() must not add the fee again: the charge already did.")
     page.get_by_role("button", name="Add the entry").click()
-    assert "was added" in page.content()
+    expect(page.get_by_role("status")).to_contain_text("was added")
     entry_id = page.locator("dl.meta code").first.inner_text()
     assert api.get(f"/knowledge/{entry_id}").json()["entry"]["title"] == "Refund fees are counted once"
     page.get_by_role("button", name="Delete this entry").click()
+    expect(page.get_by_role("status")).to_contain_text("was deleted")
     assert api.get(f"/knowledge/{entry_id}").json()["entry"]["is_deleted"] is True
     page.get_by_role("button", name="Restore this entry").click()
+    expect(page.get_by_role("status")).to_contain_text("was restored")
     assert api.get(f"/knowledge/{entry_id}").json()["entry"]["is_deleted"] is False
     page.screenshot(path=str(shots / "entry.png"), full_page=True)
     page.goto(server.url + f"/ui/knowledge?project={project}")
@@ -203,18 +210,33 @@ def test_the_dashboard_in_a_browser(
     assert api.get("/sessions/s-webhook").status_code == 200  # the box is not ticked: nothing sent
     page.get_by_label("Yes, forget this session for good").check()
     page.get_by_role("button", name="Forget the session").click()
-    assert "was forgotten" in page.content()
+    expect(page.get_by_role("status")).to_contain_text("was forgotten")
     assert api.get("/sessions/s-webhook").status_code == 404
 
     # A contradiction, settled by keeping one side.
     tabs, spaces = _in_conflict(server, api, project)
     page.get_by_role("link", name="Contradictions").click()
-    assert page.get_by_text("tabs against spaces").is_visible()
+    expect(page.get_by_text("tabs against spaces")).to_be_visible()
     page.screenshot(path=str(shots / "contradictions.png"), full_page=True)
     page.get_by_role("button", name="Keep “Spaces”").click()
-    assert "is settled" in page.content()
+    expect(page.get_by_role("status")).to_contain_text("is settled")
     assert api.get(f"/knowledge/{tabs}").json()["entry"]["is_deleted"] is True
     assert api.get(f"/knowledge/{spaces}").json()["entry"]["is_deleted"] is False
+
+    # Team review: a manual team's new entry waits; approving it is recorded.
+    api.post("/team", json={"project": str(project), "action": "bind", "team": "core", "policy": "manual"})
+    body = {"project": str(project), "category": "decision", "title": "Squash merges", "content": "Squash."}
+    api.post("/knowledge", json=body).raise_for_status()
+    page.get_by_role("link", name="Team review").click()
+    page.get_by_label("Project (bound to a team)").fill(str(project))
+    page.get_by_role("button", name="Show").click()
+    # Every entry of the project waits now (manual: nothing is shared before a decision).
+    expect(page.get_by_role("heading", name="Waiting for a decision (3)")).to_be_visible()
+    page.screenshot(path=str(shots / "review.png"), full_page=True)
+    page.get_by_role("region", name="Squash merges").get_by_role("button", name="Approve").click()
+    expect(page.get_by_role("status")).to_contain_text("Approved")
+    waiting = api.get("/knowledge/pending", params={"project": str(project)}).json()["pending"]
+    assert "Squash merges" not in [w["title"] for w in waiting] and len(waiting) == 2
 
     # Narrow: every page still renders without sideways scrolling.
     phone = browser.new_context(viewport={"width": 390, "height": 844}, storage_state=context.storage_state())
@@ -226,6 +248,7 @@ def test_the_dashboard_in_a_browser(
         "knowledge": "/ui/knowledge",
         "session": "/ui/session?id=s-billing",
         "contradictions": "/ui/contradictions?status=all",
+        "review": f"/ui/review?project={project}",
     }
     for name, path in narrow.items():
         small.goto(server.url + path)
@@ -237,6 +260,7 @@ def test_the_dashboard_in_a_browser(
 
     # Logging out ends the session in this browser.
     page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_role("status")).to_contain_text("logged out")
     page.goto(server.url + "/ui/knowledge")
     assert "Refund fees" not in page.content()
     context.close()

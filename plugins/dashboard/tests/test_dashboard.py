@@ -415,6 +415,8 @@ def test_knowledge_add_edit_delete_restore(served: ThreadedServer, project: Path
     assert api.get(f"/knowledge/{entry_id}").json()["entry"]["version"] == 2
     page = browser.get(edited.headers["location"]).text
     assert "a new version" in page and "v2" in page and "v1" in page
+    assert "What changed from the version before" in page
+    assert '<span class="added">+ OFFSET scans every skipped row; a cursor does not.</span>' in page
 
     deleted = post(browser, "/ui/knowledge/delete", {"csrf": token, "id": entry_id})
     assert deleted.status_code == 303
@@ -589,3 +591,53 @@ def test_contradictions_keep_both(served: ThreadedServer, project: Path) -> None
     assert [r["status"] for r in api.get("/knowledge/contradictions").json()] == ["kept"]
     assert not any(api.get(f"/knowledge/{i}").json()["entry"]["is_deleted"] for i in (first, second))
     assert browser.get("/ui/contradictions", params={"status": "nope"}).status_code == 400
+
+
+# -- team review -------------------------------------------------------------------------------
+
+
+def test_team_review_approve_then_reject_a_change(served: ThreadedServer, project: Path) -> None:
+    api = local_api(served)
+    browser = login(served)
+    unbound = browser.get("/ui/review", params={"project": str(project)})
+    assert unbound.status_code == 200 and "not bound to a team" in unbound.text
+
+    bound = api.post(
+        "/team", json={"project": str(project), "action": "bind", "team": "core", "policy": "manual"}
+    )
+    assert bound.status_code == 200, bound.text
+    body = {
+        "project": str(project),
+        "category": "decision",
+        "title": "Squash merges",
+        "content": "Squash on merge.",
+    }
+    entry_id = api.post("/knowledge", json=body).json()["entry"]["id"]
+    page = browser.get("/ui/review", params={"project": str(project)})
+    assert "Squash merges" in page.text and "Team <strong>core</strong>" in page.text and ">new<" in page.text
+    token = csrf_of(page.text)
+
+    form = {"csrf": token, "id": entry_id, "project": str(project), "by": "ana", "decision": "approved"}
+    assert post(browser, "/ui/review/decide", {**form, "decision": "maybe"}).status_code == 400
+    assert post(browser, "/ui/review/decide", {**form, "csrf": "wrong"}).status_code == 403
+    assert api.get("/knowledge/pending", params={"project": str(project)}).json()["pending"]
+
+    done = post(browser, "/ui/review/decide", form)
+    assert done.status_code == 303
+    assert "Approved" in browser.get(done.headers["location"]).text
+    pending = api.get("/knowledge/pending", params={"project": str(project)}).json()
+    assert pending["pending"] == [] and pending["rejected"] == []
+
+    # A change waits again, shown as a diff from the approved text; rejected, it is listed so.
+    changed = api.patch(f"/knowledge/{entry_id}", json={"content": "Rebase, then merge."})
+    assert changed.status_code == 200, changed.text
+    page = browser.get("/ui/review", params={"project": str(project)}).text
+    assert "changed since approval" in page
+    assert '<span class="removed">- Squash on merge.</span>' in page
+    assert '<span class="added">+ Rebase, then merge.</span>' in page
+    rejected = post(browser, "/ui/review/decide", {**form, "decision": "rejected", "by": "bo"})
+    assert rejected.status_code == 303
+    pending = api.get("/knowledge/pending", params={"project": str(project)}).json()
+    assert pending["pending"] == [] and [r["id"] for r in pending["rejected"]] == [entry_id]
+    assert pending["rejected"][0]["decision"]["decided_by"] == "bo"
+    assert "Rejected (1)" in browser.get("/ui/review", params={"project": str(project)}).text
