@@ -492,11 +492,38 @@ def test_lore_import_from_refuses_what_it_cannot_do(
     assert code == 2 and "go with --from" in err
     code, _, err = lore(capsys, "import", "--from", "codex", "--path", str(home / "nowhere"))
     assert code == 1 and "does not exist" in err
-    # A gateway holds the store: stop it first (a dry run needs no store).
-    monkeypatch.setattr("lore_core.cli.commands._gateway_url", lambda host, port: "http://127.0.0.1:9")
-    code, _, err = lore(capsys, "import", "--from", "claude-code")
-    assert code == 3 and "gateway is running at http://127.0.0.1:9" in err and "stop it" in err
-    assert lore(capsys, "import", "--from", "claude-code", "--dry-run")[0] == 0
+
+
+def test_lore_import_from_while_a_gateway_runs(
+    start_gateway: Callable[..., ThreadedServer],
+    home: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gateway holds the store: it runs the import (POST /lore/api/import/history), the
+    command follows it with its progress bar and prints the same report."""
+    server = start_gateway()
+    monkeypatch.setenv("LORE_PORT", str(server.port))
+    projects = str(home / ".claude" / "projects")
+    code, out, err = lore(capsys, "import", "--from", "claude-code", "--path", projects, "--json")
+    assert code == 0, err
+    assert "the gateway imports" in err and "100%" in err
+    assert json.loads(out)["added"] == 18 and json.loads(out)["new_sessions"] == 3
+    code, out, _ = lore(capsys, "import", "--from", "claude-code", "--path", projects)
+    assert code == 0 and "0 new sessions, 0 new messages" in out and "3 sources imported before" in out
+    code, out, _ = lore(capsys, "sessions", "--json")
+    assert {s["id"][:8] for s in json.loads(out)} == {"11111111", "22222222", "33333333"}
+
+    code, _, err = lore(capsys, "import", "--from", "codex", "--path", str(home / "nowhere"))
+    assert code == 2 and "does not exist" in err
+    headers = {"Authorization": f"Bearer {server.gateway.tokens.current()}"}
+    for body, words in (({}, "give the client"), ({"from": "vim"}, "no client named 'vim'"),
+                        ({"from": "codex", "path": "relative"}, "absolute path"),
+                        ({"from": "codex", "since": "last week"}, "30d")):  # fmt: skip
+        answer = httpx.post(server.url + "/lore/api/import/history", json=body, headers=headers, timeout=10)
+        assert answer.status_code == 400 and words in answer.json()["error"], (body, answer.text)
+    assert httpx.get(server.url + "/lore/api/import/history/nope", headers=headers).status_code == 404
+    assert httpx.post(server.url + "/lore/api/import/history", json={"from": "codex"}).status_code == 401
 
 
 # ---------------------------------------------------------------------------------------------

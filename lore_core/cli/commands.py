@@ -1372,10 +1372,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_import_history(args: argparse.Namespace) -> int:
-    """``lore import --from <client>``: the client's own transcripts into the store, written
-    directly (:mod:`lore_core.storage.history_import`). A running gateway holds the store
-    (DuckDB: one process), so the import refuses while one answers, rather than wait or
-    write beside it."""
+    """``lore import --from <client>``: the client's own transcripts into the store
+    (:mod:`lore_core.storage.history_import`): written directly, or, while a gateway runs
+    and holds the store (DuckDB: one process), by that gateway
+    (:mod:`lore_core.http.imports`)."""
     import asyncio
     from pathlib import Path
 
@@ -1403,13 +1403,15 @@ def cmd_import_history(args: argparse.Namespace) -> int:
     if not args.dry_run:
         url = _gateway_url(boot.config.server.host, boot.config.server.port)
         if url is not None:
-            print(
-                f"lore: a Lore gateway is running at {url} and holds the store; stop it (lore stop, or end "
-                "the lore serve or lore run that started it) and run this again: the gateway indexes and "
-                "distils what was imported when it next starts (--dry-run reads without the store)",
-                file=sys.stderr,
-            )
-            return 3
+            # The gateway holds the store: it runs the import (POST /lore/api/import/history).
+            from lore_core.http.access import cli_token
+
+            reader = _ApiReader(url, cli_token(boot.config))
+            # Where this command's environment says the client keeps its history.
+            where = root if root is not None else harness.history_root()
+            request = {"from": args.history_from, "since": args.since, "project": project,
+                       "path": str(where.resolve()) if where is not None else None}  # fmt: skip
+            return _import_through_gateway(reader, request, args.json)
         store = choose_store(boot.config, boot.registry.stores)
         if store.journal_dir is None:
             print(
@@ -1444,6 +1446,55 @@ def cmd_import_history(args: argparse.Namespace) -> int:
         return 130
     bar.finish(report)
     if args.json:
+        _print_json(report.as_json())
+    else:
+        print(history.summary(report))
+        for failure in report.failed[:10]:
+            print(f"  could not read {failure}")
+    return 1 if report.failed else 0
+
+
+#: How often ``lore import`` asks a gateway how far its import is.
+IMPORT_POLL_SECONDS = 0.25
+
+
+def _import_through_gateway(reader: _ApiReader, request: dict[str, Any], as_json: bool) -> int:
+    """Run the import in the running gateway and follow it with the progress bar; Ctrl-C
+    stops it there (after the write under way: the next import goes on from where it was)."""
+    import json
+    import time
+
+    from lore_core.storage import history_import as history
+
+    print(f"lore: {reader.where}: the gateway imports, indexes and distils", file=sys.stderr)
+    body = {k: v for k, v in request.items() if v is not None}
+    try:
+        job = reader._get("/import/history", _method="POST", _body=json.dumps(body).encode())
+    except _CommandError as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return 2 if exc.code == 1 else exc.code
+    bar = history.ProgressBar()
+    try:
+        while job["state"] == "running":
+            bar(history.ImportReport.from_json(job["report"], finished=False))
+            time.sleep(IMPORT_POLL_SECONDS)
+            job = reader._get(f"/import/history/{job['job']}")
+    except KeyboardInterrupt:
+        reader._get(f"/import/history/{job['job']}", _method="DELETE")
+        print("\nlore: import stopped; run it again to go on from where it stopped", file=sys.stderr)
+        return 130
+    except _CommandError as exc:
+        print(f"lore: {exc}", file=sys.stderr)
+        return exc.code
+    report = history.ImportReport.from_json(job["report"], finished=True)
+    bar.finish(report)
+    if job["state"] != "done":
+        print(
+            f"lore: the import {job['state']}: {job.get('error') or 'the gateway stopped it'}",
+            file=sys.stderr,
+        )
+        return 1
+    if as_json:
         _print_json(report.as_json())
     else:
         print(history.summary(report))

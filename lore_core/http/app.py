@@ -17,6 +17,7 @@ from lore_core.gateway import Gateway
 from lore_core.http import access
 from lore_core.http.api import api as lore_api
 from lore_core.http.events import events_api
+from lore_core.http.imports import imports_api, stop_imports
 from lore_core.http.mounts import MountDispatcher
 from lore_core.pipeline.answers import error_response, json_response
 from lore_core.pipeline.passthrough import passthrough
@@ -60,6 +61,7 @@ def create_app(gateway: Gateway) -> Quart:
     app.extensions["lore"] = gateway
     app.register_blueprint(lore_api)  # /lore/api: the local read API for the CLI
     app.register_blueprint(events_api)  # /v1/events, /v1/pack, /openapi.json: the memory API
+    app.register_blueprint(imports_api)  # /lore/api/import/history: lore import --from, gateway running
 
     @app.before_request
     async def _guard() -> Response | None:
@@ -111,6 +113,8 @@ def create_app(gateway: Gateway) -> Quart:
     async def _stop() -> None:
         if mounts is not None:
             await mounts.stop()
+        # A history import under way stops after its write (the next import goes on from there).
+        await stop_imports(app)
         await gateway.stop()
 
     @app.get("/health")

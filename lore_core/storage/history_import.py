@@ -101,6 +101,17 @@ class ImportReport:
         out["seconds"] = round(self.elapsed(), 3)
         return out
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any], finished: bool) -> ImportReport:
+        """The report :meth:`as_json` gave (a gateway's import, polled by ``lore import``):
+        its elapsed time runs on here until it is ``finished``."""
+        fields = {f.name for f in attrs.fields(cls)} - {"started", "seconds"}
+        report = cls(**{k: v for k, v in data.items() if k in fields})
+        report.started = time.monotonic() - float(data.get("seconds") or 0.0)
+        if finished:
+            report.seconds = float(data.get("seconds") or 0.0)
+        return report
+
 
 #: Called after each source with the report so far (the progress bar).
 Progress = Callable[[ImportReport], None]
@@ -346,7 +357,9 @@ async def _source_records(
     sessions = 0
     filtered = 0
     messages = 0
-    for session in harness.read_history(source):
+    # Reading and converting a transcript is CPU work: in a thread, so that an import inside
+    # the gateway (POST /lore/api/import/history) never holds up the proxy's event loop.
+    for session in await asyncio.to_thread(lambda: list(harness.read_history(source))):
         last = session_time(session) or source.modified
         if (since is not None and last < since) or (
             project is not None and not _in_project(session.project, project)
@@ -359,7 +372,9 @@ async def _source_records(
         # A session that went through the gateway with /lore:amnesia on: its ranges hold
         # for an import as for any resend of its history.
         forget = await amnesia.load(session.id) if amnesia is not None else []
-        records = session_records(session, harness.name, codec, source.modified, forget)
+        records = await asyncio.to_thread(
+            session_records, session, harness.name, codec, source.modified, forget
+        )
         if amnesia is not None:
             # A session the user forgot (lore forget) is not brought back by its transcript:
             # the import is one more resend, dropped as the writer drops one.
