@@ -59,6 +59,10 @@ CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
 SCOPES = ("project", "global")
 SENSITIVITIES = ("normal", "sensitive", "restricted")
 CONTRADICTION_STATUSES = ("open", "cleared", "kept", "resolved")
+#: The periods the spend page offers, in days.
+SPEND_PERIODS = (7, 30, 90)
+#: Sessions listed by spend.
+SPEND_SESSIONS = 20
 #: Messages a redirect may ask a page to show (a fixed set: no text comes from the URL).
 NOTICES = {
     "forgotten": "The session was forgotten: its messages, distillations and search entries are gone.",
@@ -104,6 +108,15 @@ def _fmt_duration(seconds: Any) -> str:
     if hours:
         return f"{hours} h {minutes} min"
     return f"{minutes} min {secs} s"
+
+
+def _fmt_usd(value: Any) -> str:
+    """Dollars: cents once there are dollars, four decimals below one."""
+    try:
+        usd = float(value or 0)
+    except (TypeError, ValueError):
+        return ""
+    return f"${usd:,.2f}" if abs(usd) >= 1 or usd == 0 else f"${usd:.4f}"
 
 
 def _highlight(text: str, query: str) -> Markup:
@@ -153,6 +166,36 @@ def with_diffs(versions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out[::-1]
 
 
+def cache_read_share(row: Mapping[str, Any]) -> float | None:
+    """The share of a model's prompt tokens read from the provider's cache (``None``: no
+    prompt tokens)."""
+    read = float(row.get("cache_read_tokens") or 0)
+    prompt = read + float(row.get("input_tokens") or 0) + float(row.get("cache_write_tokens") or 0)
+    return read / prompt if prompt else None
+
+
+def day_bars(days: list[Mapping[str, Any]], width: int = 720, height: int = 160) -> dict[str, Any]:
+    """An SVG bar chart's geometry (attributes, not CSS: the policy allows no inline style)
+    for dollars per day."""
+    top = max((float(d.get("usd") or 0) for d in days), default=0.0)
+    slot = width / max(1, len(days))
+    bars = []
+    for index, day in enumerate(days):
+        usd = float(day.get("usd") or 0)
+        h = 0.0 if top <= 0 else (height - 20) * usd / top
+        bars.append(
+            {
+                "x": round(index * slot + slot * 0.1, 2),
+                "y": round(height - h, 2),
+                "w": round(slot * 0.8, 2),
+                "h": round(h, 2),
+                "day": day.get("day", ""),
+                "usd": usd,
+            }
+        )
+    return {"width": width, "height": height, "bars": bars, "top": top}
+
+
 def _pretty_json(value: Any) -> str:
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
@@ -172,6 +215,7 @@ def _environment() -> jinja2.Environment:
         time=_fmt_time,
         iso=_fmt_iso,
         duration=_fmt_duration,
+        usd=_fmt_usd,
         pretty=_pretty_json,
         highlight=_highlight,
         q=lambda v: urllib.parse.quote(str(v), safe=""),
@@ -223,6 +267,7 @@ class Dashboard(Mount):
             ("POST", "/knowledge/edit"): self.edit_action,
             ("POST", "/knowledge/delete"): self.delete_action,
             ("POST", "/knowledge/restore"): self.restore_action,
+            ("GET", "/spend"): self.spend_page,
             ("GET", "/review"): self.review_page,
             ("POST", "/review/decide"): self.decide_action,
             ("GET", "/contradictions"): self.contradictions_page,
@@ -734,6 +779,32 @@ class Dashboard(Mount):
             return self._api_error(session, answer.status, answer.body, "Team review")
         query = urllib.parse.urlencode({"project": project, "notice": decision})
         return redirect(f"{PREFIX}/review?{query}")
+
+    async def spend_page(self, request: Request, session: auth.Session) -> Response:
+        """What ``lore spend`` says: dollars by day (a chart), by model with the cache read
+        share, by session; the worker's spend today and throttling from the status."""
+        raw = request.arg("days") or "7"
+        if not raw.isdigit() or int(raw) not in SPEND_PERIODS:
+            raise BadRequest(f"days must be one of {', '.join(map(str, SPEND_PERIODS))}")
+        code, report = await self._get("/lore/api/spend", {"days": raw})
+        if code != 200 or not isinstance(report, dict):
+            return self._api_error(session, code, report, "Spend")
+        code, status = await self._get("/lore/api/status")
+        health = status.get("health", {}) if code == 200 and isinstance(status, dict) else {}
+        models = [{**m, "cache_share": cache_read_share(m)} for m in report.get("by_model") or []]
+        return self.render(
+            "spend.html",
+            session,
+            title="Spend",
+            report=report,
+            days=int(raw),
+            periods=SPEND_PERIODS,
+            chart=day_bars(report.get("by_day") or []),
+            models=models,
+            sessions=(report.get("by_session") or [])[:SPEND_SESSIONS],
+            more_sessions=max(0, len(report.get("by_session") or []) - SPEND_SESSIONS),
+            throttle=health.get("throttle") or {},
+        )
 
 
 def _reviewer() -> str:

@@ -180,6 +180,11 @@ def test_the_dashboard_in_a_browser(
     assert page.locator("mark").first.inner_text().lower() == SECRET_WORD
     page.screenshot(path=str(shots / "search.png"), full_page=True)
 
+    page.get_by_role("link", name="Spend").click()
+    expect(page.locator("svg rect.bar")).to_have_count(7)
+    expect(page.get_by_role("row", name="claude-test")).to_be_visible()
+    page.screenshot(path=str(shots / "spend.png"), full_page=True)
+
     # Knowledge: add, delete, restore through the forms.
     page.get_by_role("link", name="Knowledge").first.click()
     page.get_by_role("link", name="Add an entry").click()
@@ -249,6 +254,7 @@ def test_the_dashboard_in_a_browser(
         "session": "/ui/session?id=s-billing",
         "contradictions": "/ui/contradictions?status=all",
         "review": f"/ui/review?project={project}",
+        "spend": "/ui/spend",
     }
     for name, path in narrow.items():
         small.goto(server.url + path)

@@ -641,3 +641,36 @@ def test_team_review_approve_then_reject_a_change(served: ThreadedServer, projec
     assert pending["pending"] == [] and [r["id"] for r in pending["rejected"]] == [entry_id]
     assert pending["rejected"][0]["decision"]["decided_by"] == "bo"
     assert "Rejected (1)" in browser.get("/ui/review", params={"project": str(project)}).text
+
+
+# -- spend -------------------------------------------------------------------------------------
+
+
+def test_spend_by_day_model_and_session(served: ThreadedServer) -> None:
+    browser = login(served)
+    report = local_api(served).get("/spend", params={"days": "7"}).json()
+    page = browser.get("/ui/spend")
+    assert page.status_code == 200
+    text = page.text
+    # A bar per day, with its figure in the bar's title and in the table.
+    assert text.count('<rect class="bar"') == 7 == len(report["by_day"])
+    for day in report["by_day"]:
+        assert f"<title>{day['day']}: ${day['usd']:.4f}</title>" in text
+    assert report["by_model"], report
+    for model in report["by_model"]:
+        assert f'<th scope="row">{model["model"]}</th>' in text
+        assert f'<td class="num">{model["exchanges"]}</td>' in text
+    assert browser.get("/ui/spend", params={"days": "30"}).text.count('<rect class="bar"') == 30
+    assert browser.get("/ui/spend", params={"days": "5"}).status_code == 400
+    assert browser.get("/ui/spend", params={"days": "x"}).status_code == 400
+
+
+def test_the_cache_read_share() -> None:
+    from lore_dashboard.app import cache_read_share, day_bars
+
+    assert cache_read_share({"input_tokens": 10, "cache_read_tokens": 30, "cache_write_tokens": 60}) == 0.3
+    assert cache_read_share({"input_tokens": 0}) is None
+    chart = day_bars([{"day": "a", "usd": 1.0}, {"day": "b", "usd": 0.5}, {"day": "c", "usd": 0}], height=120)
+    heights = [b["h"] for b in chart["bars"]]
+    assert heights == [100.0, 50.0, 0.0] and chart["top"] == 1.0
+    assert all(b["y"] + b["h"] == 120 for b in chart["bars"])
