@@ -252,3 +252,29 @@ async def _interleave(ops: list[tuple[str, Any, Any]]) -> None:
 @given(ops=st.lists(OPS, max_size=25))
 def test_packs_reflect_every_write_up_to_min_seq_exactly_once(ops: list[tuple[str, Any, Any]]) -> None:
     run(_interleave(ops))
+
+
+def test_a_subdirectory_writes_and_reads_its_repositorys_run(tmp_path: Any) -> None:
+    """As on every other lane, a project is its repository's root: an agent posting from a
+    subdirectory and one packing from the root share the run."""
+    from lore_core.projects import forget_roots
+
+    repo = tmp_path / "shop"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "api" / "handlers").mkdir(parents=True)
+    forget_roots()
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        log = EventLog(store, EventsConfig())
+        assert await log.write(str(repo / "api" / "handlers"), RUN, [note("the parser fails")]) == [1]
+        assert await log.write(f"{repo}/api/../", RUN, [note("fixed the parser")]) == [2]
+        state = await store.run_state(str(repo), RUN)
+        assert state is not None and state.last_seq == 2
+        engine = store_recall_engine(store, source_timeout=5.0)
+        request = PackRequest(str(repo / "api"), RUN, "parser")
+        packed = await build_pack(log, engine, words, request, distilled_limit=12, raw_tail_recent=3,
+                                  partial_timeout=5.0)  # fmt: skip
+        assert "fixed the parser" in packed["text"]
+
+    run(scenario())

@@ -44,6 +44,7 @@ import attrs
 
 from lore_core.config import EventsConfig
 from lore_core.interfaces import Store
+from lore_core.projects import project_root
 from lore_core.storage.events import (
     MAX_BATCH,
     MAX_EVENT_CHARS,
@@ -59,7 +60,7 @@ from lore_core.storage.events import (
     valid_kind,
     valid_run_name,
 )
-from lore_core.storage.records import StoredDistillation, mask_secrets, normal_project
+from lore_core.storage.records import StoredDistillation, mask_secrets
 
 log = logging.getLogger("lore.events")
 
@@ -184,8 +185,9 @@ class EventLog:
         # Masked before they are stored, as messages are: the events table is as readable as
         # the rest of the store, and masking only on read left keys on disk (review F10).
         events = [masked_event(e) for e in events]
-        # The project as every other lane stores it: no ".." survives (review F16).
-        project = normal_project(project) or project
+        # The project as every other lane stores it: no ".." survives (review F16), and a
+        # subdirectory is its repository's project (lore_core.projects).
+        project = project_root(project)
         key = (project, run)
         lock = self._write_locks.setdefault(key, asyncio.Lock())
         async with lock:  # the live lane sees a run's writes in seq order

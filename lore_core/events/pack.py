@@ -33,9 +33,10 @@ import attrs
 from lore_core.context.framing import escape_delimiters
 from lore_core.events.log import EventInputError, EventLog
 from lore_core.interfaces import Store
+from lore_core.projects import project_root
 from lore_core.recall.engine import MATCH_FLOOR, RecallEngine, RecallResponse
 from lore_core.storage.events import RunEvent, WorkingFact, run_session_id, seq_of_ref
-from lore_core.storage.records import DISTILLATION_PREFIX, mask_secrets, normal_project
+from lore_core.storage.records import DISTILLATION_PREFIX, mask_secrets
 
 #: Says what :data:`lore_core.context.framing.DATA_NOTICE` says on the other channels.
 HEADER = (
@@ -117,8 +118,9 @@ async def build_pack(
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     store = events.store
-    # Read under the name writes are stored under (EventLog.write normalises it, review F16).
-    request = attrs.evolve(request, project=normal_project(request.project) or request.project)
+    # Read under the name writes are stored under (EventLog.write: normalised, review F16,
+    # and mapped to its repository's root).
+    request = attrs.evolve(request, project=project_root(request.project))
     project, run = request.project, request.run
     state = await store.run_state(project, run)
     covered = state.covered_seq if state is not None else 0

@@ -497,6 +497,35 @@ def document() -> dict[str, Any]:
                 body={"type": "object"},
             )
         },
+        "/lore/api/import/history": {
+            "post": _op(
+                "import a coding client's own session history while the gateway holds the store "
+                "(lore import --from): starts a job; one at a time",
+                {"202": _json(_OBJECT, "started: the job, its state and report"), **_errors(400, 409)},
+                body={
+                    "type": "object",
+                    "required": ["from"],
+                    "properties": {
+                        "from": {"type": "string", "description": "claude-code, codex, opencode"},
+                        "path": {"type": "string", "description": "an absolute path (default: the client's)"},
+                        "since": {"type": "string", "description": "a date, time or age (30d, 12h)"},
+                        "project": {"type": "string", "description": "only this project's sessions"},
+                    },
+                },
+            )
+        },
+        "/lore/api/import/history/{job_id}": {
+            "get": _op(
+                "a history import's state (running, done, failed, cancelled) and report so far",
+                {"200": _json(_OBJECT), **_errors(404)},
+                params=[_path("job_id", "the job id POST answered")],
+            ),
+            "delete": _op(
+                "stop a history import after the write under way (a later import goes on from there)",
+                {"200": _json(_OBJECT), **_errors(404)},
+                params=[_path("job_id", "the job id POST answered")],
+            ),
+        },
         "/lore/api/team": {
             "get": _op(
                 "a project's team binding", {"200": _json(_OBJECT), **_errors(400)}, params=[_PROJECT]
