@@ -255,6 +255,7 @@ class Dashboard(Mount):
         self._static = resources.files("lore_dashboard") / "static"
         self._pages: dict[tuple[str, str], Handler] = {
             ("GET", ""): self.health_page,
+            ("GET", "/projects"): self.projects_page,
             ("GET", "/sessions"): self.sessions_page,
             ("GET", "/session"): self.session_page,
             ("GET", "/session/forget"): self.forget_page,
@@ -804,6 +805,48 @@ class Dashboard(Mount):
             sessions=(report.get("by_session") or [])[:SPEND_SESSIONS],
             more_sessions=max(0, len(report.get("by_session") or []) - SPEND_SESSIONS),
             throttle=health.get("throttle") or {},
+        )
+
+    async def projects_page(self, request: Request, session: auth.Session) -> Response:
+        """Each project with its sessions, messages, last activity, knowledge entries and the
+        last 7 days' spend (from the sessions, knowledge and spend the local API gives)."""
+        code, rows = await self._get("/lore/api/sessions", {"limit": str(MAX_SESSIONS_READ)})
+        if code != 200 or not isinstance(rows, list):
+            return self._api_error(session, code, rows, "Projects")
+        code, entries = await self._get("/lore/api/knowledge")
+        if code != 200 or not isinstance(entries, list):
+            return self._api_error(session, code, entries, "Projects")
+        code, spend = await self._get("/lore/api/spend", {"days": "7"})
+        by_session = (
+            {str(s.get("session")): float(s.get("usd") or 0) for s in spend.get("by_session") or []}
+            if code == 200 and isinstance(spend, dict)
+            else {}
+        )
+        projects: dict[str, dict[str, Any]] = {}
+
+        def project(name: str) -> dict[str, Any]:
+            return projects.setdefault(
+                name, {"project": name, "sessions": 0, "messages": 0, "last": 0.0, "knowledge": 0, "usd": 0.0}
+            )
+
+        for row in rows:
+            found = project(str(row.get("project") or ""))
+            found["sessions"] += 1
+            found["messages"] += int(row.get("message_count") or 0)
+            found["last"] = max(found["last"], float(row.get("updated_at") or 0))
+            found["usd"] += by_session.get(str(row.get("id")), 0.0)
+        for entry in entries:
+            if entry.get("scope") == "project" and entry.get("project"):
+                project(str(entry["project"]))["knowledge"] += 1
+        listed = sorted(projects.values(), key=lambda p: (-p["last"], p["project"]))
+        return self.render(
+            "projects.html",
+            session,
+            title="Projects",
+            projects=listed,
+            capped=len(rows) >= MAX_SESSIONS_READ,
+            max_read=MAX_SESSIONS_READ,
+            global_entries=sum(1 for e in entries if e.get("scope") == "global"),
         )
 
 

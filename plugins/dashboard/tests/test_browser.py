@@ -180,6 +180,10 @@ def test_the_dashboard_in_a_browser(
     assert page.locator("mark").first.inner_text().lower() == SECRET_WORD
     page.screenshot(path=str(shots / "search.png"), full_page=True)
 
+    page.get_by_role("link", name="Projects").click()
+    expect(page.get_by_role("row", name="/home/dev/shop")).to_be_visible()
+    page.screenshot(path=str(shots / "projects.png"), full_page=True)
+
     page.get_by_role("link", name="Spend").click()
     expect(page.locator("svg rect.bar")).to_have_count(7)
     expect(page.get_by_role("row", name="claude-test")).to_be_visible()
@@ -255,6 +259,7 @@ def test_the_dashboard_in_a_browser(
         "contradictions": "/ui/contradictions?status=all",
         "review": f"/ui/review?project={project}",
         "spend": "/ui/spend",
+        "projects": "/ui/projects",
     }
     for name, path in narrow.items():
         small.goto(server.url + path)

@@ -659,7 +659,7 @@ def test_spend_by_day_model_and_session(served: ThreadedServer) -> None:
     assert report["by_model"], report
     for model in report["by_model"]:
         assert f'<th scope="row">{model["model"]}</th>' in text
-        assert f'<td class="num">{model["exchanges"]}</td>' in text
+        assert f'<td class="num" data-label="Exchanges">{model["exchanges"]}</td>' in text
     assert browser.get("/ui/spend", params={"days": "30"}).text.count('<rect class="bar"') == 30
     assert browser.get("/ui/spend", params={"days": "5"}).status_code == 400
     assert browser.get("/ui/spend", params={"days": "x"}).status_code == 400
@@ -674,3 +674,21 @@ def test_the_cache_read_share() -> None:
     heights = [b["h"] for b in chart["bars"]]
     assert heights == [100.0, 50.0, 0.0] and chart["top"] == 1.0
     assert all(b["y"] + b["h"] == 120 for b in chart["bars"])
+
+
+def test_projects_with_their_sessions_knowledge_and_spend(served: ThreadedServer, project: Path) -> None:
+    api = local_api(served)
+    body = {"project": str(project), "category": "decision", "title": "T", "content": "C"}
+    api.post("/knowledge", json=body).raise_for_status()
+    page = login(served).get("/ui/projects")
+    assert page.status_code == 200
+    row = re.search(r'<th scope="row" class="path">([^<]+)</th>(.*?)</tr>', page.text, re.S)
+    assert row and row.group(1) == api.get("/sessions").json()[0]["project"]
+    cells = re.findall(r'data-label="([^"]+)">(?:<a [^>]+>)?([^<]+)', row.group(2))
+    found = dict(cells)
+    sessions = api.get("/sessions").json()
+    assert found["Sessions"] == str(len(sessions)) == "2"
+    assert found["Messages"] == str(sum(s["message_count"] for s in sessions))
+    assert found["Knowledge"] == "1"
+    spent = sum(s["usd"] for s in api.get("/spend", params={"days": "7"}).json()["by_session"])
+    assert 0 < spent < 1 and found["Spend, 7 days"] == f"${spent:.4f}"

@@ -1,0 +1,145 @@
+"""Dashboard render times on a generated store, beside the same gateway's ``/health``.
+
+Builds a DuckDB store of ``--messages`` generated messages (~400 characters each, 20 per
+session: the generator of ``benchmarks/store.py``, written through the real store writer),
+starts a real gateway on it (no embedder, no idle distillation: only the pages' own work is
+measured), logs in through a minted link and times each page over HTTP: the median and the
+95th percentile of ``--rounds`` requests after two warm-up requests, the whole answer read.
+
+    uv run python plugins/dashboard/benchmarks/render.py --messages 100000
+    uv run python plugins/dashboard/benchmarks/render.py --messages 1000000   # ~3 GB, minutes
+
+The issue's target: every page in <= 300 ms on a store of a million messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from store import exchanges, make_texts, make_vocab  # noqa: E402  (the repository's store benchmark)
+
+
+async def build_store(db: Path, total: int, seed: int) -> float:
+    """Write ``total`` generated messages into a DuckDB store at ``db``; the seconds it took."""
+    from lore_store_duckdb.store import DuckDBStore
+
+    from lore_core.config import StoreConfig
+    from lore_core.storage.writer import StoreWriter
+
+    rng = random.Random(seed)
+    words, weights = make_vocab(rng)
+    pool = make_texts(rng, words, weights, 20_000)
+    work = exchanges(total, pool, rng)
+    store = DuckDBStore(db)
+    writer = StoreWriter(store, StoreConfig(flush_interval_ms=250, max_pending_messages=10 * total))
+    await writer.start()
+    started = time.perf_counter()
+    for i, ex in enumerate(work):
+        writer.submit(ex)
+        if i % 50 == 0:
+            await asyncio.sleep(0)
+    await writer.wait_idle(timeout=7200)
+    await store.sync_index(optimize=True)
+    await writer.stop()
+    return time.perf_counter() - started
+
+
+def timed(client: httpx.Client, url: str, rounds: int) -> tuple[float, float, int]:
+    """(median ms, p95 ms, status) of GETting ``url``."""
+    status = 0
+    for _ in range(2):
+        status = client.get(url).status_code
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        answer = client.get(url)
+        _ = answer.content
+        samples.append((time.perf_counter() - started) * 1000)
+        status = answer.status_code
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(0.95 * len(samples)))], status
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workdir", help="keep the store here (default: a temporary directory)")
+    args = parser.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="lore-dashboard-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    db = work / "lore.duckdb"
+    if db.exists():
+        print(f"using the store in {db}", flush=True)
+    else:
+        seconds = asyncio.run(build_store(db, args.messages, args.seed))
+        print(f"stored {args.messages:,} messages in {seconds:.0f} s", flush=True)
+
+    home = work / "home"
+    env = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "LORE_CONFIG": str(work / "lore.json"),
+        # Only the pages' own work: no embedder indexing a million messages meanwhile.
+        "LORE_DISABLE_PLUGINS": "embed-local",
+    }
+    config = {"store": {"backend": "duckdb", "path": str(db)}, "distill": {"idleTimeoutSeconds": 604800}}
+    (work / "lore.json").write_text(json.dumps(config))
+    os.environ.update(env)
+
+    from lore_core.gateway import Gateway
+    from lore_core.testing.net import api_headers
+    from lore_core.testing.server import ThreadedServer
+
+    gateway = Gateway.load(env=dict(os.environ), cwd=work)
+    with ThreadedServer(gateway) as server:
+        mint = httpx.post(server.url + "/ui/login-links", headers=api_headers(), timeout=60)
+        mint.raise_for_status()
+        client = httpx.Client(base_url=server.url, timeout=600)
+        client.get(mint.json()["path"])
+        status = client.get("/lore/api/status", headers=api_headers()).json()
+        messages = status["store"].get("messages")
+        print(f"the gateway's store: {messages:,} messages, {status['store'].get('sessions'):,} sessions")
+        word = "m12345"  # every generated message ends with its number: a word that exists once
+        pages = [
+            ("/health (no dashboard)", "/health"),
+            ("Health", "/ui/"),
+            ("Projects", "/ui/projects"),
+            ("Sessions", "/ui/sessions"),
+            ("Sessions, one project", "/ui/sessions?project=/bench/p3"),
+            ("Sessions, text matching nothing", "/ui/sessions?q=no-such-text"),
+            ("Session reader (20 messages)", "/ui/session?id=bench-17"),
+            ("Search", f"/ui/search?q={word}"),
+            ("Knowledge", "/ui/knowledge"),
+            ("Spend", "/ui/spend"),
+            ("Contradictions", "/ui/contradictions"),
+        ]
+        print(f"\n| Page ({messages:,} messages) | median ms | p95 ms | status |")
+        print("| --- | ---: | ---: | ---: |")
+        for name, path in pages:
+            median, p95, code = timed(client, path, args.rounds)
+            print(f"| {name} | {median:.1f} | {p95:.1f} | {code} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
