@@ -4,6 +4,7 @@ reaches the shared export; the gateway writes the approval into ``.lore.md``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,3 +156,33 @@ def test_the_gateway_writes_approvals_into_the_project_file(
     poll(lambda: lore_md.exists() and "lore:decision" in lore_md.read_text(), "the approval in .lore.md")
     text = lore_md.read_text()
     assert "8377 may be taken." in text and f"lore:decision {added['logical_id']} approved" in text
+
+
+def test_a_team_change_says_what_lore_md_will_share(
+    lore_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """Binding with the manual policy shares nothing until approved: the command says so
+    before the next export rewrites the file, instead of emptying it without a word."""
+    monkeypatch.setenv("LORE_PORT", "1")  # no gateway there
+    project = tmp_path / "shop"
+    project.mkdir()
+    p = ["--project", str(project)]
+    for title in ("Use DuckDB", "CI needs TZ=UTC"):
+        assert (
+            lore(capsys, "knowledge", "add", *p, "--category", "gotcha", "--title", title, "--content", "x.")[
+                0
+            ]
+            == 0
+        )
+    code, _, err = lore(capsys, "team", "bind", "core", "--policy", "manual", *p)
+    assert code == 0
+    assert ".lore.md will share 0 entries of this project from its next export (2 until now)" in err
+    assert "lore knowledge pending" in err
+    code, out, _ = lore(capsys, "team", "unbind", *p, "--json")
+    assert code == 0
+    assert (json.loads(out)["shared_before"], json.loads(out)["shared_after"]) == (0, 2)
+    code, _, err = lore(capsys, "team", "bind", "core", *p)  # auto: the same two
+    assert code == 0 and "will share" not in err

@@ -1206,9 +1206,10 @@ def cmd_team(args: argparse.Namespace) -> int:
             found = {**found, "shared_before": shared_before, "shared_after": shared_after}
             if shared_after != shared_before and not args.json:
                 hint = " (approve entries: lore knowledge pending)" if shared_after < shared_before else ""
+                # Said before the gateway's next export rewrites the file (on idle).
                 print(
-                    f"lore: note: .lore.md now shares {_plural(shared_after, 'entry', 'entries')} "
-                    f"of this project, {shared_before} before{hint}",
+                    f"lore: note: .lore.md will share {_plural(shared_after, 'entry', 'entries')} of "
+                    f"this project from its next export ({shared_before} until now){hint}",
                     file=sys.stderr,
                 )
         if args.json:
