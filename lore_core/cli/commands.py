@@ -2174,7 +2174,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from lore_core.cli.spend import add_commands as add_spend_commands
 
     add_spend_commands(sub)
-    if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
+    named = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    # `lore --version` needs no plugin (loading them costs most of a second).
+    if argv is not None and named not in sub.choices and "--version" not in argv:
         _add_plugin_commands(sub)
     # Descriptions and examples (lore_core/cli/help_texts.py).
     from lore_core.cli import help_texts
