@@ -261,8 +261,9 @@ class DistillConfig:
 class BudgetConfig:
     # What reading one turn's prompt may cost (USD) before the context manager prefers
     # compressing to sending the full raw conversation: the layer-0 cap is
-    # max(target / input price per token, 40K tokens). MISSION's example prices the read at
-    # Sonnet's $3/Mtok input rate (33K, so the 40K floor); see economics.layer0_cap.
+    # max(target / input price per token, 40K tokens). The design's example (docs/context.md)
+    # prices the read at Sonnet's $3/Mtok input rate (33K, so the 40K floor); see
+    # economics.layer0_cap.
     target_cache_read_cost_per_turn: float = setting(0.10, low=0)
     # Pins the layer-0 cap (tokens); 0 disables it; null computes it from the target.
     max_layer0_tokens: int | None = setting(None, low=0)

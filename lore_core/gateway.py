@@ -124,7 +124,7 @@ class Gateway:
             price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
         )
         # Spend from real usage and the price table; over the daily budget, upstream calls
-        # wait a little (MISSION 6, cost tracker).
+        # wait a little (docs/context.md, cost tracker).
         self.costs = CostTracker(self.price_table, config.budget.daily_budget_usd)
         # ... kept in the store, so a restart neither resets the daily budget nor the
         # sessions' spend.

@@ -225,7 +225,7 @@ class EditPolicy:
     hold_tool: str | None
     #: The model's context window in tokens (0: unknown, no usage scaling).
     context_limit: int
-    #: The share of it the client may see as used (:func:`lore_core.wire.usage.scale_factor`).
+    #: The share of it the client may see as used (:func:`lore_core.wire.turns.scale_factor`).
     usage_share: float
 
 

@@ -1,5 +1,5 @@
-"""The prompt layers of the gradient context manager, one per part of the prompt (MISSION
-section 3), registered through the same hook third-party layers use.
+"""The prompt layers of the gradient context manager, one per part of the prompt
+(docs/context.md), registered through the same hook third-party layers use.
 
 The context manager (:mod:`lore_core.context.manager`) decides the turn's layer and puts its
 plan on ``ctx.composition``; these layers place the parts on the wire-neutral view, top to

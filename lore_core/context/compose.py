@@ -1,4 +1,4 @@
-"""The layer engine of the gradient context manager (MISSION section 6): which messages and
+"""The layer engine of the gradient context manager (docs/context.md): which messages and
 which distillations make up the prompt at layers 0-4.
 
 Everything here is pure and works on the wire-neutral view; :mod:`lore_core.context.manager`
@@ -345,7 +345,7 @@ def prefix_parts(
 
 @attrs.define
 class Composition:
-    """The plan of one turn's prompt, top to bottom (MISSION section 3)."""
+    """The plan of one turn's prompt, top to bottom (docs/context.md)."""
 
     layer: int
     #: Reason the layer was chosen ("fits", "pinned", "overflow", "cost", "forced", ...).

@@ -1,4 +1,4 @@
-"""The cost rules of the gradient context manager (MISSION section 6), as small pure pieces.
+"""The cost rules of the gradient context manager (docs/context.md), as small pure pieces.
 
 The layer engine calls these on every turn:
 
@@ -71,11 +71,12 @@ def layer0_cap(
     zero_cache_write_turns: int = 0,
     pressure: BudgetPressure | None = None,
 ) -> Layer0Cap:
-    """``maxLayer0Tokens = max(target / price_per_token, 40K)`` (MISSION 6).
+    """``maxLayer0Tokens = max(target / price_per_token, 40K)`` (docs/context.md).
 
     - ``target`` is ``budget.targetCacheReadCostPerTurn`` (default $0.10) and the price is
       the model's *input* price: what reading the prompt costs when the cache does not serve
-      it. MISSION's worked example prices the read so ("Sonnet at $3/Mtok read gives 33K, so
+      it. The design's worked example (docs/context.md) prices the read so
+      ("Sonnet at $3/Mtok read gives 33K, so
       the 40K floor wins": $3 is Sonnet's input price, its cache reads cost $0.30), and so
       does the issue's ("the Sonnet example gives 40K, a $0.30/Mtok model gives 333K"). At
       the cache-read price the default would give Sonnet 333K, more than its 200K window: the
@@ -176,7 +177,7 @@ def compression_pays(
     current_tokens: int, compressed_tokens: int, model: ModelInfo, kept_cached_tokens: int = 0
 ) -> bool:
     """``compressed_size x cache_write_price < current_size x cache_read_price x threshold``
-    (MISSION 6): writing the compressed prompt once costs less than reading the current one
+    (docs/context.md): writing the compressed prompt once costs less than reading the current one
     ``threshold`` more times.
 
     ``kept_cached_tokens``: how much of the compressed prompt's start is byte-identical to
@@ -207,7 +208,7 @@ class CacheState:
     - ``zero_write_turns``: responses in a row that reported no cache writes (feeds the 65%
       rule of :func:`layer0_cap`);
     - ``consecutive_busts`` and ``holding``: after :data:`MAX_CONSECUTIVE_BUSTS` busts in a
-      row compressing for cost stops (MISSION 6: "stop compressing and keep growing"). The
+      row compressing for cost stops (docs/context.md: "stop compressing and keep growing"). The
       hold lasts until :meth:`release`, which the engine calls when it has to compress
       because the prompt no longer fits: a hold that ended at the next cache hit would let
       compress-bust-bust-hit repeat forever.
@@ -260,7 +261,7 @@ def decide_compression(
     kept_cached_tokens: int = 0,
     expired: bool = False,
 ) -> CompressionDecision:
-    """Whether to leave layer 0 for cost reasons while the raw prompt still fits (MISSION 6):
+    """Whether to leave layer 0 for cost reasons while the raw prompt still fits (docs/context.md):
     only past the cap, never while holding after repeated busts, and only when
     :func:`compression_pays`. Compressing because the prompt does not fit is not decided
     here: it is not optional.
@@ -339,7 +340,7 @@ def throttle_delay(
     ttl_seconds: float,
     idle_seconds: float | None,
 ) -> float:
-    """``delay = MAX_DELAY x pressure^2 x tanh(overshoot / 3)`` seconds (MISSION 6), capped
+    """``delay = MAX_DELAY x pressure^2 x tanh(overshoot / 3)`` seconds (docs/context.md), capped
     so the request still lands inside the cache TTL.
 
     ``idle_seconds`` is the time since the session's previous upstream request, which

@@ -1,8 +1,8 @@
 """The gradient context manager: per-session state and the choice of layer on every turn.
 
 One :class:`ContextManager` per gateway (``gateway.context``). On each request it measures
-the conversation (cached per-message token counts), decides which layer (0-4, MISSION
-section 6) the prompt is sent at, and hands the plan (a
+the conversation (cached per-message token counts), decides which layer (0-4,
+docs/context.md) the prompt is sent at, and hands the plan (a
 :class:`~lore_core.context.compose.Composition`) to the prompt layers, which place its parts
 on the wire. After each response it learns from the usage the upstream reported: the token
 calibration, the cache state (busts, zero-write turns) and the session's cost.
@@ -270,7 +270,7 @@ class ContextManager:
         self._own_costs = costs is None
         self.costs = costs or CostTracker(prices, config.budget.daily_budget_usd)
         self._distill_version = distill_version or (lambda: 0)
-        # Distils a session's undistilled tail at once (MISSION 4: "urgently when the
+        # Distils a session's undistilled tail at once (docs/context.md: "urgently when the
         # context manager needs it"); one run per session at a time, off the request path.
         self._distill_now = distill_now
         self._urgent: dict[str, asyncio.Task[None]] = {}

@@ -1,5 +1,5 @@
 """Overflow recovery: recognise an upstream's "the prompt is too long" answer and pick the
-layer the session must start from next (MISSION 6, ``forceMinLayer``).
+layer the session must start from next (docs/context.md, ``forceMinLayer``).
 
 Anthropic says ``prompt is too long: 208310 tokens > 200000 maximum`` (400,
 ``invalid_request_error``), or 413 ``request_too_large`` for a body past its byte limit;

@@ -13,7 +13,7 @@ What it must not see, and never will, whatever the harness put in the conversati
 * harness housekeeping (``<system-reminder>`` and friends): it is not what happened, and it
   would be distilled into every observation log again and again;
 * obvious secrets (provider keys, tokens, private key blocks): masked before anything else
-  looks at the text (MISSION section 11);
+  looks at the text (docs/storage.md);
 * long tool outputs: an output longer than ``tool_output_max_chars`` becomes an annotation
   that keeps the tool's name, the line count, whether errors appeared, the file paths, the
   error lines and the last lines (where test runners print their summary). A 50 KB log

@@ -1,2 +1,2 @@
-"""The event log and packs (MISSION section 8): agents outside the proxy write to and read
+"""The event log and packs (docs/events.md): agents outside the proxy write to and read
 from a project's memory."""

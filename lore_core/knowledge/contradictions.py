@@ -1,4 +1,4 @@
-"""Contradictions between knowledge entries (MISSION section 5): detected by the worker
+"""Contradictions between knowledge entries (docs/knowledge.md): detected by the worker
 model, recorded, and never resolved by the machine.
 
 * **Finding pairs.** The entries of a project that a worker may see (never restricted ones;

@@ -1,4 +1,4 @@
-"""The knowledge curator (MISSION section 4, tier 3): recent observation logs and the
+"""The knowledge curator (docs/knowledge.md, curation): recent observation logs and the
 project's entries in, create / update / delete / reconfirm operations out (prompt:
 ``prompts/curator.md``), through the worker model.
 

@@ -1,4 +1,4 @@
-"""Knowledge in the prompt, cache-stable (MISSION section 3).
+"""Knowledge in the prompt, cache-stable (docs/context.md).
 
 Per session, at its first request that offers tools (the agent's own loop; a harness's small
 side requests get none), the injector **pins**:

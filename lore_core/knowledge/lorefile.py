@@ -1,5 +1,5 @@
 """``.lore.md``: a project's curated knowledge as Markdown at the repository root, so that a
-change to what Lore knows shows up as a diff in a pull request (MISSION section 5)::
+change to what Lore knows shows up as a diff in a pull request (docs/knowledge.md)::
 
     # Project knowledge
 

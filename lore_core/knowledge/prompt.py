@@ -1,4 +1,4 @@
-"""The text of the knowledge blocks the model sees (MISSION section 3), and which entries are
+"""The text of the knowledge blocks the model sees (docs/context.md), and which entries are
 relevant to a text.
 
 * **Baseline**: preferences in full, the known entities (one line each: ``e:`` id, canonical
@@ -34,7 +34,7 @@ from lore_core.context.framing import DATA_NOTICE, escape_delimiters
 from lore_core.storage.entities import Entity, entity_order
 from lore_core.storage.knowledge import AUTHOR_USER, KnowledgeMetric, KnowledgeVersion, canonical_order
 
-#: Field weights of the knowledge full-text score (MISSION section 7: title 6, content 2,
+#: Field weights of the knowledge full-text score (docs/recall.md: title 6, content 2,
 #: category 3).
 TITLE_WEIGHT, CONTENT_WEIGHT, CATEGORY_WEIGHT = 6.0, 2.0, 3.0
 _TOKEN = re.compile(r"\w+", re.UNICODE)

@@ -1,8 +1,8 @@
-"""Knowledge as a recall source (``k:`` ids; MISSION section 7): full text with the field
+"""Knowledge as a recall source (``k:`` ids; docs/recall.md): full text with the field
 weights title 6, content 2, category 3, and vectors of each entry's title and content, over
 the current alive entries of the project (plus global ones), and of every project when the
 scope is ``all``, where other projects' entries count half when the session's own project
-has results of its own (MISSION section 7). One entry is one passage: entries are short.
+has results of its own (docs/recall.md). One entry is one passage: entries are short.
 
 Entries are read from the store on each search (a few hundred rows) and their vectors are
 kept by version id (a version never changes), so an entry is embedded once.

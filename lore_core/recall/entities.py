@@ -1,4 +1,4 @@
-"""Entities in recall (MISSION section 7): alias expansion of queries, and entities as a
+"""Entities in recall (docs/recall.md): alias expansion of queries, and entities as a
 searchable kind with ``e:`` ids.
 
 * **Alias expansion**: when a query names a known entity of the project (its canonical name

@@ -1,4 +1,4 @@
-"""Records of entities (MISSION section 4): the people, services, tools, repositories and
+"""Records of entities (docs/knowledge.md): the people, services, tools, repositories and
 files a project talks about, with one canonical name, the other names they go by (aliases)
 and how they relate, beside long-term knowledge as a small knowledge graph.
 

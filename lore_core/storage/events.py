@@ -1,4 +1,4 @@
-"""Records of the event log (MISSION section 8): agents outside the proxy append events to a
+"""Records of the event log (docs/events.md): agents outside the proxy append events to a
 *run* (a named stream within a project); each gets ``seq``, server-assigned and monotonic per
 run. The consolidation pipeline (:mod:`lore_core.events.log`) turns events into distilled
 memories behind the writes and advances the run's checkpoint ``covered_seq``: every event

@@ -1,4 +1,4 @@
-"""Records of long-term knowledge (tier 3, MISSION section 5), and the rules every backend
+"""Records of long-term knowledge (tier 3, docs/knowledge.md), and the rules every backend
 shares.
 
 An entry has one ``logical_id`` and many immutable versions; exactly one is current. An edit

@@ -45,7 +45,7 @@ from lore_core.storage.passages import call_source
 
 #: Bumped when the identity rule changes (it never should: ids are stored forever).
 IDENTITY_VERSION = 1
-#: Session state key of the persisted minimum context layer (see MISSION section 6).
+#: Session state key of the persisted minimum context layer (see docs/context.md).
 FORCE_MIN_LAYER = "forceMinLayer"
 
 ORIGIN_REQUEST = "request"
@@ -248,7 +248,7 @@ class EmbeddingItem:
     returns items in ascending cursor order, and a store may treat "embedded" as "cursor at
     or below the highest one written", so callers write vectors for a *prefix* of what it
     returned, in order. A message comes with its ``role`` and stored ``blocks``, which its
-    passages are cut from (:func:`lore_core.storage.passages.item_passages`); a distillation with
+    passages are cut from (:func:`lore_core.storage.passages.message_passages`); a distillation with
     its ``text``."""
 
     kind: str

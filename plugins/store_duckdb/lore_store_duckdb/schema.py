@@ -5,8 +5,8 @@ entry upgrades from the version before it, inside one transaction, so a crash mi
 leaves the previous version intact. Never edit a released migration; add the next one.
 
 Version 1 holds tier 1 (projects, sessions, per-session state, messages) and the tables the
-later tiers will fill, shaped after MISSION sections 4, 5 and 8, so that they arrive as
-migrations that add columns rather than as a second database.
+later tiers will fill, shaped after docs/storage.md, docs/knowledge.md and docs/events.md, so
+that they arrive as migrations that add columns rather than as a second database.
 """
 
 from __future__ import annotations
