@@ -74,6 +74,9 @@ NOTICES = {
     "logged-out": "You are logged out.",
     "resolved": "The contradiction is settled.",
     "approved": "Approved: the team shares this text.",
+    "entity-edited": "The entity was changed.",
+    "entity-merged": "Merged: the other entity's names and relations are this one's now.",
+    "entity-deleted": "The entity was deleted, with the relations to it.",
     "rejected": "Rejected: the team does not get this text.",
 }
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
@@ -271,6 +274,11 @@ class Dashboard(Mount):
             ("GET", "/spend"): self.spend_page,
             ("GET", "/review"): self.review_page,
             ("POST", "/review/decide"): self.decide_action,
+            ("GET", "/entities"): self.entities_page,
+            ("GET", "/entity"): self.entity_page,
+            ("POST", "/entity/edit"): self.entity_edit_action,
+            ("POST", "/entity/merge"): self.entity_merge_action,
+            ("POST", "/entity/delete"): self.entity_delete_action,
             ("GET", "/contradictions"): self.contradictions_page,
             ("POST", "/contradictions/resolve"): self.resolve_action,
             ("POST", "/logout"): self.logout_action,
@@ -848,6 +856,82 @@ class Dashboard(Mount):
             max_read=MAX_SESSIONS_READ,
             global_entries=sum(1 for e in entries if e.get("scope") == "global"),
         )
+
+    async def entities_page(self, request: Request, session: auth.Session) -> Response:
+        project = request.arg("project")
+        if project and not project.startswith("/"):
+            raise BadRequest("project must be the project's absolute directory")
+        code, found = await self._get("/lore/api/entities", {"project": project} if project else None)
+        if code != 200 or not isinstance(found, list):
+            return self._api_error(session, code, found, "Entities")
+        found.sort(key=lambda e: (str(e.get("kind", "")), str(e.get("name", "")).lower()))
+        return self.render(
+            "entities.html",
+            session,
+            title="Entities",
+            entities=found,
+            project=project,
+            notice=request.arg("notice"),
+        )
+
+    async def entity_page(self, request: Request, session: auth.Session) -> Response:
+        ref = request.arg("ref")
+        if not ref.startswith("e:"):
+            raise BadRequest("ref must be an entity id: /ui/entity?ref=e:<id>")
+        code, body = await self._get("/lore/api/entities/show", {"ref": ref})
+        if code != 200 or not isinstance(body, dict):
+            return self._api_error(session, code, body, "Entity")
+        entity = body["entity"]
+        # Others it may be merged with: the alive entities its project sees.
+        params = {"project": entity["project"]} if entity.get("project") else None
+        code, others = await self._get("/lore/api/entities", params)
+        candidates = [o for o in others if o.get("id") != entity["id"]] if isinstance(others, list) else []
+        return self.render(
+            "entity.html",
+            session,
+            title=str(entity.get("name") or ref),
+            entity=entity,
+            related=body.get("related") or [],
+            merged=body.get("merged") or [],
+            candidates=sorted(candidates, key=lambda o: str(o.get("name", "")).lower()),
+            notice=request.arg("notice"),
+        )
+
+    async def _entity_action(
+        self, session: auth.Session, action: str, body: dict[str, Any], ref: str, notice: str
+    ) -> Response:
+        answer = await self.api.call("POST", f"/lore/api/entities/{action}", body=body)
+        if answer.status not in (200, 201):
+            return self._api_error(session, answer.status, answer.body, "Entity")
+        if action == "delete":
+            return redirect(f"{PREFIX}/entities?notice={notice}")
+        return redirect(f"{PREFIX}/entity?" + urllib.parse.urlencode({"ref": ref, "notice": notice}))
+
+    async def entity_edit_action(self, request: Request, session: auth.Session) -> Response:
+        form = await request.form()
+        ref = form.get("ref", "")
+        if not ref.startswith("e:"):
+            raise BadRequest("missing ref (e:<id>)")
+        body = {"ref": ref, **{k: form[k].strip() for k in ("name", "kind") if form.get(k, "").strip()}}
+        return await self._entity_action(session, "edit", body, ref, "entity-edited")
+
+    async def entity_merge_action(self, request: Request, session: auth.Session) -> Response:
+        form = await request.form()
+        keep, other = form.get("keep", ""), form.get("other", "")
+        if not keep.startswith("e:") or not other.startswith("e:"):
+            raise BadRequest("choose the entity to merge into this one")
+        return await self._entity_action(
+            session, "merge", {"keep": keep, "other": other}, keep, "entity-merged"
+        )
+
+    async def entity_delete_action(self, request: Request, session: auth.Session) -> Response:
+        form = await request.form()
+        ref = form.get("ref", "")
+        if not ref.startswith("e:"):
+            raise BadRequest("missing ref (e:<id>)")
+        if form.get("confirm") != "yes":
+            raise BadRequest("tick the confirmation to delete the entity")
+        return await self._entity_action(session, "delete", {"ref": ref}, ref, "entity-deleted")
 
 
 def _reviewer() -> str:

@@ -184,6 +184,21 @@ def test_the_dashboard_in_a_browser(
     expect(page.get_by_role("row", name="/home/dev/shop")).to_be_visible()
     page.screenshot(path=str(shots / "projects.png"), full_page=True)
 
+    # Entities: rename one through its form.
+    body = {"project": str(project), "name": "billing-service", "kind": "service", "aliases": ["billing"]}
+    entity = api.post("/entities/add", json=body).json()["entity"]["id"]
+    api.post("/entities/add", json={"project": str(project), "name": "ledger.py", "kind": "file"})
+    api.post("/entities/relate", json={"ref": entity, "predicate": "owns", "target": "ledger.py",
+                                       "project": str(project)})  # fmt: skip
+    page.get_by_role("link", name="Entities").click()
+    page.get_by_role("link", name="billing-service").click()
+    page.get_by_text("Rename").click()
+    page.get_by_label("Name", exact=True).fill("billing")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("entity was changed")
+    assert api.get("/entities/show", params={"ref": entity}).json()["entity"]["name"] == "billing"
+    page.screenshot(path=str(shots / "entity.png"), full_page=True)
+
     page.get_by_role("link", name="Spend").click()
     expect(page.locator("svg rect.bar")).to_have_count(7)
     expect(page.get_by_role("row", name="claude-test")).to_be_visible()
@@ -260,6 +275,7 @@ def test_the_dashboard_in_a_browser(
         "review": f"/ui/review?project={project}",
         "spend": "/ui/spend",
         "projects": "/ui/projects",
+        "entities": "/ui/entities",
     }
     for name, path in narrow.items():
         small.goto(server.url + path)

@@ -203,6 +203,10 @@ def test_a_token_rotation_logs_out(served: ThreadedServer) -> None:
         "/ui/knowledge/entry?id=k:x",
         "/ui/session/forget?id=s-tools",
         "/ui/contradictions",
+        "/ui/entities",
+        "/ui/projects",
+        "/ui/spend",
+        "/ui/review?project=/x",
     ],
 )
 def test_without_the_cookie_a_page_says_how_to_log_in_and_shows_no_memory(
@@ -692,3 +696,47 @@ def test_projects_with_their_sessions_knowledge_and_spend(served: ThreadedServer
     assert found["Knowledge"] == "1"
     spent = sum(s["usd"] for s in api.get("/spend", params={"days": "7"}).json()["by_session"])
     assert 0 < spent < 1 and found["Spend, 7 days"] == f"${spent:.4f}"
+
+
+# -- entities ----------------------------------------------------------------------------------
+
+
+def _entity(api: httpx.Client, project: Path, name: str, kind: str, aliases: list[str]) -> str:
+    body = {"project": str(project), "name": name, "kind": kind, "aliases": aliases}
+    answer = api.post("/entities/add", json=body)
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["entity"]["id"])
+
+
+def test_entities_rename_merge_delete(served: ThreadedServer, project: Path) -> None:
+    api = local_api(served)
+    billing = _entity(api, project, "billing-service", "service", ["billing"])
+    payments = _entity(api, project, "payments", "service", ["pay-svc"])
+    browser = login(served)
+    listing = browser.get("/ui/entities").text
+    assert "billing-service" in listing and "pay-svc" in listing
+    page = browser.get("/ui/entity", params={"ref": billing})
+    assert page.status_code == 200 and "billing-service" in page.text
+    token = csrf_of(page.text)
+
+    renamed = post(
+        browser, "/ui/entity/edit", {"csrf": token, "ref": billing, "name": "ledger", "kind": "service"}
+    )
+    assert renamed.status_code == 303
+    assert api.get("/entities/show", params={"ref": billing}).json()["entity"]["name"] == "ledger"
+
+    merged = post(browser, "/ui/entity/merge", {"csrf": token, "keep": billing, "other": payments})
+    assert merged.status_code == 303
+    shown = api.get("/entities/show", params={"ref": billing}).json()
+    assert shown["merged"] == [payments] and "pay-svc" in shown["entity"]["aliases"]
+    assert "Merged into it" in browser.get(merged.headers["location"]).text
+
+    unticked = post(browser, "/ui/entity/delete", {"csrf": token, "ref": billing})
+    assert unticked.status_code == 400
+    assert post(browser, "/ui/entity/delete", {"ref": billing, "confirm": "yes"}).status_code == 403
+    deleted = post(browser, "/ui/entity/delete", {"csrf": token, "ref": billing, "confirm": "yes"})
+    assert deleted.status_code == 303
+    assert api.get("/entities/show", params={"ref": billing}).status_code == 404
+    assert api.get("/entities").json() == []
+    assert browser.get("/ui/entity", params={"ref": billing}).status_code == 404
+    assert browser.get("/ui/entity", params={"ref": "nope"}).status_code == 400
