@@ -46,3 +46,20 @@ def test_every_cited_lore_core_name_exists() -> None:
             if not _resolves(name):
                 missing.setdefault(name, []).append(str(path.relative_to(ROOT)))
     assert not missing, missing
+
+
+NUMBERS = {"six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+
+
+def test_the_hooks_guide_counts_the_hooks_and_names_every_built_in_plugin() -> None:
+    from lore_core import hookspecs
+    from lore_core.plugins import BUILTIN_PLUGINS
+
+    text = (ROOT / "docs" / "hooks.md").read_text(encoding="utf-8")
+    said = re.search(r"The (\w+) `lore_register_\*` hooks", text)
+    registers = [name for name in hookspecs.all_hookspec_names() if name.startswith("lore_register_")]
+    assert said and NUMBERS[said.group(1)] == len(registers), (said, registers)
+    listed = text[text.index("`BUILTIN_PLUGINS`") :].split(")", 1)[0]
+    assert all(
+        f"`{name.rsplit('.', 1)[1]}`" in listed or f"`{name}`" in listed for name in BUILTIN_PLUGINS
+    ), listed
