@@ -279,6 +279,7 @@ class Dashboard(Mount):
             ("POST", "/entity/edit"): self.entity_edit_action,
             ("POST", "/entity/merge"): self.entity_merge_action,
             ("POST", "/entity/delete"): self.entity_delete_action,
+            ("GET", "/events"): self.events_page,
             ("GET", "/contradictions"): self.contradictions_page,
             ("POST", "/contradictions/resolve"): self.resolve_action,
             ("POST", "/logout"): self.logout_action,
@@ -932,6 +933,44 @@ class Dashboard(Mount):
         if form.get("confirm") != "yes":
             raise BadRequest("tick the confirmation to delete the entity")
         return await self._entity_action(session, "delete", {"ref": ref}, ref, "entity-deleted")
+
+    async def events_page(self, request: Request, session: auth.Session) -> Response:
+        """The event log's counters, and a pack preview: what ``POST /v1/pack`` gives an
+        agent for a run and a query (coverage, lag, each section)."""
+        project, run, query = request.arg("project"), request.arg("run"), request.arg("q")
+        budget = request.arg("budget")
+        if budget and not budget.isdigit():
+            raise BadRequest("the token budget must be a whole number")
+        code, status = await self._get("/lore/api/status")
+        counters = (
+            status.get("health", {}).get("events", {}) if code == 200 and isinstance(status, dict) else {}
+        )
+        pack: dict[str, Any] | None = None
+        error = ""
+        if run and query:
+            body: dict[str, Any] = {"project": project, "run": run, "query": query}
+            if budget:
+                body["token_budget"] = int(budget)
+            answer = await self.api.call("POST", "/v1/pack", body=body)
+            if answer.status == 200 and isinstance(answer.body, dict):
+                pack = answer.body
+            elif 400 <= answer.status < 500:
+                error = str(answer.body.get("error") if isinstance(answer.body, dict) else answer.status)
+            else:
+                return self._api_error(session, answer.status, answer.body, "Events")
+        return self.render(
+            "events.html",
+            session,
+            status=400 if error else 200,
+            title="Events",
+            counters=counters,
+            project=project,
+            run=run,
+            query=query,
+            budget=budget,
+            pack=pack,
+            error=error,
+        )
 
 
 def _reviewer() -> str:

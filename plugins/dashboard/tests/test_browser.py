@@ -276,6 +276,7 @@ def test_the_dashboard_in_a_browser(
         "spend": "/ui/spend",
         "projects": "/ui/projects",
         "entities": "/ui/entities",
+        "events": "/ui/events",
     }
     for name, path in narrow.items():
         small.goto(server.url + path)

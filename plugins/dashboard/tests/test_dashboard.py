@@ -740,3 +740,31 @@ def test_entities_rename_merge_delete(served: ThreadedServer, project: Path) -> 
     assert api.get("/entities").json() == []
     assert browser.get("/ui/entity", params={"ref": billing}).status_code == 404
     assert browser.get("/ui/entity", params={"ref": "nope"}).status_code == 400
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def test_events_counters_and_a_pack_preview(served: ThreadedServer, project: Path) -> None:
+    events = [
+        {"kind": "note", "content": f"the {SECRET_WORD} deploy failed on the migration step"},
+        {"kind": "fact", "content": "staging runs postgres 16", "working": True, "key": "db"},
+    ]
+    body = {"project": str(project), "run": "deploy-1", "events": events}
+    written = httpx.post(served.url + "/v1/events", json=body, headers=api_headers(), timeout=30)
+    assert written.status_code == 200, written.text
+    browser = login(served)
+    page = browser.get("/ui/events")
+    assert page.status_code == 200 and '<h3>Events written</h3><p class="big">2</p>' in page.text
+
+    params = {"project": str(project), "run": "deploy-1", "q": SECRET_WORD}
+    preview = browser.get("/ui/events", params=params)
+    assert preview.status_code == 200, preview.text
+    # What /v1/pack answers, shown: the run's coverage, the live working fact, the text the
+    # agent gets (the distilled section's passages depend on the search's time budget).
+    assert re.search(r"through event \d of 2", preview.text)
+    assert "<code>db</code>: staging runs postgres 16" in preview.text
+    assert "LORE MEMORY PACK" in preview.text and "run deploy-1: events 1-2" in preview.text
+    bad = browser.get("/ui/events", params={**params, "run": "not a run!"})
+    assert bad.status_code == 400 and "body.run" in bad.text
+    assert browser.get("/ui/events", params={**params, "budget": "x"}).status_code == 400
