@@ -115,7 +115,7 @@ def main() -> None:
     with ThreadedServer(gateway) as server:
         mint = httpx.post(server.url + "/ui/login-links", headers=api_headers(), timeout=60)
         mint.raise_for_status()
-        client = httpx.Client(base_url=server.url, timeout=600)
+        client = httpx.Client(base_url=server.url, timeout=600, headers=api_headers())
         client.get(mint.json()["path"])
         status = client.get("/lore/api/status", headers=api_headers()).json()
         messages = status["store"].get("messages")
@@ -133,6 +133,10 @@ def main() -> None:
             ("Knowledge", "/ui/knowledge"),
             ("Spend", "/ui/spend"),
             ("Contradictions", "/ui/contradictions"),
+            # What the pages read, without the dashboard: the store's own share.
+            ("API: 51 sessions (the first page's read)", "/lore/api/sessions?limit=51"),
+            ("API: 10,000 sessions (the projects page's read)", "/lore/api/sessions?limit=10000"),
+            ("API: one session (the reader's read)", "/lore/api/sessions/bench-17"),
         ]
         print(f"\n| Page ({messages:,} messages) | median ms | p95 ms | status |")
         print("| --- | ---: | ---: | ---: |")

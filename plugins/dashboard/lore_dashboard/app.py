@@ -428,11 +428,17 @@ class Dashboard(Mount):
         )
 
     async def _sessions_after(
-        self, project: str, cursor: tuple[float, str] | None, keep: Callable[[Mapping[str, Any]], bool]
+        self,
+        project: str,
+        cursor: tuple[float, str] | None,
+        keep: Callable[[Mapping[str, Any]], bool] | None,
     ) -> tuple[list[dict[str, Any]], bool, bool]:
-        """One page of sessions older than ``cursor`` that ``keep`` accepts, newest first;
-        whether there are more; whether the read stopped at :data:`MAX_SESSIONS_READ`."""
-        limit = SESSIONS_PER_PAGE * 4
+        """One page of sessions older than ``cursor`` that ``keep`` accepts (``None``: all),
+        newest first; whether there are more; whether the read stopped at
+        :data:`MAX_SESSIONS_READ`. The first page without a filter reads one page and one row
+        (the store's cost grows with what it lists); otherwise the read widens until a page
+        is found."""
+        limit = SESSIONS_PER_PAGE + 1 if cursor is None and keep is None else SESSIONS_PER_PAGE * 4
         while True:
             params = {"limit": str(limit)}
             if project:
@@ -441,7 +447,7 @@ class Dashboard(Mount):
             if status != 200 or not isinstance(rows, list):
                 raise RuntimeError(rows.get("error") if isinstance(rows, dict) else f"status {status}")
             rows.sort(key=_cursor, reverse=True)
-            page = [r for r in rows if (cursor is None or _cursor(r) < cursor) and keep(r)]
+            page = [r for r in rows if (cursor is None or _cursor(r) < cursor) and (keep is None or keep(r))]
             exhausted = len(rows) < limit
             if len(page) > SESSIONS_PER_PAGE or exhausted or limit >= MAX_SESSIONS_READ:
                 more = len(page) > SESSIONS_PER_PAGE
@@ -466,7 +472,9 @@ class Dashboard(Mount):
             return True
 
         try:
-            rows, more, capped = await self._sessions_after(project, cursor, keep)
+            rows, more, capped = await self._sessions_after(
+                project, cursor, keep if harness or needle else None
+            )
         except RuntimeError as exc:
             return self.render("error.html", session, status=502, title="Sessions", message=str(exc))
         filters = {k: v for k, v in {"project": project, "harness": harness, "q": text}.items() if v}
