@@ -199,6 +199,25 @@ def day_bars(days: list[Mapping[str, Any]], width: int = 720, height: int = 160)
     return {"width": width, "height": height, "bars": bars, "top": top}
 
 
+#: A recall id in text: its kind letter and a store-made key of at least 8 characters (so that
+#: words such as "e:g" are left alone).
+RECALL_ID = re.compile(r"\b([tdke]):([A-Za-z0-9][A-Za-z0-9_.\-]{7,}(?::\d+)?)")
+
+
+def _link_ids(text: str) -> Markup:
+    """``text`` escaped, every recall id in it a link that opens it (``/ui/open?id=``)."""
+    out: list[str] = []
+    last = 0
+    for match in RECALL_ID.finditer(text):
+        out.append(str(escape(text[last : match.start()])))
+        rid = match.group(0)
+        href = f"{PREFIX}/open?id={urllib.parse.quote(rid, safe='')}"
+        out.append(f'<a class="rid" href="{escape(href)}">{escape(rid)}</a>')
+        last = match.end()
+    out.append(str(escape(text[last:])))
+    return Markup("".join(out))
+
+
 def _pretty_json(value: Any) -> str:
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
@@ -221,6 +240,7 @@ def _environment() -> jinja2.Environment:
         usd=_fmt_usd,
         pretty=_pretty_json,
         highlight=_highlight,
+        ids=_link_ids,
         q=lambda v: urllib.parse.quote(str(v), safe=""),
     )
     return env
@@ -260,6 +280,7 @@ class Dashboard(Mount):
             ("GET", ""): self.health_page,
             ("GET", "/projects"): self.projects_page,
             ("GET", "/sessions"): self.sessions_page,
+            ("GET", "/open"): self.open_id,
             ("GET", "/session"): self.session_page,
             ("GET", "/session/forget"): self.forget_page,
             ("POST", "/session/forget"): self.forget_action,
@@ -979,6 +1000,38 @@ class Dashboard(Mount):
             pack=pack,
             error=error,
         )
+
+    async def open_id(self, request: Request, session: auth.Session) -> Response:
+        """A recall id (``t:``, ``d:``, ``k:``, ``e:``) opened where it lives: a message at its
+        place in its session, a knowledge entry or an entity on its page, a distillation (or
+        a run memory) on a passage page. A stable link: ids do not change."""
+        rid = request.arg("id")
+        match = RECALL_ID.fullmatch(rid)
+        if match is None:
+            raise BadRequest("id must be a recall id: t:, d:, k: or e: and its key")
+        kind = match.group(1)
+        if kind == "k":
+            return redirect(f"{PREFIX}/knowledge/entry?" + urllib.parse.urlencode({"id": rid}))
+        if kind == "e":
+            return redirect(f"{PREFIX}/entity?" + urllib.parse.urlencode({"ref": rid}))
+        code, body = await self._get("/lore/api/recall", {"q": rid, "limit": "1"})
+        results = body.get("results") if code == 200 and isinstance(body, dict) else None
+        if not results:
+            reason = body.get("error") if isinstance(body, dict) else None
+            return self.render(
+                "error.html",
+                session,
+                status=404,
+                title="Not found",
+                message=str(reason or f"nothing is {rid}"),
+            )
+        found = results[0]
+        # A message's id is t:<message id>:<passage>.
+        item = str(found.get("item") or match.group(2).split(":", 1)[0])
+        if kind == "t" and found.get("session"):
+            query = urllib.parse.urlencode({"id": found["session"], "at": item})
+            return redirect(f"{PREFIX}/session?{query}#m-{urllib.parse.quote(item, safe='')}")
+        return self.render("passage.html", session, title=rid, found=found)
 
 
 def _reviewer() -> str:

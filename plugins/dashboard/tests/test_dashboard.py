@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -768,3 +769,52 @@ def test_events_counters_and_a_pack_preview(served: ThreadedServer, project: Pat
     bad = browser.get("/ui/events", params={**params, "run": "not a run!"})
     assert bad.status_code == 400 and "body.run" in bad.text
     assert browser.get("/ui/events", params={**params, "budget": "x"}).status_code == 400
+
+
+# -- recall ids open where they live ---------------------------------------------------------------
+
+
+def test_a_recall_id_opens_where_it_lives(served: ThreadedServer, project: Path) -> None:
+    api = local_api(served)
+    browser = login(served)
+    message = api.get("/recall", params={"q": SECRET_WORD, "scope": "all"}).json()["results"][0]
+    assert message["id"].startswith("t:")
+    opened = browser.get("/ui/open", params={"id": message["id"]})
+    assert opened.status_code == 303
+    location = opened.headers["location"]
+    assert location.endswith(f"#m-{message['item']}") and "at=" in location
+    assert f'id="m-{message["item"]}"' in browser.get(location.split("#")[0]).text
+
+    body = {"project": str(project), "category": "gotcha", "title": "Ids", "content": "k ids open entries"}
+    entry = api.post("/knowledge", json=body).json()["entry"]["id"]
+    assert browser.get("/ui/open", params={"id": entry}).headers["location"] == (
+        "/ui/knowledge/entry?" + urllib.parse.urlencode({"id": entry})
+    )
+    assert browser.get("/ui/open", params={"id": "garbage"}).status_code == 400
+    assert browser.get("/ui/open", params={"id": "t:00000000000000000000000000000000:0"}).status_code == 404
+
+    # A run memory (d:) opens on a passage page with its text.
+    events = [{"kind": "note", "content": f"the {SECRET_WORD} rollout paused"}]
+    write = {"project": str(project), "run": "rollout", "events": events}
+    assert httpx.post(served.url + "/v1/events", json=write, headers=api_headers()).status_code == 200
+    asked = {"project": str(project), "run": "rollout", "query": SECRET_WORD}
+    memory = None
+    for _ in range(100):
+        pack = httpx.post(served.url + "/v1/pack", json=asked, headers=api_headers(), timeout=30).json()
+        items = next(s["items"] for s in pack["sections"] if s["name"] == "distilled")
+        memory = next((i["id"] for i in items if i["id"].startswith("d:")), None)
+        if memory:
+            break
+        time.sleep(0.1)
+    assert memory, pack
+    passage = browser.get("/ui/open", params={"id": memory})
+    assert passage.status_code == 200 and f"the {SECRET_WORD} rollout paused" in passage.text
+
+
+def test_recall_ids_in_text_become_links() -> None:
+    from lore_dashboard.app import _link_ids
+
+    html_out = str(_link_ids("see t:0123456789abcdef:2 and e:g, <b>k:fedcba9876543210</b>"))
+    assert html_out.count('<a class="rid"') == 2
+    assert 'href="/ui/open?id=t%3A0123456789abcdef%3A2">t:0123456789abcdef:2</a>' in html_out
+    assert "&lt;b&gt;" in html_out and "e:g" in html_out
