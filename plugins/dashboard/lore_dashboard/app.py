@@ -13,6 +13,7 @@ and shows no memory (401); a POST without it is a 401, one with a wrong CSRF tok
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import getpass
 import json
@@ -250,6 +251,17 @@ def _cursor(row: Mapping[str, Any]) -> tuple[float, str]:
     return (float(row.get("updated_at") or 0.0), str(row.get("id") or ""))
 
 
+def _day_start(value: str, name: str) -> float | None:
+    """A ``YYYY-MM-DD`` day's first second in local time, or ``None`` for no value."""
+    if not value:
+        return None
+    try:
+        day = datetime.date.fromisoformat(value)
+    except ValueError:
+        raise BadRequest(f"{name} must be a day: YYYY-MM-DD") from None
+    return time.mktime(day.timetuple())
+
+
 def parse_cursor(value: str) -> tuple[float, str] | None:
     """``"<updated_at>~<id>"`` (the last row of the previous page), or ``None``."""
     if not value:
@@ -477,13 +489,24 @@ class Dashboard(Mount):
 
     async def sessions_page(self, request: Request, session: auth.Session) -> Response:
         project, harness, text = request.arg("project"), request.arg("harness"), request.arg("q")
+        model, since, until = request.arg("model"), request.arg("since"), request.arg("until")
         cursor = parse_cursor(request.arg("after"))
         if project and not project.startswith("/"):
             raise BadRequest("project must be the project's absolute directory")
+        since_at, until_at = _day_start(since, "since"), _day_start(until, "until")
+        if until_at is not None:
+            # Until a day: as if the previous page had ended at the next midnight.
+            bound = (until_at + 86400.0, "")
+            cursor = bound if cursor is None or bound < cursor else cursor
         needle = text.lower()
+        filtered = bool(harness or needle or model or since_at is not None)
 
         def keep(row: Mapping[str, Any]) -> bool:
             if harness and row.get("harness") != harness:
+                return False
+            if model and row.get("model") != model:
+                return False
+            if since_at is not None and float(row.get("updated_at") or 0) < since_at:
                 return False
             if needle:
                 haystack = " ".join(
@@ -493,12 +516,18 @@ class Dashboard(Mount):
             return True
 
         try:
-            rows, more, capped = await self._sessions_after(
-                project, cursor, keep if harness or needle else None
-            )
+            rows, more, capped = await self._sessions_after(project, cursor, keep if filtered else None)
         except RuntimeError as exc:
             return self.render("error.html", session, status=502, title="Sessions", message=str(exc))
-        filters = {k: v for k, v in {"project": project, "harness": harness, "q": text}.items() if v}
+        chosen = {
+            "project": project,
+            "harness": harness,
+            "model": model,
+            "since": since,
+            "until": until,
+            "q": text,
+        }
+        filters = {k: v for k, v in chosen.items() if v}
         newest = "?" + urllib.parse.urlencode(filters) if filters else ""
         following = ""
         if more and rows:
@@ -511,6 +540,9 @@ class Dashboard(Mount):
             rows=rows,
             project=project,
             harness=harness,
+            model=model,
+            since=since,
+            until=until,
             text=text,
             following=following,
             newest=newest,

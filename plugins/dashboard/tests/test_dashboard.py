@@ -299,6 +299,15 @@ def test_sessions_list_filters_and_keyset_pages(
     elsewhere.mkdir()
     assert "No session matches" in browser.get("/ui/sessions", params={"project": str(elsewhere)}).text
     assert "s-tools" in browser.get("/ui/sessions", params={"project": str(project)}).text
+    assert "s-tools" in browser.get("/ui/sessions", params={"model": "claude-test"}).text
+    assert "No session matches" in browser.get("/ui/sessions", params={"model": "other-model"}).text
+    today = time.strftime("%Y-%m-%d")
+    tomorrow = time.strftime("%Y-%m-%d", time.localtime(time.time() + 86400))
+    yesterday = time.strftime("%Y-%m-%d", time.localtime(time.time() - 86400))
+    assert "s-tools" in browser.get("/ui/sessions", params={"since": today, "until": today}).text
+    assert "No session matches" in browser.get("/ui/sessions", params={"since": tomorrow}).text
+    assert "No session matches" in browser.get("/ui/sessions", params={"until": yesterday}).text
+    assert browser.get("/ui/sessions", params={"since": "yesterday"}).status_code == 400
 
     # Keyset pages: with two rows a page, the second page starts after the first's last row
     # and a session arriving meanwhile does not shift it.
