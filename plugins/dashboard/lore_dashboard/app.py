@@ -576,11 +576,29 @@ class Dashboard(Mount):
                 page = index // MESSAGES_PER_PAGE + 1
         page = min(page, pages)
         shown = messages[(page - 1) * MESSAGES_PER_PAGE : page * MESSAGES_PER_PAGE]
+        # The distillations of the session (every generation, archived too) and, for each
+        # message, the observation logs made from it.
+        code, found = await self._get("/lore/api/distillations", {"session": session_id})
+        distillations = found if code == 200 and isinstance(found, list) else []
+        covering: dict[str, list[str]] = {}
+        for item in distillations:
+            if item.get("generation") == 0:
+                for source in item.get("source_ids") or []:
+                    covering.setdefault(str(source), []).append(f"d:{item.get('id')}")
+        shown = [
+            {
+                **m,
+                "covered_by": covering.get(str(m.get("id")), []),
+                "cache_share": cache_read_share(m.get("usage") or {}),
+            }
+            for m in shown
+        ]
         return self.render(
             "session.html",
             session,
             title=str(body["session"].get("title") or session_id),
             info=body["session"],
+            distillations=distillations,
             messages=shown,
             first_number=(page - 1) * MESSAGES_PER_PAGE + 1,
             page=page,

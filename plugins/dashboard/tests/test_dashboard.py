@@ -827,3 +827,26 @@ def test_recall_ids_in_text_become_links() -> None:
     assert html_out.count('<a class="rid"') == 2
     assert 'href="/ui/open?id=t%3A0123456789abcdef%3A2">t:0123456789abcdef:2</a>' in html_out
     assert "&lt;b&gt;" in html_out and "e:g" in html_out
+
+
+def test_the_reader_shows_the_distillations_and_what_each_covers(
+    start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream, project: Path
+) -> None:
+    # The extractive observer (no model), and a first segment as small as this session.
+    config = {"distill": {"observer": "extractive", "firstSegmentMinMessages": 1, "firstSegmentMinTokens": 0}}
+    served = start_gateway(config=config)
+    replay_traffic(served, fake_upstream, project)
+    api = local_api(served)
+    distilled = api.post("/distill", params={"session": "s-tools"})
+    assert distilled.status_code == 200, distilled.text
+    found = api.get("/distillations", params={"session": "s-tools"}).json()
+    assert found, distilled.json()
+    browser = login(served)
+    page = browser.get("/ui/session", params={"id": "s-tools"}).text
+    assert f"Distillations ({len(found)})" in page
+    first = next(d for d in found if d["generation"] == 0)
+    for source in first["source_ids"]:
+        message = re.search(rf'<li class="message [a-z]+" id="m-{re.escape(source)}">(.*?)</li>', page, re.S)
+        assert message and f"/ui/open?id=d%3A{first['id']}" in message.group(1)
+    opened = browser.get("/ui/open", params={"id": f"d:{first['id']}"})
+    assert opened.status_code == 200 and first["text"][:40] in html.unescape(opened.text)
