@@ -22,6 +22,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -143,6 +144,26 @@ def main() -> None:
         for name, path in pages:
             median, p95, code = timed(client, path, args.rounds)
             print(f"| {name} | {median:.1f} | {p95:.1f} | {code} |", flush=True)
+
+        # Does a slow page hold up the gateway? /health timed while the heaviest pages render
+        # over and over on other connections.
+        stop = threading.Event()
+
+        def render_heavy() -> None:
+            with httpx.Client(base_url=server.url, timeout=600, cookies=client.cookies) as other:
+                while not stop.is_set():
+                    for path in ("/ui/projects", "/ui/sessions", "/ui/sessions?q=no-such-text"):
+                        other.get(path)
+
+        busy = [threading.Thread(target=render_heavy, daemon=True) for _ in range(2)]
+        for thread in busy:
+            thread.start()
+        time.sleep(1.0)
+        median, p95, code = timed(httpx.Client(base_url=server.url, timeout=60), "/health", args.rounds * 4)
+        stop.set()
+        for thread in busy:
+            thread.join()
+        print(f"| /health while two clients render the heaviest pages | {median:.1f} | {p95:.1f} | {code} |")
 
 
 if __name__ == "__main__":
