@@ -159,6 +159,10 @@ def test_the_dashboard_in_a_browser(
     page.get_by_role("link", name="Sessions").click()
     expect(page.get_by_role("row")).to_have_count(3)  # the header and two sessions
     page.screenshot(path=str(shots / "sessions.png"), full_page=True)
+    # "/" focuses the first filter field (the script's one enhancement).
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.name") == "project"
+    page.keyboard.press("Escape")
     page.get_by_label("Text").fill("webhook")
     page.get_by_role("button", name="Filter").click()
     expect(page.get_by_role("row")).to_have_count(2)
