@@ -34,18 +34,19 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from store import exchanges, make_texts, make_vocab  # noqa: E402  (the repository's store benchmark)
 
 
-async def build_store(db: Path, total: int, seed: int) -> float:
-    """Write ``total`` generated messages into a DuckDB store at ``db``; the seconds it took."""
-    from lore_store_duckdb.store import DuckDBStore
-
+async def build_store(env: dict[str, str], cwd: Path, total: int, seed: int) -> float:
+    """Write ``total`` generated messages into the configured store (DuckDB, found through
+    the plugin registry as the gateway finds it); the seconds it took."""
     from lore_core.config import StoreConfig
-    from lore_core.storage.writer import StoreWriter
+    from lore_core.plugins import bootstrap
+    from lore_core.storage.writer import StoreWriter, choose_store
 
     rng = random.Random(seed)
     words, weights = make_vocab(rng)
     pool = make_texts(rng, words, weights, 20_000)
     work = exchanges(total, pool, rng)
-    store = DuckDBStore(db)
+    boot = bootstrap(env=env, cwd=cwd)
+    store = choose_store(boot.config, boot.registry.stores)
     writer = StoreWriter(store, StoreConfig(flush_interval_ms=250, max_pending_messages=10 * total))
     await writer.start()
     started = time.perf_counter()
@@ -54,7 +55,7 @@ async def build_store(db: Path, total: int, seed: int) -> float:
         if i % 50 == 0:
             await asyncio.sleep(0)
     await writer.wait_idle(timeout=7200)
-    await store.sync_index(optimize=True)
+    await store.sync_search_index()
     await writer.stop()
     return time.perf_counter() - started
 
@@ -88,12 +89,6 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="lore-dashboard-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     db = work / "lore.duckdb"
-    if db.exists():
-        print(f"using the store in {db}", flush=True)
-    else:
-        seconds = asyncio.run(build_store(db, args.messages, args.seed))
-        print(f"stored {args.messages:,} messages in {seconds:.0f} s", flush=True)
-
     home = work / "home"
     env = {
         "HOME": str(home),
@@ -107,6 +102,11 @@ def main() -> None:
     config = {"store": {"backend": "duckdb", "path": str(db)}, "distill": {"idleTimeoutSeconds": 604800}}
     (work / "lore.json").write_text(json.dumps(config))
     os.environ.update(env)
+    if db.exists():
+        print(f"using the store in {db}", flush=True)
+    else:
+        seconds = asyncio.run(build_store(dict(os.environ), work, args.messages, args.seed))
+        print(f"stored {args.messages:,} messages in {seconds:.0f} s", flush=True)
 
     from lore_core.gateway import Gateway
     from lore_core.testing.net import api_headers
