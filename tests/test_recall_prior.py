@@ -1,10 +1,11 @@
 """A passage's kind weighs its score (``engine._prior``): what was said in the conversation
-(the user's and the assistant's own prose) before reasoning, tool calls and distillations,
-and those before a tool's output, when their lists score them alike."""
+(the user's and the assistant's own prose) before reasoning and tool calls, and those
+before a tool's output and what retells the conversation, when their lists score them
+alike."""
 
 from __future__ import annotations
 
-from lore_core.recall.engine import OUTPUT_PRIOR, WORK_PRIOR, _prior, rank
+from lore_core.recall.engine import OUTPUT_PRIOR, RETOLD_PARTS, RETOLD_PRIOR, WORK_PRIOR, _prior, rank
 from lore_core.recall.fusion import BM25, Ranked, RankedList
 from lore_core.recall.ids import Kind, format_id
 from lore_core.recall.intent import parse
@@ -37,8 +38,15 @@ def test_what_was_said_ranks_before_reasoning_calls_and_outputs() -> None:
     assert order[4] == "output"
 
 
-def test_a_distillation_weighs_like_reasoning_and_knowledge_like_what_was_said() -> None:
-    assert _prior(Kind.DISTILLATION, "[distillation 2026-12-07] part 2/7\n...") == WORK_PRIOR
+def test_what_retells_the_conversation_weighs_least_and_knowledge_like_what_was_said() -> None:
+    """A distillation, or a client's summary after a compaction (stored as a "user" message
+    of many passages), holds every word of what it retells."""
+    assert _prior(Kind.DISTILLATION, "[distillation 2026-12-07] part 2/7\n...") == RETOLD_PRIOR
+    summary = f"[user] part 3/{RETOLD_PARTS} #decision\n2. Key Technical Concepts: ..."
+    assert _prior(Kind.MESSAGE, summary) == RETOLD_PRIOR < WORK_PRIOR
+    # The user's own words, and the assistant's long report, are what was said.
+    assert _prior(Kind.MESSAGE, f"[user] part 2/{RETOLD_PARTS - 1}\nhere is what I want") == 1.0
+    assert _prior(Kind.MESSAGE, f"[assistant] part 3/{RETOLD_PARTS + 4}\n## Review") == 1.0
     assert _prior(Kind.KNOWLEDGE, "Use DuckDB for the store") == 1.0
     assert _prior(Kind.MESSAGE, TEXTS["output"]) == OUTPUT_PRIOR < WORK_PRIOR < 1.0
 

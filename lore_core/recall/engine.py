@@ -93,18 +93,29 @@ TEXTS = "texts"
 #: Between two passages of one result that are not adjacent in their item.
 GAP = "[...]"
 #: Score factors of a passage's kind (see _prior): what was said in the conversation (the
-#: user's and the assistant's own prose) 1.0; a tool's output OUTPUT_PRIOR; everything
-#: else (reasoning, tool calls, distillations) WORK_PRIOR. Measured on both real-session
-#: sets and LongMemEval (natural / generated questions, of 96 / 166; LongMemEval turn
-#: all@10): outputs 0.75 and the rest 1.0 (before) 47 / 164 / 0.858; the rest 0.67 and
+#: user's and the assistant's own prose) 1.0; reasoning and tool calls WORK_PRIOR; a tool's
+#: output OUTPUT_PRIOR; what retells the conversation (a distillation, a "user" message of
+#: RETOLD_PARTS passages or more) RETOLD_PRIOR. Measured on both real-session sets and
+#: LongMemEval (natural / generated questions, of 96 / 166; LongMemEval turn all@10):
+#: outputs 0.75 and the rest 1.0 (before) 47 / 164 / 0.858; work and distillations 0.67,
 #: outputs 0.5: 49 / 164 / 0.858 (every LongMemEval type the same); 0.77 / 0.58: 49 / 164;
-#: 0.5 / 0.375: 50 / 162. Raising the assistant's prose alone (not the user's) gained as
-#: much on the natural set but lost a LongMemEval question (0.849): in a chat the
-#: assistant's replies are not more telling than the user's turns.
+#: 0.5 / 0.375: 50 / 162; then what retells at 0.5: 52 / 164 / 0.858 (distillations alone
+#: 50, long "user" messages alone 50; at 0.67 both: 51). Raising the assistant's prose
+#: alone (not the user's) gained as much on the natural set but lost a LongMemEval question
+#: (0.849): in a chat the assistant's replies are not more telling than the user's turns.
 OUTPUT_PRIOR = 0.5
 WORK_PRIOR = 0.67
+RETOLD_PRIOR = 0.5
+#: A "user" message cut into this many passages or more (some 5,000 characters and up) is
+#: not something the user typed: a client's summary of the conversation so far after a
+#: compaction, or a paste. 6, 8 and 12 gave the same on both real-session sets (52 / 164);
+#: LongMemEval turn all@10 0.858 at 6 and 8 (all@5 0.717 at 6, 0.726 at 8). The assistant's
+#: long messages are its own reports and stay what was said (counted with them, 4 parts
+#: lost a LongMemEval question whose answer was a long reply).
+RETOLD_PARTS = 8
 _OUTPUT_HEADER = "[tool "
 _SAID_HEADERS = (prose_header("user"), prose_header("assistant"))
+_USER_PARTS = re.compile(re.escape(prose_header("user")) + r" part \d+/(\d+)")
 #: Passages fetched for the events a query asks about (a session rarely has more of one kind).
 EVENT_FETCH = 200
 #: Weight of the event lists in fusion, beside the query's own lists (1.0 each). 0.5 lost
@@ -273,14 +284,21 @@ def _prior(kind: Kind, text: str) -> float:
     party; reasoning restates the request and plans, a tool call is the work itself, a
     distillation retells the conversation, and they all share a question's subject words
     as readily. A tool's output is evidence, often long and repetitive, whose words a
-    question shares by accident as often as on purpose. Curated knowledge and entities
-    count as said. At most 1.0: a passage's score in the answer is at most its fusion
-    score (:meth:`RecallEngine._rank` reads passages by that bound)."""
-    if kind not in (Kind.MESSAGE, Kind.DISTILLATION):
+    question shares by accident as often as on purpose; so is what retells the
+    conversation (a distillation, a client's summary after a compaction stored as a long
+    "user" message): it holds everything's words, the detail asked among them. Curated
+    knowledge and entities count as said. At most 1.0: a passage's score in the answer is
+    at most its fusion score (:meth:`RecallEngine._rank` reads passages by that bound)."""
+    if kind is Kind.DISTILLATION:
+        return RETOLD_PRIOR
+    if kind is not Kind.MESSAGE:
         return 1.0
     if text.startswith(_OUTPUT_HEADER):
         return OUTPUT_PRIOR
-    return 1.0 if text.startswith(_SAID_HEADERS) else WORK_PRIOR
+    if not text.startswith(_SAID_HEADERS):
+        return WORK_PRIOR
+    long = _USER_PARTS.match(text)
+    return RETOLD_PRIOR if long is not None and int(long.group(1)) >= RETOLD_PARTS else 1.0
 
 
 def _user_said(results: Sequence[RecallResult]) -> None:
