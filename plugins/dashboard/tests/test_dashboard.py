@@ -111,6 +111,23 @@ def login(server: ThreadedServer) -> httpx.Client:
     return client
 
 
+def cli(server: ThreadedServer, *args: str) -> Any:
+    """``lore <args> --json`` against the test's gateway, its output parsed: what a user's
+    CLI says after the dashboard acted."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lore_core.cli", *args, "--json"],
+        env={**os.environ, "LORE_PORT": str(server.port)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def csrf_of(page: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found, "the page has no CSRF field"
@@ -382,6 +399,7 @@ def test_forget_from_the_session_page(served: ThreadedServer) -> None:
     assert api.get("/search", params={"q": SECRET_WORD}).json() == []
     listed = browser.get(done.headers["location"]).text
     assert "was forgotten" in listed and "s-tools" not in listed
+    assert [s["id"] for s in cli(served, "sessions")] == ["s-short"]
     # Forgetting it again: the API's 404, shown as such.
     again = post(browser, "/ui/session/forget", {"id": "s-tools", "csrf": token, "confirm": "yes"})
     assert again.status_code == 404
@@ -442,6 +460,8 @@ def test_knowledge_add_edit_delete_restore(served: ThreadedServer, project: Path
     assert restored.status_code == 303
     now = api.get(f"/knowledge/{entry_id}").json()["entry"]
     assert now["is_deleted"] is False and now["version"] == 4
+    shown = cli(served, "knowledge", "show", entry_id)
+    assert shown["entry"]["is_deleted"] is False and len(shown["versions"]) == 4
     assert entry_id in [e["id"] for e in api.get("/knowledge", params={"project": str(project)}).json()]
 
 
@@ -588,6 +608,9 @@ def test_contradictions_keep_one_or_both(served: ThreadedServer, project: Path) 
     assert api.get("/knowledge/contradictions", params={"status": "open"}).json() == []
     resolved = api.get("/knowledge/contradictions", params={"status": "resolved"}).json()
     assert [r["kept"] for r in resolved] == [second]
+    assert [
+        r["kept"] for r in cli(served, "knowledge", "contradictions", "--all", "--status", "resolved")
+    ] == [second]
     assert api.get(f"/knowledge/{first}").json()["entry"]["is_deleted"] is True
     assert api.get(f"/knowledge/{second}").json()["entry"]["is_deleted"] is False
     assert "No open contradiction" in browser.get(done.headers["location"]).text
@@ -641,6 +664,8 @@ def test_team_review_approve_then_reject_a_change(served: ThreadedServer, projec
     assert "Approved" in browser.get(done.headers["location"]).text
     pending = api.get("/knowledge/pending", params={"project": str(project)}).json()
     assert pending["pending"] == [] and pending["rejected"] == []
+    said = cli(served, "knowledge", "pending", "--project", str(project))
+    assert said["pending"] == [] and said["team"]["team"] == "core"
 
     # A change waits again, shown as a diff from the approved text; rejected, it is listed so.
     changed = api.patch(f"/knowledge/{entry_id}", json={"content": "Rebase, then merge."})
