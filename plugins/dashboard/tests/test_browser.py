@@ -229,6 +229,22 @@ def test_the_dashboard_in_a_browser(
     page.goto(server.url + f"/ui/knowledge?project={project}")
     page.screenshot(path=str(shots / "knowledge.png"), full_page=True)
 
+    # A cross-site page posting the forget form (with a guessed token): the browser sends
+    # its Origin and, SameSite=Strict, no cookie; the gateway refuses, nothing is forgotten.
+    attacker = (
+        f'<form method="post" action="{server.url}/ui/session/forget">'
+        '<input name="id" value="s-webhook"><input name="confirm" value="yes">'
+        '<input name="csrf" value="guessed"><button>Win a prize</button></form>'
+    )
+    context.route(
+        "http://attacker.test/", lambda route: route.fulfill(content_type="text/html", body=attacker)
+    )
+    page.goto("http://attacker.test/")
+    with page.expect_response(lambda r: r.url.endswith("/ui/session/forget")) as refused:
+        page.get_by_role("button", name="Win a prize").click()
+    assert refused.value.status == 403
+    assert api.get("/sessions/s-webhook").status_code == 200
+
     # Forget, with its confirmation.
     page.goto(server.url + "/ui/sessions")
     page.get_by_role("link", name="Add retries to the webhook.").click()
