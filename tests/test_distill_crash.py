@@ -25,6 +25,9 @@ from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import free_port, spawn_logged, wait_until_serving
 from lore_core.testing.poll import poll
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 duckdb_store = pytest.importorskip("lore_store_duckdb.store")
 
 SESSION = "crash-distill"

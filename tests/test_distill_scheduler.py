@@ -224,6 +224,7 @@ def test_a_turn_past_the_segment_cap_distils_without_waiting_for_idle(start_gate
     assert messages[0].id in done and messages[-1].id not in done
 
 
+@pytest.mark.slow
 def test_a_200_turn_session_is_distilled_and_consolidated_at_the_default_threshold(
     start_gateway, fake_upstream
 ):

@@ -31,6 +31,9 @@ from lore_core.testing.server import ThreadedServer
 from tests.test_distill_scheduler import DISTILL, Conversation, distillations, worker_requests
 from tests.test_vectors import TopicEmbedder
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 # (path, request body, error shape) per wire API.
 APIS = {
     "anthropic": (

@@ -42,6 +42,9 @@ from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
 from lore_core.testing.server import ThreadedServer
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 #: What an HTTP request of a fuzz case is: method, path (already quoted), query pairs or a
 #: raw query string, body bytes and headers.
 Case = tuple[str, str, list[tuple[str, str]] | str, bytes | None, dict[str, str]]

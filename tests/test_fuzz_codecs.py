@@ -71,6 +71,9 @@ from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
 from lore_core.testing.server import ThreadedServer
 from lore_core.worker.client import CODECS
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 APIS = {
     "anthropic-messages": "/v1/messages",
     "openai-chat": "/v1/chat/completions",

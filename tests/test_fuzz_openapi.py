@@ -27,6 +27,9 @@ from lore_core.testing.fuzz import FUZZ, Tally, log_problems
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 SCHEMA = schemathesis.openapi.from_dict(document())
 OPERATIONS = [result.ok() for result in SCHEMA.get_all_operations()]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

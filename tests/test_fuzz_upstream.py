@@ -37,6 +37,9 @@ from lore_core.testing.fuzz import FUZZ, Tally, json_values, log_problems, texts
 from lore_core.testing.raw_upstream import RawUpstream, http_head
 from lore_core.testing.server import ThreadedServer
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 PATHS = {
     "anthropic-messages": "/v1/messages",
     "openai-chat": "/v1/chat/completions",

@@ -155,6 +155,7 @@ def install(uv: str, argv: list[str], tmp_path: Path) -> Path:
     return bin_dir
 
 
+@pytest.mark.slow
 def test_the_documented_command_puts_lore_on_path_with_the_default_plugins(tmp_path: Path) -> None:
     uv = find_uv()
     argv = documented_install_command()

@@ -216,6 +216,7 @@ def _stored_texts(db: Path) -> list[str]:
     return asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_sigkill_before_the_write_loses_no_answered_exchange(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -109,6 +109,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_curated_knowledge_reaches_lore_md_and_the_next_session(
     start_gateway: Callable[..., ThreadedServer],
     fake_upstream: FakeUpstream,

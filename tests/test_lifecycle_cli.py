@@ -123,6 +123,7 @@ def test_the_worker_line_says_whose_key_pays() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_gateway_on_a_store_another_holds_refuses_to_start(
     serve: Any, lore_env: dict[str, str], tmp_path: Path
 ) -> None:

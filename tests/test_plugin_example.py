@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "lore-harness-aider"
 

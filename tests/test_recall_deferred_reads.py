@@ -14,6 +14,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.interfaces import Embedder
 from lore_core.recall.engine import RecallEngine
@@ -154,6 +156,7 @@ def shown(results: Sequence[Any]) -> list[tuple[str, str, float, Any]]:
     return [(r.id, r.text, round(r.score, 9), r.meta.get("passages")) for r in results]
 
 
+@pytest.mark.slow
 def test_the_answer_is_the_one_reading_every_passage_gives_and_fewer_are_read() -> None:
     async def main() -> None:
         store, embedder = CountingStore(), HashEmbedder()

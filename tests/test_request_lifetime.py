@@ -13,10 +13,14 @@ import types
 from typing import Any
 
 import httpx
+import pytest
 from quart.ctx import RequestContext
 from quart.wrappers.request import Request
 
 from lore_core.testing.fake_upstream import FakeUpstream
+
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
 
 SESSIONS = 4
 # What lies between a request and a task whose context holds it.

@@ -155,6 +155,7 @@ def test_configured_upstreams_keep_memory_without_the_token(
         assert "s-local" in stored_sessions(server)
 
 
+@pytest.mark.slow
 def test_f2_f3_f7_background_work_goes_only_to_the_sessions_own_credentials(
     start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -22,6 +22,9 @@ from lore_core.testing.fake_upstream import FakeUpstream, echo_responder
 from lore_core.testing.server import ThreadedServer
 from lore_core.testing.soak import KINDS, Load, Tally, Verdict, read_store_file, run_load, verify
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("lore_store_duckdb.store")
 
 # Nothing but the proxy and the store: the indexer and distillation only add CPU here.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import StoreConfig
 from lore_core.storage.records import WriteBatch
@@ -83,6 +85,7 @@ def test_steady_traffic_gets_one_write_per_interval_and_loses_nothing() -> None:
     assert sessions == {f"s-{i}" for i in range(120)}
 
 
+@pytest.mark.slow
 def test_a_reader_under_steady_traffic_waits_for_what_came_before_it() -> None:
     """Under steady traffic the queue is never empty after a write. A reader (recall, the
     distiller, ``/lore/api``) waits for the write that holds what was submitted before it,

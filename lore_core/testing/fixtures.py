@@ -22,6 +22,15 @@ from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.server import ThreadedServer
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here, where every test run of the kernel and of each plugin alone loads it.
+    config.addinivalue_line(
+        "markers",
+        "slow: takes seconds (fuzzing, kill -9, long sessions, installs); the everyday run "
+        "leaves it out with -m 'not slow and not e2e', CI runs everything",
+    )
+
+
 @pytest.fixture
 def fake_upstream() -> Iterator[FakeUpstream]:
     with FakeUpstream() as fake:

@@ -91,6 +91,7 @@ def test_padding_is_to_the_longest_text_of_the_batch(embedder: LocalEmbedder) ->
     assert mask.tolist() == [[1, 1, 1, 0, 0, 0, 0, 0], [1] * 8]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [64, 256, 1 << 20])
 def test_model_calls_stay_within_the_token_budget(prose: Callable[[int, int], str], budget: int) -> None:
     emb = LocalEmbedder(EmbedLocalConfig(max_batch_tokens=budget))
@@ -163,6 +164,7 @@ def test_texts_are_truncated_to_max_tokens(prose: Callable[[int, int], str]) -> 
     assert cosine(full_a, full_b) < 0.999
 
 
+@pytest.mark.slow
 def test_embedding_runs_in_a_thread_and_the_loop_keeps_ticking(prose: Callable[[int, int], str]) -> None:
     # One batch of 64 long texts: were inference on the loop, the ticker could not run at
     # all until it finished.

@@ -123,6 +123,7 @@ async def exercise_knowledge(session: ClientSession, title: str) -> dict[str, An
     return {"added": added, "found": found, "recalled": recalled}
 
 
+@pytest.mark.slow
 def test_every_knowledge_tool_over_stdio_and_http_gives_the_same_answers(
     gateway: ThreadedServer, project: Path
 ) -> None:

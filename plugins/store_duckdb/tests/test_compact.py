@@ -63,6 +63,7 @@ def lore(tmp_path: Path, db: Path, *argv: str) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.slow
 def test_the_command_moves_an_old_store_to_small_blocks_and_keeps_everything(tmp_path: Path) -> None:
     db = tmp_path / "lore.duckdb"
     old_layout_store(db, 400)

@@ -180,6 +180,7 @@ def test_corrupted_database_degrades_but_traffic_flows(
     assert texts == ["hello", "still answering"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     db = tmp_path / "crash" / "lore.duckdb"
     port = free_port()
@@ -261,6 +262,7 @@ def test_sigkill_mid_load_keeps_every_durable_exchange(fake_upstream: FakeUpstre
     assert hits >= len(durable)  # the index caught up from DuckDB after the crash
 
 
+@pytest.mark.slow
 def test_a_full_disk_degrades_then_everything_is_written_once(
     fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:

@@ -18,6 +18,9 @@ from lore_store_duckdb.store import DuckDBStore, _TrimGate
 from lore_core.config import ConfigError, load_config
 from lore_core.storage.records import Session, StoredMessage, WriteBatch
 
+# Seconds per test (see the slow marker in lore_core.testing.fixtures).
+pytestmark = pytest.mark.slow
+
 
 def config_file(tmp_path: Path, section: dict[str, object]) -> dict[str, str]:
     path = tmp_path / ".lore.json"
