@@ -60,6 +60,10 @@ CATEGORIES = ("decision", "pattern", "preference", "architecture", "gotcha")
 SCOPES = ("project", "global")
 SENSITIVITIES = ("normal", "sensitive", "restricted")
 CONTRADICTION_STATUSES = ("open", "cleared", "kept", "resolved")
+#: Session state keys the reader shows: the recall records (lore_core.recall.memory) and the
+#: layer floor the context manager keeps (forceMinLayer).
+RECALL_STATE_KEY = "recall.restore"
+LAYER_STATE_KEY = "forceMinLayer"
 #: The periods the spend page offers, in days.
 SPEND_PERIODS = (7, 30, 90)
 #: Sessions listed by spend.
@@ -217,6 +221,18 @@ def _link_ids(text: str) -> Markup:
         last = match.end()
     out.append(str(escape(text[last:])))
     return Markup("".join(out))
+
+
+def long_texts(value: Any, least: int = 80) -> list[str]:
+    """The text strings of a JSON value at least ``least`` characters long, in order (what a
+    recall round sent the model, without the wire's envelope)."""
+    if isinstance(value, str):
+        return [value] if len(value) >= least else []
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in long_texts(item, least)]
+    if isinstance(value, list):
+        return [t for item in value for t in long_texts(item, least)]
+    return []
 
 
 def _pretty_json(value: Any) -> str:
@@ -593,11 +609,22 @@ class Dashboard(Mount):
             }
             for m in shown
         ]
+        # What the session state says of its recalls (the calls the model made and what went
+        # upstream for each) and of its layer floor; never its owner (a credential hash).
+        raw_state = body.get("state")
+        state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
+        recalls = [
+            {**r, "texts": long_texts(r.get("items"))}
+            for r in state.get(RECALL_STATE_KEY) or []
+            if isinstance(r, dict)
+        ]
         return self.render(
             "session.html",
             session,
             title=str(body["session"].get("title") or session_id),
             info=body["session"],
+            recalls=recalls,
+            layer_floor=state.get(LAYER_STATE_KEY),
             distillations=distillations,
             messages=shown,
             first_number=(page - 1) * MESSAGES_PER_PAGE + 1,

@@ -32,7 +32,7 @@ import pytest
 from lore_dashboard import auth
 
 from lore_core.http.access import rotate_token
-from lore_core.testing.fake_upstream import FakeUpstream, Reply
+from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
 
@@ -889,3 +889,30 @@ def test_the_reader_shows_the_distillations_and_what_each_covers(
         assert message and f"/ui/open?id=d%3A{first['id']}" in message.group(1)
     opened = browser.get("/ui/open", params={"id": f"d:{first['id']}"})
     assert opened.status_code == 200 and first["text"][:40] in html.unescape(opened.text)
+
+
+def test_the_reader_shows_the_recall_calls_and_what_the_model_got(
+    served: ThreadedServer, fake_upstream: FakeUpstream, project: Path
+) -> None:
+    fake_upstream.enqueue(
+        Reply(text="", tool_calls=[ToolCall("recall", {"query": SECRET_WORD})]), Reply(text="Found the plan.")
+    )
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "x-session-id": "s-recall",
+               "X-Lore-Project": str(project)}  # fmt: skip
+    body = {
+        "model": "claude-test",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "what was the plan?"}],
+        "tools": [{"name": "read_file", "description": "read a file", "input_schema": {"type": "object"}}],
+    }
+    answer = httpx.post(served.url + "/v1/messages", json=body, headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    state = local_api(served).get("/sessions/s-recall").json()["state"]
+    assert state.get("recall.restore"), state
+    page = login(served).get("/ui/session", params={"id": "s-recall"}).text
+    assert "Recall calls (1)" in page and SECRET_WORD in page
+    # The results the model got carry their recall ids, each a link that opens it.
+    got = page[page.index("What the model got") : page.index("As sent")]
+    assert "Plan the zanzibarquux migration" in got
+    assert re.search(r'<a class="rid" href="/ui/open\?id=t%3A', got)
+    assert "credential" not in page
