@@ -30,6 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
+from lore_core.context.pricing import PriceTable
 from lore_core.interfaces import (
     MOUNT_AUTH_SCOPE_KEY,
     ASGIReceive,
@@ -39,6 +40,7 @@ from lore_core.interfaces import (
     Mount,
     MountAuth,
 )
+from lore_core.model import Usage
 from lore_dashboard import auth
 from lore_dashboard.web import BadRequest, Request, Response, json_response, redirect
 
@@ -299,7 +301,8 @@ class Dashboard(Mount):
     path = PREFIX
     authenticates_itself = True
 
-    def __init__(self) -> None:
+    def __init__(self, prices: PriceTable | None = None) -> None:
+        self._prices = prices or PriceTable()
         self._api: LocalApi | None = None
         self.gate = auth.Gatekeeper()
         self._env = _environment()
@@ -606,6 +609,7 @@ class Dashboard(Mount):
                 **m,
                 "covered_by": covering.get(str(m.get("id")), []),
                 "cache_share": cache_read_share(m.get("usage") or {}),
+                "cost": self._cost(m),
             }
             for m in shown
         ]
@@ -633,6 +637,15 @@ class Dashboard(Mount):
             total=len(messages),
             long_text=LONG_TEXT_CHARS,
         )
+
+    def _cost(self, message: Mapping[str, Any]) -> float | None:
+        """The dollars of one answer's usage at the gateway's prices (``None``: no usage)."""
+        usage = message.get("usage")
+        if not isinstance(usage, dict) or message.get("role") != "assistant":
+            return None
+        fields = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+        counts = {k: int(usage.get(k) or 0) for k in fields}
+        return self._prices.lookup(message.get("model")).cost(Usage(**counts))
 
     async def forget_page(self, request: Request, session: auth.Session) -> Response:
         session_id = request.arg("id")

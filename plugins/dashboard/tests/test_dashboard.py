@@ -351,6 +351,10 @@ def test_the_reader_shows_the_conversation_with_tool_output_collapsed(served: Th
     assert f"The {SECRET_WORD} plan is ready." in page
     assert re.search(r"<details class=\"tool\"><summary>Tool result[^<]*\(\d+ characters\)", page)
     assert page.count("line of output") >= 300  # all of it, inside the <details>
+    # Each answer's cost at the gateway's prices: together, what spend says of the session.
+    costs = [float(c) for c in re.findall(r'<span class="muted">\$([0-9.]+)</span>', page)]
+    spent = {s["session"]: s["usd"] for s in local_api(served).get("/spend").json()["by_session"]}
+    assert len(costs) == 2 and abs(sum(costs) - spent["s-tools"]) < 0.0002, (costs, spent)
     assert "Forget this session" in page
 
 
