@@ -127,3 +127,18 @@ def test_rerank_by_normalised_scores_with_full_text_leading() -> None:
     # Equal scores keep the rank-fusion order; a full-text-only search keeps its order.
     alone = rerank(fuse([text]), [text])
     assert [f.id for f in alone] == ["exact", "both", "tail"]
+
+
+def test_the_full_text_share_is_read_when_reranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark that sets the share measures it (the default was bound once, at import,
+    so setting it changed nothing)."""
+    import lore_core.recall.fusion as fusion
+
+    text = RankedList("bm25", [Ranked("a", 2.0), Ranked("b", 1.0)])
+    vectors = RankedList("vec", [Ranked("b", 0.9), Ranked("a", 0.1)], method=fusion.VECTOR)
+    lists = [text, vectors]
+    monkeypatch.setattr(fusion, "RERANK_FULL_TEXT_SHARE", 0.8)
+    assert [f.id for f in fusion.rerank(fuse(lists), lists)] == ["a", "b"]
+    monkeypatch.setattr(fusion, "RERANK_FULL_TEXT_SHARE", 0.2)
+    assert [f.id for f in fusion.rerank(fuse(lists), lists)] == ["b", "a"]
+    assert [f.id for f in fusion.rerank(fuse(lists), lists, full_text_share=0.8)] == ["a", "b"]

@@ -125,7 +125,7 @@ def fuse(lists: Iterable[RankedList], k: int = RRF_K, limit: int | None = None) 
 
 
 def rerank(
-    fused: Sequence[Fused], lists: Iterable[RankedList], full_text_share: float = RERANK_FULL_TEXT_SHARE
+    fused: Sequence[Fused], lists: Iterable[RankedList], full_text_share: float | None = None
 ) -> list[Fused]:
     """Order fused results by ``sum over lists of weight x method share x normalised score``.
 
@@ -135,6 +135,8 @@ def rerank(
     for vector lists; list weights (single-term queries, rephrasings) apply on top. Equal
     scores keep the rank-fusion order. Each result's ``score`` becomes its re-ranking score.
     """
+    if full_text_share is None:
+        full_text_share = RERANK_FULL_TEXT_SHARE  # read at the call: a benchmark may set it
     contributions: dict[str, float] = {}
     for ranked in lists:
         if ranked.weight <= 0 or not ranked.items:
