@@ -1,0 +1,1 @@
+"""Lore store plugin: PostgreSQL."""

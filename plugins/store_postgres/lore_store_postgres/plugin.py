@@ -1,0 +1,45 @@
+"""Registers the ``postgres`` store backend.
+
+Importing this module must stay cheap: ``lore`` loads every plugin at start-up, and psycopg
+is imported only when a PostgreSQL store is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from lore_core import hookimpl
+from lore_core.config import LoreConfig, default_data_dir
+from lore_core.interfaces import Store, StoreFactory
+from lore_core.plugins import Factory
+from lore_store_postgres.config import SECTION, PostgresConfig
+
+
+def make_store(config: LoreConfig) -> Store:
+    from lore_store_postgres.store import PostgresStore
+
+    settings = _settings(config)
+    # The kernel's journal holds what this gateway acknowledged and has not committed: it
+    # belongs to the machine, one per database (named by a digest of the DSN, which is
+    # not secret but need not appear in a file name).
+    digest = hashlib.sha256(settings.dsn.encode()).hexdigest()[:12]
+    return PostgresStore(settings, journal_dir=default_data_dir() / f"postgres-{digest}.journal")
+
+
+def _settings(config: LoreConfig) -> PostgresConfig:
+    try:
+        return config.section(SECTION)
+    except KeyError:  # a configuration loaded without this plugin's sections
+        return PostgresConfig()
+
+
+@hookimpl
+def lore_config_sections() -> dict[str, type]:
+    return {SECTION: PostgresConfig}
+
+
+@hookimpl
+def lore_register_stores(register: Callable[[StoreFactory], None]) -> None:
+    # A factory rather than PostgresStore itself: importing the store module imports psycopg.
+    register(Factory("postgres", make_store))

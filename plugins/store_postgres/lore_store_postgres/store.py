@@ -1,0 +1,1611 @@
+"""The PostgreSQL store: every tier of :class:`lore_core.interfaces.Store` in one database.
+
+Full text is PostgreSQL's own: the kernel cuts each message and distillation into passages
+(:mod:`lore_core.storage.passages`), and the write that stores an item stores its passages,
+with a weighted ``tsvector`` under a GIN index, in the same transaction: a message is
+searchable as soon as its write committed, on every gateway of the database, with no index
+thread and no watermark. Vectors live in one table per embedding model, as pgvector
+``vector(n)`` columns under an HNSW index when the server has the ``vector`` extension, and
+as ``real[]`` searched exactly (cosine in SQL over every row the filters keep) when not.
+
+Calls run the synchronous psycopg driver in a worker thread (``asyncio.to_thread``), one
+pooled connection each, so the event loop never blocks and any event loop (the gateway's, a
+command's ``asyncio.run``) may call the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from lore_core.interfaces import Store
+from lore_core.storage.entities import (
+    Entity,
+    aliases_from_json,
+    entity_order,
+    relations_from_json,
+    relations_json,
+)
+from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingFact, WorkingSnapshot
+from lore_core.storage.forget import ForgetReport
+from lore_core.storage.knowledge import (
+    AUTHOR_USER,
+    DEFAULT_CONFIDENCE,
+    INITIAL_CONFIDENCE,
+    KnowledgeConflict,
+    KnowledgeContradiction,
+    KnowledgeDecision,
+    KnowledgeMetric,
+    KnowledgeVersion,
+    TeamBinding,
+    canonical_order,
+    normalize_title,
+)
+from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, Passage, cut_text, message_passages
+from lore_core.storage.records import (
+    DISTILLATION_PREFIX,
+    DISTILLATION_ROLE,
+    VECTOR_DISTILLATION,
+    VECTOR_MESSAGE,
+    EmbeddingItem,
+    ItemVectors,
+    PassageRef,
+    Project,
+    SearchHit,
+    Session,
+    StoredDistillation,
+    StoredMessage,
+    StoreUnavailable,
+    VectorDimensionError,
+    WriteBatch,
+)
+from lore_store_postgres.config import PostgresConfig
+from lore_store_postgres.connect import connection_kwargs, first_connection, shown_dsn
+from lore_store_postgres.schema import SCHEMA_VERSION, SEQ_LOCK, SchemaTooNew, migrate
+
+log = logging.getLogger("lore.store.postgres")
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+#: HNSW candidates per search (pgvector's ``hnsw.ef_search``, default 40): at least the
+#: limit asked, at most pgvector's maximum.
+_EF_SEARCH_MAX = 1000
+#: Passages written per executemany.
+_PASSAGE_BATCH = 2000
+#: How long a call waits for a pooled connection before it fails (every one is busy, or
+#: the server went away and the pool is reconnecting).
+_POOL_WAIT_SECONDS = 30.0
+
+_MESSAGE_COLUMNS = (
+    "id",
+    "session_id",
+    "parent_id",
+    "position",
+    "role",
+    "blocks",
+    "text",
+    "model",
+    "usage",
+    "harness",
+    "project",
+    "api",
+    "created_at",
+    "complete",
+    "origin",
+    "stop_reason",
+    "error",
+)
+_MESSAGE_TYPES = (
+    "text", "text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text",
+    "float8", "bool", "text", "text", "text",
+)  # fmt: skip
+_KNOWLEDGE_COLUMNS = (
+    "version_id",
+    "logical_id",
+    "version",
+    "is_current",
+    "is_deleted",
+    "category",
+    "title",
+    "content",
+    "scope",
+    "project",
+    "sensitivity",
+    "created_by",
+    "updated_by",
+    "source_session",
+    "source_ref",
+    "worker_provider",
+    "worker_model",
+    "created_at",
+)
+_KNOWLEDGE_SELECT = f"SELECT {', '.join(_KNOWLEDGE_COLUMNS)} FROM knowledge_versions"
+_ENTITY_COLUMNS = (
+    "id",
+    "kind",
+    "canonical_name",
+    "aliases",
+    "relations",
+    "project",
+    "sensitivity",
+    "created_at",
+    "updated_at",
+    "created_by",
+    "updated_by",
+    "merged_into",
+)
+_ENTITY_SELECT = f"SELECT {', '.join(_ENTITY_COLUMNS)} FROM entities"
+_ENTITY_UPSERT = f"""INSERT INTO entities ({", ".join(_ENTITY_COLUMNS)})
+    VALUES ({", ".join(["%s"] * len(_ENTITY_COLUMNS))})
+    ON CONFLICT (id) DO UPDATE SET {", ".join(f"{c} = excluded.{c}" for c in _ENTITY_COLUMNS[1:])}"""
+_DISTILLATION_COLUMNS = (
+    "id",
+    "session_id",
+    "project",
+    "generation",
+    "content",
+    "source_ids",
+    "start_at",
+    "end_at",
+    "method",
+    "source_tokens",
+    "input_tokens",
+    "output_tokens",
+    "compression_ratio",
+    "archived",
+    "worker_provider",
+    "worker_model",
+    "created_at",
+)
+_ARCHIVE_SQL = "UPDATE distillations SET archived = true WHERE id = ANY(%s) AND NOT archived"
+_PASSAGE_INSERT = """INSERT INTO passages (item_id, passage, session_id, project, role, tool, source,
+        position, created_at, start_at, end_at, text, tsv)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+        setweight(to_tsvector(%s::regconfig, %s), 'B') || setweight(to_tsvector(%s::regconfig, %s), 'A'))
+    ON CONFLICT (item_id, passage) DO NOTHING"""
+_SESSION_SQL = """
+    SELECT s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title,
+           coalesce(c.n, 0), coalesce(c.leaves, 0)
+    FROM sessions s
+    LEFT JOIN (
+        SELECT m.session_id, count(*) AS n,
+               count(*) FILTER (WHERE NOT EXISTS (
+                   SELECT 1 FROM messages k WHERE k.session_id = m.session_id AND k.parent_id = m.id
+               )) AS leaves
+        FROM messages m WHERE m.session_id = ANY(%s) GROUP BY m.session_id
+    ) c ON c.session_id = s.id
+    WHERE s.id = ANY(%s)"""
+# Messages and distillations share the seq, so one watermark per model covers both.
+_PENDING_SQL = f"""SELECT * FROM (
+        SELECT seq, '{VECTOR_MESSAGE}' AS kind, id, text, session_id, project, created_at, role, blocks
+        FROM messages WHERE seq > %(after)s
+        UNION ALL
+        SELECT seq, '{VECTOR_DISTILLATION}', id, content, session_id, project, created_at, NULL, NULL
+        FROM distillations WHERE seq > %(after)s
+    ) AS items ORDER BY seq LIMIT %(limit)s"""
+_BEHIND_SQL = """SELECT (SELECT count(*) FROM messages WHERE seq > %(after)s)
+    + (SELECT count(*) FROM distillations WHERE seq > %(after)s)"""
+
+
+def _clean(value: str | None) -> str | None:
+    """PostgreSQL's text cannot hold NUL: it is stored as U+FFFD (blocks, as JSON, keep it
+    escaped and exact; only the derived ``text`` columns lose it)."""
+    return value.replace("\x00", "\ufffd") if value is not None and "\x00" in value else value
+
+
+def _ids(values: Sequence[str]) -> list[str]:
+    """Ids that can be stored at all (an id with NUL never was: it finds nothing)."""
+    return [v for v in values if "\x00" not in v]
+
+
+def _table_name(model: str) -> str:
+    base = re.sub(r"[^a-z0-9]+", "_", model.lower()).strip("_")[:30] or "model"
+    return f"vec_{base}_{hashlib.sha256(model.encode()).hexdigest()[:10]}"
+
+
+class PostgresStore(Store):
+    name = "postgres"
+
+    def __init__(
+        self,
+        settings: PostgresConfig,
+        journal_dir: Path | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.dsn = settings.dsn
+        self.location = shown_dsn(settings.dsn)
+        # The kernel's write-ahead journal is per gateway (what this process acknowledged
+        # and has not committed yet), so it lives on this machine, not in the database.
+        self.journal_dir = journal_dir
+        self._environ = environ
+        self._pool: ConnectionPool[Conn] | None = None
+        self._server_version = ""
+        #: pgvector's version on the server, or None: vectors are searched exactly.
+        self._pgvector: str | None = None
+        self._config = settings.text_search_config
+        # Resolves the tool of results whose record does not name it, within this process.
+        self._calls = CallMemo()
+        self._opened_at: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._open)
+
+    def _open(self) -> None:
+        if self._pool is not None:
+            return
+        if not self.dsn.strip():
+            raise StoreUnavailable(
+                'store-postgres.dsn is not set: name the database in .lore.json, e.g. '
+                '{"store": {"backend": "postgres"}, "store-postgres": {"dsn": "postgresql://lore@db/lore"}}'
+            )
+        kwargs = connection_kwargs(self.settings, self._environ)
+        con = first_connection(self.dsn, kwargs, self.settings.connect_attempts)
+        try:
+            try:
+                migrate(con)
+            except SchemaTooNew as exc:
+                raise StoreUnavailable(f"{self.location}: {exc}") from None
+            except psycopg.Error as exc:
+                raise StoreUnavailable(
+                    f"{self.location}: schema migration failed: {' '.join(str(exc).split())}"
+                ) from None
+            self._pgvector = self._ensure_pgvector(con)
+            row = con.execute("SHOW server_version").fetchone()
+            self._server_version = str(row[0]).split()[0] if row else ""
+            try:
+                con.execute("SELECT %s::regconfig", (self._config,))
+            except psycopg.Error:
+                raise StoreUnavailable(
+                    f"store-postgres.textSearchConfig: the server has no text search configuration "
+                    f"{self._config!r} (see \\dF in psql)"
+                ) from None
+            self._check_fulltext_rules(con)
+        finally:
+            con.close()
+        pool: ConnectionPool[Conn] = ConnectionPool(
+            self.dsn,
+            kwargs=kwargs,
+            min_size=1,
+            max_size=self.settings.pool_size,
+            timeout=_POOL_WAIT_SECONDS,
+            # A connection the server dropped (a restart) is found and replaced before use.
+            check=ConnectionPool.check_connection,
+            name="lore",
+            open=False,
+        )
+        try:
+            pool.open(wait=True, timeout=self.settings.connect_timeout_s * self.settings.connect_attempts)
+        except PoolTimeout:
+            pool.close()
+            raise StoreUnavailable(f"cannot open a connection pool to PostgreSQL at {self.location}") from None
+        self._pool = pool
+        self._opened_at = time.time()
+
+    def _ensure_pgvector(self, con: Conn) -> str | None:
+        """pgvector's version when the server has it (created in this database when the
+        role may), else None: vectors are then stored as ``real[]`` and searched exactly."""
+        row = con.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        if row:
+            return str(row[0])
+        available = con.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+        if not available:
+            log.info("PostgreSQL at %s has no pgvector: vector search is exact", self.location)
+            return None
+        try:
+            con.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.Error as exc:
+            log.warning(
+                "PostgreSQL at %s has pgvector but this role cannot create it (%s): vector search "
+                "is exact; CREATE EXTENSION vector as the database owner makes it approximate",
+                self.location,
+                " ".join(str(exc).split()),
+            )
+            return None
+        row = con.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        return str(row[0]) if row else None
+
+    def _check_fulltext_rules(self, con: Conn) -> None:
+        """Rebuild the passages when the kernel's rules or the text search configuration
+        changed since they were cut (``lore reindex`` does the same on demand)."""
+        rules = f"{FULLTEXT_RULES}/{self._config}"
+        row = con.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone()
+        if row and row[0] == rules:
+            return
+        if row:
+            log.info("full-text index at %s: rebuilding it (rules %s)", self.location, rules)
+        self._rebuild_passages(con, None)
+        con.execute(
+            """INSERT INTO lore_meta (key, value) VALUES ('fts_rules', %s)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
+            (rules,),
+        )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.close)
+
+    def health(self) -> dict[str, Any]:
+        if self._pool is None:
+            return {"ok": False, "detail": f"PostgreSQL at {self.location} is not open", "dsn": self.location}
+        stats = self._pool.get_stats()
+        vectors = (
+            f"pgvector {self._pgvector} (HNSW, approximate)"
+            if self._pgvector
+            else "exact (the server has no pgvector extension)"
+        )
+        return {
+            "ok": True,
+            "detail": f"PostgreSQL {self._server_version} at {self.location}",
+            "dsn": self.location,
+            "vectors": vectors,
+            "fulltext": f"tsvector ({self._config}) with a GIN index",
+            "pool": {
+                "size": stats.get("pool_size", 0),
+                "available": stats.get("pool_available", 0),
+                "max": self.settings.pool_size,
+                "waiting": stats.get("requests_waiting", 0),
+            },
+        }
+
+    # -- running statements ------------------------------------------------------------------
+
+    def _with(self, body: Callable[[Conn], T]) -> T:
+        """``body`` in one transaction on a pooled connection: committed when it returns,
+        rolled back when it raises."""
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable(f"PostgreSQL at {self.location} is not open")
+        try:
+            with pool.connection() as con:
+                return body(con)
+        except PoolTimeout:
+            raise StoreUnavailable(
+                f"no connection to PostgreSQL at {self.location} within {_POOL_WAIT_SECONDS:.0f} s"
+            ) from None
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL at {self.location}: {' '.join(str(exc).split())}"
+            ) from None
+
+    async def _call(self, body: Callable[[Conn], T]) -> T:
+        return await asyncio.to_thread(self._with, body)
+
+    async def _rows(self, query: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        def run(con: Conn) -> list[tuple[Any, ...]]:
+            return con.execute(query, params).fetchall()  # type: ignore[arg-type]  # SQL of this module
+
+        return await self._call(run)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def write(self, batch: WriteBatch) -> int:
+        merged = batch.merged()
+        return await self._call(lambda con: self._write(con, merged))
+
+    def _write(self, con: Conn, batch: WriteBatch) -> int:
+        cur = con.cursor()
+        if batch.projects:
+            cur.executemany(
+                """INSERT INTO projects (id, name, created_at, last_seen_at) VALUES (%s, %s, %s, %s)
+                ON CONFLICT (id) DO UPDATE SET
+                  name = CASE WHEN projects.name = '' THEN excluded.name ELSE projects.name END,
+                  created_at = least(projects.created_at, excluded.created_at),
+                  last_seen_at = greatest(projects.last_seen_at, excluded.last_seen_at)""",
+                [(p.id, p.name, p.created_at, p.last_seen_at) for p in batch.projects],
+            )
+        if batch.sessions:
+            # The same rule as lore_core.storage.records.merge_session.
+            cur.executemany(
+                """INSERT INTO sessions (id, project, harness, model, created_at, updated_at, title)
+                VALUES (%s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (id) DO UPDATE SET
+                  project = CASE WHEN sessions.project = '' THEN excluded.project
+                            ELSE sessions.project END,
+                  harness = CASE WHEN excluded.updated_at >= sessions.updated_at
+                                 AND excluded.harness <> '' THEN excluded.harness
+                            WHEN sessions.harness = '' THEN excluded.harness
+                            ELSE sessions.harness END,
+                  model = CASE WHEN excluded.updated_at >= sessions.updated_at
+                               AND excluded.model IS NOT NULL THEN excluded.model
+                          ELSE coalesce(sessions.model, excluded.model) END,
+                  created_at = least(sessions.created_at, excluded.created_at),
+                  updated_at = greatest(sessions.updated_at, excluded.updated_at),
+                  title = CASE WHEN sessions.title = '' THEN excluded.title
+                          ELSE sessions.title END""",
+                [(s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title) for s in batch.sessions],
+            )
+        if not batch.messages:
+            return 0
+        # Held to the commit: seq order is commit order across gateways (schema.py).
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SEQ_LOCK,))
+        columns: list[list[Any]] = [[] for _ in _MESSAGE_COLUMNS]
+        for m in batch.messages:
+            row = (
+                m.id, m.session_id, m.parent_id, m.position, m.role,
+                json.dumps(m.blocks, ensure_ascii=False), _clean(m.text), m.model,
+                json.dumps(m.usage) if m.usage is not None else None, m.harness, m.project, m.api,
+                m.created_at, m.complete, m.origin, _clean(m.stop_reason), _clean(m.error),
+            )  # fmt: skip
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        # One statement over arrays (unnest) rather than a statement per row; RETURNING
+        # names the rows that were new (a resent history inserts nothing).
+        unnest = ", ".join(f"%s::{t}[]" for t in _MESSAGE_TYPES)
+        cols = ", ".join(_MESSAGE_COLUMNS)
+        new = cur.execute(
+            f"""INSERT INTO messages ({cols}) SELECT * FROM unnest({unnest})
+            ON CONFLICT (id) DO NOTHING RETURNING id""",  # type: ignore[arg-type]
+            columns,
+        ).fetchall()
+        added = {r[0] for r in new}
+        rows: list[tuple[Any, ...]] = []
+        for m in batch.messages:
+            if m.id not in added:
+                continue
+            passages = self._calls.cut(m.session_id, m.role, m.blocks, m.text or "")
+            rows += self._passage_rows(m.id, m.session_id, m.project, m.role, m.position, m.created_at, passages)
+        self._insert_passages(cur, rows)
+        return len(added)
+
+    def _passage_rows(
+        self,
+        item: str,
+        session: str,
+        project: str,
+        role: str,
+        position: int,
+        created_at: float,
+        passages: Sequence[Passage],
+    ) -> list[tuple[Any, ...]]:
+        rows = []
+        for p in passages:
+            header, _, body = p.text.partition("\n")
+            rows.append(
+                (
+                    item, p.index, session, project, role, p.tool, _clean(p.source), position, created_at,
+                    p.start, p.end, _clean(p.text), self._config, _clean(header), self._config, _clean(body),
+                )
+            )  # fmt: skip
+        return rows
+
+    @staticmethod
+    def _insert_passages(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
+        for start in range(0, len(rows), _PASSAGE_BATCH):
+            cur.executemany(_PASSAGE_INSERT, rows[start : start + _PASSAGE_BATCH])
+
+    async def set_state(self, session_id: str, key: str, value: Any) -> None:
+        await self.set_states([(session_id, key, value)])
+
+    async def set_states(self, values: Sequence[tuple[str, str, Any]]) -> None:
+        if not values:
+            return
+        # The last value of a (session, key) wins, as it would one call at a time.
+        latest = {(s, k): json.dumps(v) for s, k, v in values}
+        now = time.time()
+
+        def run(con: Conn) -> None:
+            con.cursor().executemany(
+                """INSERT INTO session_state (session_id, key, value, updated_at) VALUES (%s, %s, %s, %s)
+                ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value,
+                  updated_at = excluded.updated_at""",
+                [(s, k, v, now) for (s, k), v in latest.items()],
+            )
+
+        await self._call(run)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
+        rows = await self._rows(
+            "SELECT value FROM session_state WHERE session_id = %s AND key = %s", (session_id, key)
+        )
+        return json.loads(rows[0][0]) if rows else default
+
+    async def get_states(self, key: str, session_ids: Sequence[str]) -> dict[str, Any]:
+        if not session_ids:
+            return {}
+        rows = await self._rows(
+            "SELECT session_id, value FROM session_state WHERE key = %s AND session_id = ANY(%s)",
+            (key, _ids(session_ids)),
+        )
+        return {str(s): json.loads(v) for s, v in rows}
+
+    async def session_state(self, session_id: str) -> dict[str, Any]:
+        rows = await self._rows(
+            "SELECT key, value FROM session_state WHERE session_id = %s ORDER BY key", (session_id,)
+        )
+        return {k: json.loads(v) for k, v in rows}
+
+    async def get_session(self, session_id: str) -> Session | None:
+        rows = await self._rows(_SESSION_SQL, ([session_id], [session_id]))
+        return _session(rows[0]) if rows else None
+
+    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
+        def run(con: Conn) -> list[tuple[Any, ...]]:
+            where, params = ("WHERE project = %s", [project]) if project is not None else ("", [])
+            ids = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT id FROM sessions {where} ORDER BY updated_at DESC, id DESC LIMIT %s",  # type: ignore[arg-type]
+                    [*params, max(0, limit)],
+                ).fetchall()
+            ]
+            if not ids:
+                return []
+            return con.execute(
+                _SESSION_SQL + " ORDER BY s.updated_at DESC, s.id DESC",  # type: ignore[arg-type]
+                (ids, ids),
+            ).fetchall()
+
+        return [_session(r) for r in await self._call(run)]
+
+    async def list_projects(self) -> list[Project]:
+        rows = await self._rows("SELECT id, name, created_at, last_seen_at FROM projects ORDER BY id")
+        return [Project(*r) for r in rows]
+
+    async def session_messages(self, session_id: str) -> list[StoredMessage]:
+        rows = await self._rows(
+            f"SELECT {', '.join(_MESSAGE_COLUMNS)} FROM messages WHERE session_id = %s "
+            "ORDER BY position, created_at, id",
+            (session_id,),
+        )
+        return [_message(r) for r in rows]
+
+    async def get_messages(self, ids: Sequence[str]) -> list[StoredMessage]:
+        wanted = _ids(ids)
+        if not wanted:
+            return []
+        rows = await self._rows(
+            f"SELECT {', '.join(_MESSAGE_COLUMNS)} FROM messages WHERE id = ANY(%s)", (wanted,)
+        )
+        found = {r[0]: _message(r) for r in rows}
+        return [found[i] for i in ids if i in found]
+
+    async def search(
+        self,
+        query: str,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        words = _WORD.findall(query or "")
+        if not words or limit <= 0:
+            return []
+        # Any of the words, as BM25 would (websearch_to_tsquery parses "a or b" safely: the
+        # words are \w+ runs, so no operator of its syntax reaches it); stop words drop out,
+        # and a query of stop words alone matches nothing.
+        terms = " or ".join(dict.fromkeys(w.lower() for w in words))
+        filters, params = "", [self._config, _clean(terms)]
+        if session_id is not None:
+            filters += " AND session_id = %s"
+            params.append(session_id)
+        if project is not None:
+            filters += " AND project = %s"
+            params.append(project)
+        params.append(limit)
+        rows = await self._rows(
+            f"""WITH q AS (SELECT websearch_to_tsquery(%s::regconfig, %s) AS q)
+            SELECT item_id, passage, start_at, end_at, session_id, project, role, tool, source, position,
+                created_at, text, ts_rank(tsv, q.q, 1) AS score
+            FROM passages, q WHERE tsv @@ q.q {filters}
+            ORDER BY score DESC, item_id, passage LIMIT %s""",
+            params,
+        )
+        return [
+            SearchHit(
+                id=item, session_id=session, project=proj or "", role=role, score=float(score),
+                text=text, position=int(position or 0), created_at=float(at or 0.0), passage=int(passage),
+                start=int(start), end=int(end), tool=tool, source=source,
+            )
+            for item, passage, start, end, session, proj, role, tool, source, position, at, text, score in rows
+        ]  # fmt: skip
+
+    async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Passages are written with their items, so the index is never behind; this is the
+        rebuild (``lore reindex``): every item cut again by the current rules."""
+        return await self._call(lambda con: self._rebuild_passages(con, progress))
+
+    def _rebuild_passages(self, con: Conn, progress: Callable[[int, int], None] | None) -> int:
+        # One transaction: searches on other connections see the old index until it commits.
+        with con.transaction():
+            cur = con.cursor()
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SEQ_LOCK,))
+            (total,) = cur.execute(_BEHIND_SQL, {"after": 0}).fetchone() or (0,)
+            if progress is not None:
+                progress(0, int(total))
+            cur.execute("DELETE FROM passages")
+            calls = CallMemo()
+            done, after = 0, 0
+            while True:
+                items = cur.execute(
+                    """SELECT * FROM (
+                        SELECT seq, id, session_id, project, role, position, created_at, blocks, text,
+                            false AS distilled
+                        FROM messages WHERE seq > %(after)s
+                        UNION ALL
+                        SELECT seq, id, session_id, project, '', 0, created_at, NULL, content, true
+                        FROM distillations WHERE seq > %(after)s
+                    ) AS items ORDER BY seq LIMIT 2000""",
+                    {"after": after},
+                ).fetchall()
+                if not items:
+                    break
+                rows: list[tuple[Any, ...]] = []
+                for seq, ident, session, proj, role, position, at, blocks, text, distilled in items:
+                    if distilled:
+                        rows += self._passage_rows(
+                            DISTILLATION_PREFIX + ident, session, proj, DISTILLATION_ROLE, 0, at, cut_text(text)
+                        )
+                    else:
+                        passages = calls.cut(session, role, json.loads(blocks) if blocks else [], text or "")
+                        rows += self._passage_rows(ident, session, proj, role, position, at, passages)
+                    after = seq
+                self._insert_passages(cur, rows)
+                done += len(items)
+                if progress is not None:
+                    progress(done, max(int(total), done))
+        return done
+
+    # -- forgetting --------------------------------------------------------------------------
+
+    async def forget_session(self, session_id: str, keep_state: Sequence[str] = ()) -> ForgetReport:
+        started = time.monotonic()
+        keep = frozenset(keep_state)
+        bytes_before = await self._database_bytes()
+        steps: dict[str, float] = {}
+
+        def delete(con: Conn) -> tuple[bool, int, int, int, int, list[str]]:
+            cur = con.cursor()
+            one = (session_id,)
+            (sessions,) = cur.execute("SELECT count(*) FROM sessions WHERE id = %s", one).fetchone() or (0,)
+            keys = [
+                str(k)
+                for (k,) in cur.execute(
+                    "SELECT key FROM session_state WHERE session_id = %s ORDER BY key", one
+                ).fetchall()
+                if k not in keep
+            ]
+            messages = cur.execute("DELETE FROM messages WHERE session_id = %s", one).rowcount
+            distillations = cur.execute("DELETE FROM distillations WHERE session_id = %s", one).rowcount
+            passages = cur.execute("DELETE FROM passages WHERE session_id = %s", one).rowcount
+            vectors = 0
+            for (table,) in cur.execute("SELECT table_name FROM vector_models ORDER BY model").fetchall():
+                vectors += cur.execute(
+                    sql.SQL("DELETE FROM {} WHERE session_id = %s").format(sql.Identifier(table)), one
+                ).rowcount
+            cur.execute("DELETE FROM sessions WHERE id = %s", one)
+            if keys:
+                cur.execute("DELETE FROM session_state WHERE session_id = %s AND key = ANY(%s)", (session_id, keys))
+            found = bool(sessions or messages or distillations)
+            return found, messages, distillations, passages, vectors, keys
+
+        began = time.monotonic()
+        found, messages, distillations, passages, vectors, keys = await self._call(delete)
+        steps["rows"] = time.monotonic() - began
+        if (found or keys) and self.settings.forget_rewrite:
+            began = time.monotonic()
+            await asyncio.to_thread(self._rewrite_tables)
+            steps["rewrite"] = time.monotonic() - began
+        return ForgetReport(
+            session_id,
+            found,
+            messages=messages,
+            distillations=distillations,
+            passages=passages,
+            vectors=vectors,
+            state_keys=tuple(keys),
+            seconds=time.monotonic() - started,
+            steps=steps,
+            bytes_before=bytes_before,
+            bytes_after=await self._database_bytes(),
+        )
+
+    def _rewrite_tables(self) -> None:
+        """VACUUM FULL the tables that held the session: a DELETE leaves the rows' bytes in
+        the data files until the space is reused; a rewrite copies the live rows into new
+        files and drops the old ones. Needs autocommit (VACUUM refuses a transaction)."""
+
+        def run(con: Conn) -> None:
+            tables = ["messages", "distillations", "passages", "session_state", "sessions"]
+            tables += [r[0] for r in con.execute("SELECT table_name FROM vector_models").fetchall()]
+            con.commit()
+            con.autocommit = True
+            try:
+                for table in tables:
+                    con.execute(sql.SQL("VACUUM FULL {}").format(sql.Identifier(table)))
+            finally:
+                con.autocommit = False
+
+        self._with(run)
+
+    async def _database_bytes(self) -> int:
+        rows = await self._rows("SELECT pg_database_size(current_database())")
+        return int(rows[0][0])
+
+    # -- distillations ---------------------------------------------------------------------
+
+    async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
+        d = distillation
+        ids = [i.removeprefix(DISTILLATION_PREFIX) for i in archive]
+
+        def run(con: Conn) -> bool:
+            cur = con.cursor()
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SEQ_LOCK,))
+            added = cur.execute(
+                f"""INSERT INTO distillations ({", ".join(_DISTILLATION_COLUMNS)})
+                VALUES ({", ".join(["%s"] * len(_DISTILLATION_COLUMNS))})
+                ON CONFLICT (id) DO NOTHING RETURNING id""",  # type: ignore[arg-type]
+                _distillation_row(d),
+            ).fetchone()
+            if added:
+                rows = self._passage_rows(
+                    DISTILLATION_PREFIX + d.id, d.session_id, d.project, DISTILLATION_ROLE, 0, d.created_at,
+                    cut_text(d.text),
+                )  # fmt: skip
+                self._insert_passages(cur, rows)
+            if ids:
+                cur.execute(_ARCHIVE_SQL, (ids,))
+            return added is not None
+
+        return await self._call(run)
+
+    async def list_distillations(
+        self, session_id: str | None = None, include_archived: bool = True
+    ) -> list[StoredDistillation]:
+        where: list[str] = []
+        params: list[Any] = []
+        if session_id is not None:
+            where.append("session_id = %s")
+            params.append(session_id)
+        if not include_archived:
+            where.append("NOT archived")
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        rows = await self._rows(
+            f"SELECT {', '.join(_DISTILLATION_COLUMNS)} FROM distillations {clause} "
+            "ORDER BY created_at, generation, id",
+            params,
+        )
+        return [_distillation(r) for r in rows]
+
+    async def get_distillation(self, distillation_id: str) -> StoredDistillation | None:
+        ident = distillation_id.removeprefix(DISTILLATION_PREFIX)
+        if "\x00" in ident:
+            return None
+        rows = await self._rows(
+            f"SELECT {', '.join(_DISTILLATION_COLUMNS)} FROM distillations WHERE id = %s", (ident,)
+        )
+        return _distillation(rows[0]) if rows else None
+
+    async def archive_distillations(self, ids: Sequence[str]) -> int:
+        wanted = _ids([i.removeprefix(DISTILLATION_PREFIX) for i in ids])
+        if not wanted:
+            return 0
+        return await self._call(lambda con: con.execute(_ARCHIVE_SQL, (wanted,)).rowcount)
+
+    async def distilled_message_ids(self, session_id: str) -> set[str]:
+        rows = await self._rows(
+            "SELECT source_ids FROM distillations WHERE session_id = %s AND generation = 0", (session_id,)
+        )
+        return {i for (source,) in rows for i in json.loads(source or "[]")}
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def _model_row(self, con: Conn, model: str, lock: bool = False) -> tuple[str, int, str, int] | None:
+        """``(table, dimensions, storage, watermark)`` of a model's index, or None."""
+        row = con.execute(
+            "SELECT table_name, dimensions, storage, watermark FROM vector_models WHERE model = %s"
+            + (" FOR UPDATE" if lock else ""),  # type: ignore[arg-type]
+            (model,),
+        ).fetchone()
+        return (str(row[0]), int(row[1]), str(row[2]), int(row[3])) if row else None
+
+    def _create_model(self, con: Conn, model: str, dimensions: int) -> tuple[str, int, str, int]:
+        table = _table_name(model)
+        storage = "vector" if self._pgvector else "real[]"
+        column = sql.SQL("vector({})").format(sql.Literal(dimensions)) if self._pgvector else sql.SQL("real[]")
+        ident = sql.Identifier(table)
+        con.execute(
+            sql.SQL(
+                """CREATE TABLE {} (
+                seq BIGINT NOT NULL,
+                kind TEXT NOT NULL,
+                item_id TEXT NOT NULL,
+                chunk INTEGER NOT NULL,
+                session_id TEXT NOT NULL,
+                project TEXT NOT NULL DEFAULT '',
+                created_at DOUBLE PRECISION NOT NULL,
+                embedding {} NOT NULL)"""
+            ).format(ident, column)
+        )
+        for name, columns in (("session", "session_id"), ("project", "project"), ("item", "item_id")):
+            con.execute(
+                sql.SQL("CREATE INDEX {} ON {} ({})").format(
+                    sql.Identifier(f"{table}_{name}"), ident, sql.Identifier(columns)
+                )
+            )
+        if self._pgvector:
+            # HNSW: no training step (unlike IVFFlat), so it is built empty and kept up to
+            # date by every insert; cosine distance, as the protocol ranks by.
+            con.execute(
+                sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
+                    sql.Identifier(f"{table}_hnsw"), ident
+                )
+            )
+        con.execute(
+            """INSERT INTO vector_models (model, table_name, dimensions, storage, watermark, created_at)
+            VALUES (%s, %s, %s, %s, 0, %s)""",
+            (model, table, dimensions, storage, time.time()),
+        )
+        return table, dimensions, storage, 0
+
+    async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
+        def run(con: Conn) -> list[tuple[Any, ...]]:
+            found = self._model_row(con, model)
+            watermark = found[3] if found else 0
+            return con.execute(_PENDING_SQL, {"after": watermark, "limit": max(0, limit)}).fetchall()
+
+        rows = await self._call(run)
+        return [
+            EmbeddingItem(
+                kind, ident, text or "", session or "", project or "", float(at or 0.0), int(seq), role or "",
+                json.loads(blocks) if blocks else [],
+            )
+            for seq, kind, ident, text, session, project, at, role, blocks in rows
+        ]  # fmt: skip
+
+    async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
+        items = list(items)
+
+        def run(con: Conn) -> int:
+            found = self._model_row(con, model, lock=True)
+            if found is None:
+                # Two gateways creating one model's table: the second waits, then finds it.
+                con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (model,))
+                found = self._model_row(con, model, lock=True) or self._create_model(con, model, dimensions)
+            table, dims, storage, watermark = found
+            if dims != dimensions:
+                raise VectorDimensionError(
+                    f"the {model!r} vector index holds {dims}-dimensional vectors, not {dimensions}"
+                )
+            fresh = [iv for iv in items if iv.item.cursor > watermark]
+            # An item forgotten (or gone) since it was read as pending gets no vectors.
+            ids = list({iv.item.id for iv in fresh})
+            alive = {
+                r[0]
+                for r in con.execute(
+                    "SELECT id FROM messages WHERE id = ANY(%s) UNION SELECT id FROM distillations WHERE id = ANY(%s)",
+                    (ids, ids),
+                ).fetchall()
+            }
+            rows = []
+            for iv in fresh:
+                if iv.item.id not in alive:
+                    continue
+                for chunk, vector in zip(iv.passage_indexes(), iv.vectors, strict=True):
+                    if len(vector) != dimensions:
+                        raise VectorDimensionError(
+                            f"a vector of {len(vector)} dimensions for the {model!r} index ({dimensions})"
+                        )
+                    value: Any = _vector_text(vector) if storage == "vector" else [float(x) for x in vector]
+                    rows.append(
+                        (iv.item.cursor, iv.item.kind, iv.item.id, chunk, iv.item.session_id, iv.item.project,
+                         iv.item.created_at, value)
+                    )  # fmt: skip
+            if rows:
+                cast = sql.SQL("vector" if storage == "vector" else "real[]")
+                con.cursor().executemany(
+                    sql.SQL(
+                        """INSERT INTO {} (seq, kind, item_id, chunk, session_id, project, created_at, embedding)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s::{})"""
+                    ).format(sql.Identifier(table), cast),
+                    rows,
+                )
+            newest = max((iv.item.cursor for iv in items), default=0)
+            if newest > watermark:
+                con.execute("UPDATE vector_models SET watermark = %s WHERE model = %s", (newest, model))
+            return len(rows)
+
+        return await self._call(run)
+
+    async def nearest_passages(
+        self,
+        model: str,
+        vector: Sequence[float],
+        kinds: Sequence[str] | None = None,
+        session_id: str | None = None,
+        project: str | None = None,
+        limit: int = 10,
+    ) -> list[PassageRef]:
+        if limit <= 0 or (kinds is not None and not kinds):
+            return []
+
+        def run(con: Conn) -> list[tuple[Any, ...]]:
+            found = self._model_row(con, model)
+            if found is None:
+                return []
+            table, dims, storage, _ = found
+            if len(vector) != dims:
+                raise VectorDimensionError(
+                    f"a query vector of {len(vector)} dimensions for the {model!r} index ({dims})"
+                )
+            filters: list[sql.Composable] = []
+            params: list[Any] = []
+            if kinds is not None:
+                filters.append(sql.SQL("kind = ANY(%s)"))
+                params.append(list(kinds))
+            if session_id is not None:
+                filters.append(sql.SQL("session_id = %s"))
+                params.append(session_id)
+            if project is not None:
+                filters.append(sql.SQL("project = %s"))
+                params.append(project)
+            where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(filters) if filters else sql.SQL("")
+            ident = sql.Identifier(table)
+            if storage == "vector":
+                con.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(_EF_SEARCH_MAX, max(40, limit))),)
+                )
+                if filters and _at_least(self._pgvector, (0, 8)):
+                    # pgvector >= 0.8 goes on scanning the graph until `limit` rows pass the
+                    # filters; before it, a selective filter could leave few of the ef_search
+                    # candidates (a session's rows are rarely among the nearest of all).
+                    con.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                query = sql.SQL(
+                    "SELECT item_id, chunk, 1 - (embedding <=> %s::vector) AS score FROM {}{} "
+                    "ORDER BY embedding <=> %s::vector LIMIT %s"
+                ).format(ident, where)
+                text = _vector_text(vector)
+                return con.execute(query, [text, *params, text, limit]).fetchall()
+            # Exact: cosine over every row the filters keep, computed by the server.
+            query = sql.SQL(
+                """SELECT item_id, chunk, score FROM (
+                    SELECT item_id, chunk, (SELECT sum(a * b) / nullif(sqrt(sum(a * a) * sum(b * b)), 0)
+                        FROM unnest(embedding, %s::real[]) AS pair(a, b)) AS score
+                    FROM {}{}) AS scored
+                ORDER BY score DESC NULLS LAST, item_id, chunk LIMIT %s"""
+            ).format(ident, where)
+            return con.execute(query, [[float(x) for x in vector], *params, limit]).fetchall()
+
+        rows = await self._call(run)
+        # A passage with facets has several vectors: it counts once, at its best.
+        best: dict[tuple[str, int], float] = {}
+        for item, chunk, score in rows:
+            key = (str(item), int(chunk))
+            best[key] = max(best.get(key, -2.0), float(score or 0.0))
+        found = sorted(best.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+        return [PassageRef(item, chunk, score) for (item, chunk), score in found[:limit]]
+
+    async def read_passages(self, refs: Sequence[PassageRef]) -> list[SearchHit]:
+        if not refs:
+            return []
+        last: dict[str, int] = {}
+        for ref in refs:
+            last[ref.item] = max(ref.passage, last.get(ref.item, 0))
+        ids = _ids(list(last))
+
+        def run(con: Conn) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+            messages = con.execute(
+                "SELECT id, session_id, project, role, position, created_at, blocks, text FROM messages "
+                "WHERE id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+            rest = [i for i in ids if i not in {r[0] for r in messages}]
+            distillations = (
+                con.execute(
+                    "SELECT id, session_id, project, created_at, content FROM distillations WHERE id = ANY(%s)",
+                    (rest,),
+                ).fetchall()
+                if rest
+                else []
+            )
+            return messages, distillations
+
+        messages, distillations = await self._call(run)
+        items: dict[str, tuple[Any, ...]] = {}
+        for r in messages:
+            blocks = json.loads(r[6]) if r[6] else []
+            items[r[0]] = (*r[:6], message_passages(r[3], blocks, r[7] or "", until=last[r[0]]))
+        for r in distillations:
+            items[r[0]] = (DISTILLATION_PREFIX + r[0], r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or ""))
+        hits = []
+        for ref in refs:
+            item = items.get(ref.item)
+            if item is None or ref.passage >= len(item[6]):
+                continue  # an item gone, or cut by other rules
+            p = item[6][ref.passage]
+            hits.append(
+                SearchHit(
+                    id=item[0], session_id=item[1], project=item[2] or "", role=item[3], score=ref.score,
+                    text=p.text, position=int(item[4] or 0), created_at=float(item[5] or 0.0), passage=p.index,
+                    start=p.start, end=p.end, tool=p.tool, source=p.source,
+                )
+            )  # fmt: skip
+        return hits
+
+    async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
+        def run(con: Conn) -> dict[str, Any]:
+            names = (
+                [model]
+                if model is not None
+                else [r[0] for r in con.execute("SELECT model FROM vector_models ORDER BY model").fetchall()]
+            )
+            out: dict[str, Any] = {}
+            for name in names:
+                found = self._model_row(con, name)
+                if found is None:
+                    stats: dict[str, Any] = {"dimensions": None, "vectors": 0, "watermark": 0, "index": None}
+                else:
+                    table, dims, storage, watermark = found
+                    (count,) = con.execute(
+                        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+                    ).fetchone() or (0,)
+                    index = "hnsw" if storage == "vector" else "exact"
+                    stats = {"dimensions": dims, "vectors": int(count), "watermark": watermark, "index": index}
+                (pending,) = con.execute(_BEHIND_SQL, {"after": stats["watermark"]}).fetchone() or (0,)
+                out[name] = {**stats, "pending": int(pending)}
+            return out
+
+        return await self._call(run)
+
+    async def reset_vectors(self, model: str) -> None:
+        def run(con: Conn) -> None:
+            found = self._model_row(con, model, lock=True)
+            if found is not None:
+                con.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(found[0])))
+                con.execute("DELETE FROM vector_models WHERE model = %s", (model,))
+
+        await self._call(run)
+
+    # -- knowledge -------------------------------------------------------------------------
+    #
+    # knowledge_versions is the base table (death certificates included); "current and
+    # alive" is ``is_current AND NOT is_deleted``. Titles compare under the kernel's
+    # normalize_title (NFKC, casefold), in Python: the tables are small.
+
+    async def write_knowledge(self, version: KnowledgeVersion) -> bool:
+        v = version
+
+        def run(con: Conn) -> bool:
+            # Serialises writers of one entry (two gateways editing it): the second waits
+            # and then sees the first's version, so exactly one of two equal versions wins.
+            con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("k:" + v.logical_id,))
+            if con.execute("SELECT 1 FROM knowledge_versions WHERE version_id = %s", (v.version_id,)).fetchone():
+                return False
+            (latest,) = con.execute(
+                "SELECT max(version) FROM knowledge_versions WHERE logical_id = %s", (v.logical_id,)
+            ).fetchone() or (None,)
+            expected = int(latest) + 1 if latest is not None else 1
+            if v.version != expected:
+                # Raised inside the transaction: it is rolled back, nothing is written.
+                raise KnowledgeConflict(f"k:{v.logical_id}: version {v.version} does not follow {expected - 1}")
+            con.execute(
+                "UPDATE knowledge_versions SET is_current = false WHERE logical_id = %s AND is_current",
+                (v.logical_id,),
+            )
+            con.execute(
+                f"""INSERT INTO knowledge_versions ({", ".join(_KNOWLEDGE_COLUMNS)})
+                VALUES ({", ".join(["%s"] * len(_KNOWLEDGE_COLUMNS))})""",  # type: ignore[arg-type]
+                _knowledge_row(v),
+            )
+            if v.version == 1:
+                con.execute(
+                    """INSERT INTO knowledge_metrics (logical_id, confidence, last_reinforced_at)
+                    VALUES (%s, %s, %s) ON CONFLICT (logical_id) DO NOTHING""",
+                    (v.logical_id, INITIAL_CONFIDENCE.get(v.created_by, DEFAULT_CONFIDENCE), v.created_at),
+                )
+            return True
+
+        return await self._call(run)
+
+    async def knowledge_versions(self, logical_id: str) -> list[KnowledgeVersion]:
+        rows = await self._rows(f"{_KNOWLEDGE_SELECT} WHERE logical_id = %s ORDER BY version", (logical_id,))
+        return [_knowledge(r) for r in rows]
+
+    async def current_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        query = f"{_KNOWLEDGE_SELECT} WHERE is_current AND NOT is_deleted"
+        params: list[Any] = []
+        if project is not None:
+            query += " AND ((scope = 'project' AND project = %s) OR (%s AND scope = 'global'))"
+            params = [project, include_global]
+        rows = await self._rows(query, params)
+        return sorted((_knowledge(r) for r in rows), key=canonical_order)
+
+    async def knowledge_tombstone(
+        self, project: str, *, logical_id: str | None = None, title: str | None = None
+    ) -> KnowledgeVersion | None:
+        if logical_id is not None:
+            rows = await self._rows(f"{_KNOWLEDGE_SELECT} WHERE logical_id = %s AND is_current", (logical_id,))
+            if rows:
+                # The entry's own state decides: alive (un-deleted) means no tombstone.
+                found = _knowledge(rows[0])
+                return found if found.is_deleted else None
+        if title is not None:
+            wanted = normalize_title(title)
+            rows = await self._rows(
+                f"{_KNOWLEDGE_SELECT} WHERE is_current AND is_deleted "
+                "AND (scope = 'global' OR project = %s) ORDER BY created_at, logical_id",
+                (project,),
+            )
+            for row in rows:
+                found = _knowledge(row)
+                if normalize_title(found.title) == wanted:
+                    return found
+        return None
+
+    async def knowledge_metrics(self, logical_ids: Sequence[str] | None = None) -> dict[str, KnowledgeMetric]:
+        query = "SELECT logical_id, confidence, last_reinforced_at FROM knowledge_metrics"
+        params: list[Any] = []
+        if logical_ids is not None:
+            if not logical_ids:
+                return {}
+            query += " WHERE logical_id = ANY(%s)"
+            params = [_ids(logical_ids)]
+        rows = await self._rows(query, params)
+        found = {i: KnowledgeMetric(i, float(c), float(at) if at is not None else None) for i, c, at in rows}
+        order = sorted(found) if logical_ids is None else logical_ids
+        return {i: found[i] for i in order if i in found}
+
+    async def reinforce_knowledge(self, logical_ids: Sequence[str], amount: float, at: float) -> int:
+        ids = list(dict.fromkeys(logical_ids))  # one row per id: an upsert may not touch a row twice
+        if not ids:
+            return 0
+
+        def run(con: Conn) -> int:
+            con.execute(
+                """INSERT INTO knowledge_metrics (logical_id, confidence, last_reinforced_at)
+                SELECT id, least(1.0, %(base)s + %(amount)s), %(at)s FROM unnest(%(ids)s::text[]) AS id
+                ON CONFLICT (logical_id) DO UPDATE SET
+                  confidence = least(1.0, knowledge_metrics.confidence + %(amount)s),
+                  last_reinforced_at = excluded.last_reinforced_at""",
+                {"ids": ids, "base": DEFAULT_CONFIDENCE, "amount": amount, "at": at},
+            )
+            return len(ids)
+
+        return await self._call(run)
+
+    async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
+        return await self._call(
+            lambda con: con.execute(
+                """UPDATE knowledge_metrics SET confidence = confidence * %s
+                WHERE last_reinforced_at IS NULL OR last_reinforced_at < %s""",
+                (factor, not_reinforced_since),
+            ).rowcount
+        )
+
+    async def record_contradiction(self, judgement: KnowledgeContradiction) -> None:
+        c = judgement
+        await self._call(
+            lambda con: con.execute(
+                """INSERT INTO knowledge_contradictions (first_id, second_id, project, status,
+                    first_fingerprint, second_fingerprint, judged_at, judged_by, reason, kept_id)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (first_id, second_id) DO UPDATE SET
+                  project = excluded.project, status = excluded.status,
+                  first_fingerprint = excluded.first_fingerprint,
+                  second_fingerprint = excluded.second_fingerprint,
+                  judged_at = excluded.judged_at, judged_by = excluded.judged_by,
+                  reason = excluded.reason, kept_id = excluded.kept_id""",
+                (
+                    c.first_id, c.second_id, c.project, c.status, c.first_fingerprint,
+                    c.second_fingerprint, c.judged_at, c.judged_by, c.reason, c.kept_id,
+                ),
+            )  # fmt: skip
+        )
+
+    async def knowledge_contradictions(
+        self, project: str | None = None, *, statuses: Sequence[str] | None = None
+    ) -> list[KnowledgeContradiction]:
+        query = """SELECT first_id, second_id, project, status, first_fingerprint, second_fingerprint,
+            judged_at, judged_by, reason, kept_id FROM knowledge_contradictions WHERE true"""
+        params: list[Any] = []
+        if project is not None:
+            query += " AND project = %s"
+            params.append(project)
+        if statuses is not None:
+            query += " AND status = ANY(%s)"
+            params.append(list(statuses))
+        rows = await self._rows(query + " ORDER BY judged_at DESC, first_id, second_id", params)
+        return [KnowledgeContradiction(*row) for row in rows]
+
+    # -- teams -----------------------------------------------------------------------------
+
+    async def team_binding(self, project: str) -> TeamBinding | None:
+        rows = await self._rows(
+            "SELECT project, team, bound_at, policy FROM team_bindings WHERE project = %s", (project,)
+        )
+        return TeamBinding(*rows[0]) if rows else None
+
+    async def set_team_binding(self, project: str, binding: TeamBinding | None) -> None:
+        def run(con: Conn) -> None:
+            con.execute("DELETE FROM team_bindings WHERE project = %s", (project,))
+            if binding is not None:
+                con.execute(
+                    "INSERT INTO team_bindings (project, team, policy, bound_at) VALUES (%s, %s, %s, %s)",
+                    (project, binding.team, binding.policy, binding.bound_at),
+                )
+
+        await self._call(run)
+
+    async def team_policy(self, team: str) -> str | None:
+        rows = await self._rows("SELECT policy FROM team_policies WHERE team = %s", (team,))
+        return str(rows[0][0]) if rows else None
+
+    async def set_team_policy(self, team: str, policy: str) -> None:
+        await self._call(
+            lambda con: con.execute(
+                """INSERT INTO team_policies (team, policy) VALUES (%s, %s)
+                ON CONFLICT (team) DO UPDATE SET policy = excluded.policy""",
+                (team, policy),
+            )
+        )
+
+    async def record_decisions(self, decisions: Sequence[KnowledgeDecision]) -> int:
+        rows = [
+            (d.decision_id, d.logical_id, d.project, d.fingerprint, d.decision, d.decided_by, d.decided_at)
+            for d in {d.decision_id: d for d in decisions}.values()
+        ]
+        if not rows:
+            return 0
+
+        def run(con: Conn) -> int:
+            new = 0
+            for row in rows:
+                new += con.execute(
+                    """INSERT INTO knowledge_decisions (decision_id, logical_id, project, fingerprint,
+                        decision, decided_by, decided_at) VALUES (%s, %s, %s, %s, %s, %s, %s)
+                    ON CONFLICT (decision_id) DO NOTHING""",
+                    row,
+                ).rowcount
+            return new
+
+        return await self._call(run)
+
+    async def knowledge_decisions(
+        self, project: str | None = None, *, logical_ids: Sequence[str] | None = None
+    ) -> list[KnowledgeDecision]:
+        query = """SELECT decision_id, logical_id, fingerprint, decision, decided_by, decided_at, project
+            FROM knowledge_decisions WHERE true"""
+        params: list[Any] = []
+        if project is not None:
+            query += " AND project = %s"
+            params.append(project)
+        if logical_ids is not None:
+            query += " AND logical_id = ANY(%s)"
+            params.append(_ids(logical_ids))
+        rows = await self._rows(query + " ORDER BY logical_id, decided_at, decision_id", params)
+        return [KnowledgeDecision(*row) for row in rows]
+
+    # -- entities --------------------------------------------------------------------------
+
+    async def write_entities(self, entities: Sequence[Entity]) -> None:
+        rows = [_entity_row(e) for e in entities]
+        if rows:
+            await self._call(lambda con: con.cursor().executemany(_ENTITY_UPSERT, rows))
+
+    async def delete_entities(self, entity_ids: Sequence[str], updated: Sequence[Entity] = ()) -> int:
+        ids, rows = sorted(set(_ids(entity_ids))), [_entity_row(e) for e in updated]
+
+        def run(con: Conn) -> int:
+            removed = con.execute("DELETE FROM entities WHERE id = ANY(%s)", (ids,)).rowcount if ids else 0
+            if rows:
+                con.cursor().executemany(_ENTITY_UPSERT, rows)
+            return removed
+
+        return await self._call(run)
+
+    async def get_entity(self, entity_id: str) -> Entity | None:
+        if "\x00" in entity_id:
+            return None
+        rows = await self._rows(f"{_ENTITY_SELECT} WHERE id = %s", (entity_id,))
+        return _entity(rows[0]) if rows else None
+
+    async def list_entities(
+        self, project: str | None = None, *, include_global: bool = True, include_merged: bool = False
+    ) -> list[Entity]:
+        query = f"{_ENTITY_SELECT} WHERE (%s OR merged_into IS NULL)"
+        params: list[Any] = [include_merged]
+        if project is not None:
+            query += " AND (coalesce(project, '') = %s OR (%s AND coalesce(project, '') = ''))"
+            params += [project, include_global]
+        rows = await self._rows(query, params)
+        return sorted((_entity(r) for r in rows), key=entity_order)
+
+    # -- the event log ---------------------------------------------------------------------
+
+    async def append_events(self, project: str, run: str, events: Sequence[NewEvent], at: float) -> list[int]:
+        events = list(events)
+
+        def body(con: Conn) -> list[int]:
+            # The run's row is created if missing, then locked: two gateways appending to
+            # one run number their events one after the other, never the same seq twice.
+            con.execute(
+                """INSERT INTO event_runs (project, run, last_seq, covered_seq, created_at, updated_at)
+                VALUES (%s, %s, 0, 0, %s, %s) ON CONFLICT (project, run) DO NOTHING""",
+                (project, run, at, at),
+            )
+            (last,) = con.execute(
+                "SELECT last_seq FROM event_runs WHERE project = %s AND run = %s FOR UPDATE", (project, run)
+            ).fetchone() or (0,)
+            seqs = list(range(int(last) + 1, int(last) + 1 + len(events)))
+            if events:
+                con.cursor().executemany(
+                    """INSERT INTO events (project, run, seq, kind, content, working, key, created_at)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""",
+                    [
+                        (project, run, seq, e.kind, _clean(e.content), e.working, e.key, at)
+                        for seq, e in zip(seqs, events, strict=True)
+                    ],
+                )
+                con.execute(
+                    "UPDATE event_runs SET last_seq = %s, updated_at = %s WHERE project = %s AND run = %s",
+                    (seqs[-1], at, project, run),
+                )
+            return seqs
+
+        return await self._call(body)
+
+    async def run_events(
+        self,
+        project: str,
+        run: str,
+        *,
+        after_seq: int = 0,
+        upto_seq: int | None = None,
+        limit: int | None = None,
+        newest: bool = False,
+    ) -> list[RunEvent]:
+        query = """SELECT project, run, seq, kind, content, working, key, created_at FROM events
+            WHERE project = %s AND run = %s AND seq > %s"""
+        params: list[Any] = [project, run, after_seq]
+        if upto_seq is not None:
+            query += " AND seq <= %s"
+            params.append(upto_seq)
+        query += " ORDER BY seq DESC" if newest else " ORDER BY seq"
+        if limit is not None:
+            query += " LIMIT %s"
+            params.append(max(0, limit))
+        rows = await self._rows(query, params)
+        found = [RunEvent(*row) for row in rows]
+        return found[::-1] if newest else found
+
+    async def run_state(self, project: str, run: str) -> RunState | None:
+        rows = await self._rows(
+            """SELECT project, run, last_seq, covered_seq, created_at, updated_at FROM event_runs
+            WHERE project = %s AND run = %s""",
+            (project, run),
+        )
+        return RunState(*rows[0]) if rows else None
+
+    async def advance_run(
+        self, project: str, run: str, covered_seq: int, snapshot: WorkingSnapshot | None, at: float
+    ) -> None:
+        def body(con: Conn) -> None:
+            row = con.execute(
+                "SELECT last_seq, covered_seq FROM event_runs WHERE project = %s AND run = %s FOR UPDATE",
+                (project, run),
+            ).fetchone()
+            if row is None or covered_seq <= int(row[1]):
+                return
+            con.execute(
+                "UPDATE event_runs SET covered_seq = %s, updated_at = %s WHERE project = %s AND run = %s",
+                (min(covered_seq, int(row[0])), at, project, run),
+            )
+            if snapshot is not None:
+                facts = json.dumps(
+                    [{"key": f.key, "content": f.content, "seq": f.seq, "kind": f.kind} for f in snapshot.facts]
+                )
+                con.execute(
+                    """INSERT INTO event_working (project, run, as_of_seq, facts, taken_at)
+                    VALUES (%s, %s, %s, %s, %s) ON CONFLICT (project, run) DO UPDATE SET
+                    as_of_seq = excluded.as_of_seq, facts = excluded.facts, taken_at = excluded.taken_at""",
+                    (project, run, snapshot.as_of_seq, facts, snapshot.taken_at),
+                )
+
+        await self._call(body)
+
+    async def working_snapshot(self, project: str, run: str) -> WorkingSnapshot | None:
+        rows = await self._rows(
+            "SELECT as_of_seq, facts, taken_at FROM event_working WHERE project = %s AND run = %s", (project, run)
+        )
+        if not rows:
+            return None
+        as_of, facts, taken_at = rows[0]
+        return WorkingSnapshot(int(as_of), tuple(WorkingFact(**f) for f in json.loads(facts)), float(taken_at))
+
+    async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
+        rows = await self._rows(
+            """SELECT project, run, last_seq, covered_seq, created_at, updated_at FROM event_runs
+            WHERE last_seq > covered_seq ORDER BY updated_at, project, run LIMIT %s""",
+            (limit,),
+        )
+        return [RunState(*row) for row in rows]
+
+    # -- status ------------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, Any]:
+        def run(con: Conn) -> dict[str, Any]:
+            row = con.execute(
+                """SELECT (SELECT count(*) FROM projects), (SELECT count(*) FROM sessions),
+                    (SELECT count(*) FROM messages), (SELECT count(*) FROM distillations),
+                    (SELECT count(*) FROM knowledge_versions WHERE is_current AND NOT is_deleted),
+                    (SELECT count(*) FROM entities WHERE merged_into IS NULL),
+                    (SELECT count(*) FROM passages),
+                    (SELECT value FROM lore_meta WHERE key = 'schema_version'),
+                    pg_database_size(current_database())"""
+            ).fetchone()
+            assert row is not None
+            projects, sessions, messages, distillations, knowledge, entities, passages, version, size = row
+            return {
+                "backend": self.name,
+                "path": self.location,
+                "size_bytes": int(size),
+                "schema_version": int(version or 0),
+                "projects": int(projects),
+                "sessions": int(sessions),
+                "messages": int(messages),
+                "distillations": int(distillations),
+                "knowledge": int(knowledge),
+                "entities": int(entities),
+                "index": {"ok": True, "passages": int(passages), "kind": f"tsvector ({self._config}), GIN"},
+                "server_version": self._server_version,
+                "pgvector": self._pgvector,
+            }
+
+        out = await self._call(run)
+        out["vectors"] = await self.vector_stats()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Row conversion
+# ---------------------------------------------------------------------------------------------
+
+
+def _at_least(version: str | None, wanted: tuple[int, ...]) -> bool:
+    if not version:
+        return False
+    parts = tuple(int(p) for p in re.findall(r"\d+", version)[: len(wanted)])
+    return parts >= wanted
+
+
+def _vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form, ``[x,y,...]`` (repr keeps every digit of a float)."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _message(row: tuple[Any, ...]) -> StoredMessage:
+    r = dict(zip(_MESSAGE_COLUMNS, row, strict=True))
+    r["blocks"] = json.loads(r["blocks"]) if r["blocks"] else []
+    r["usage"] = json.loads(r["usage"]) if r["usage"] else None
+    r["text"] = r["text"] or ""
+    r["complete"] = bool(r["complete"])
+    return StoredMessage(**r)
+
+
+def _distillation_row(d: StoredDistillation) -> tuple[Any, ...]:
+    return (
+        d.id, d.session_id, d.project, d.generation, _clean(d.text), json.dumps(d.source_ids), d.start, d.end,
+        d.method, d.source_tokens, d.input_tokens, d.output_tokens, d.compression_ratio, d.archived,
+        d.worker_provider, d.worker_model, d.created_at,
+    )  # fmt: skip
+
+
+def _distillation(row: tuple[Any, ...]) -> StoredDistillation:
+    r = dict(zip(_DISTILLATION_COLUMNS, row, strict=True))
+    return StoredDistillation(
+        id=r["id"],
+        session_id=r["session_id"],
+        project=r["project"] or "",
+        generation=int(r["generation"]),
+        text=r["content"],
+        source_ids=json.loads(r["source_ids"] or "[]"),
+        start=float(r["start_at"]),
+        end=float(r["end_at"]),
+        method=r["method"],
+        source_tokens=int(r["source_tokens"]),
+        input_tokens=int(r["input_tokens"]),
+        output_tokens=int(r["output_tokens"]),
+        compression_ratio=float(r["compression_ratio"]),
+        archived=bool(r["archived"]),
+        worker_provider=r["worker_provider"],
+        worker_model=r["worker_model"],
+        created_at=float(r["created_at"]),
+    )
+
+
+def _knowledge_row(v: KnowledgeVersion) -> tuple[Any, ...]:
+    return (
+        v.version_id, v.logical_id, v.version,
+        True,  # the written version becomes current; write_knowledge clears the previous one
+        v.is_deleted, v.category, _clean(v.title), _clean(v.content), v.scope, v.project, v.sensitivity,
+        v.created_by, v.updated_by, v.source_session, v.source_ref, v.worker_provider, v.worker_model,
+        v.created_at,
+    )  # fmt: skip
+
+
+def _knowledge(row: tuple[Any, ...]) -> KnowledgeVersion:
+    r = dict(zip(_KNOWLEDGE_COLUMNS, row, strict=True))
+    created_by = r["created_by"] or AUTHOR_USER
+    return KnowledgeVersion(
+        version_id=r["version_id"],
+        logical_id=r["logical_id"],
+        version=int(r["version"]),
+        category=r["category"],
+        title=r["title"],
+        content=r["content"],
+        scope=r["scope"],
+        project=r["project"] or "",
+        sensitivity=r["sensitivity"],
+        is_deleted=bool(r["is_deleted"]),
+        created_at=float(r["created_at"]),
+        created_by=created_by,
+        updated_by=r["updated_by"] or created_by,
+        source_session=r["source_session"],
+        source_ref=r["source_ref"],
+        worker_provider=r["worker_provider"],
+        worker_model=r["worker_model"],
+        is_current=bool(r["is_current"]),
+    )
+
+
+def _entity_row(e: Entity) -> tuple[Any, ...]:
+    return (
+        e.id, e.kind, _clean(e.name), json.dumps(e.aliases, ensure_ascii=False),
+        json.dumps(relations_json(e.relations), ensure_ascii=False), e.project, e.sensitivity, e.created_at,
+        e.updated_at, e.created_by, e.updated_by, e.merged_into,
+    )  # fmt: skip
+
+
+def _entity(row: tuple[Any, ...]) -> Entity:
+    r = dict(zip(_ENTITY_COLUMNS, row, strict=True))
+    created_by = r["created_by"] or AUTHOR_USER
+    return Entity(
+        id=r["id"],
+        kind=r["kind"],
+        name=r["canonical_name"],
+        aliases=aliases_from_json(json.loads(r["aliases"] or "[]")),
+        relations=relations_from_json(json.loads(r["relations"] or "[]")),
+        project=r["project"] or "",
+        sensitivity=r["sensitivity"] or "normal",
+        created_at=float(r["created_at"]),
+        updated_at=float(r["updated_at"]),
+        created_by=created_by,
+        updated_by=r["updated_by"] or created_by,
+        merged_into=r["merged_into"],
+    )
+
+
+def _session(row: tuple[Any, ...]) -> Session:
+    return Session(
+        id=row[0],
+        project=row[1] or "",
+        harness=row[2] or "",
+        model=row[3],
+        created_at=row[4],
+        updated_at=row[5],
+        title=row[6] or "",
+        message_count=int(row[7]),
+        branch_count=int(row[8]),
+    )
+
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
