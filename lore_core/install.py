@@ -30,6 +30,13 @@ DEFAULT_PLUGINS: dict[str, str] = {
     "lore-dashboard": "plugins/dashboard",
 }
 
+#: Plugins of the repository that a default install leaves out, and their folders: a team
+#: store on PostgreSQL is a choice (the default store is DuckDB). ``plugin_hint`` names them
+#: as it names the default ones.
+OPTIONAL_PLUGINS: dict[str, str] = {
+    "lore-store-postgres": "plugins/store_postgres",
+}
+
 #: The distribution with the default plugins, relative to the repository's root.
 DEFAULT_DISTRIBUTION = "packaging/lore"
 
@@ -78,11 +85,12 @@ def install_command(requirements: list[str]) -> str:
 
 
 def plugin_hint(*distributions: str) -> str:
-    """The command that adds these default plugins (``lore-store-duckdb``, ...) to this
+    """The command that adds these plugins (``lore-store-duckdb``, ...) to this
     ``lore``, from the checkout it came from; without one, the same command to run in a clone
     of the repository."""
     root = checkout_dir()
-    folders = [DEFAULT_PLUGINS[name] for name in distributions]
+    known = {**DEFAULT_PLUGINS, **OPTIONAL_PLUGINS}
+    folders = [known[name] for name in distributions]
     if root is not None:
         return install_command([str(root / folder) for folder in folders])
     names = ", ".join(distributions)

@@ -21,7 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from lore_core.install import DEFAULT_DISTRIBUTION, DEFAULT_PLUGINS, INSTALL_COMMAND, plugin_hint
+from lore_core.install import (
+    DEFAULT_DISTRIBUTION,
+    DEFAULT_PLUGINS,
+    INSTALL_COMMAND,
+    OPTIONAL_PLUGINS,
+    plugin_hint,
+)
 from lore_core.testing.net import free_port, spawn_logged, stop_process, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,12 +59,17 @@ def test_the_lore_distribution_is_the_kernel_with_every_default_plugin_from_this
     # `lore` on PATH comes from the kernel's entry point, declared again by the distribution.
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["scripts"] == root["project"]["scripts"] == {"lore": "lore_core.cli:main"}
-    # The same plugins `uv run` installs (the dev group), and every plugin of the repository.
+    # The same plugins `uv run` installs (the dev group, which has the optional ones too), and
+    # every plugin of the repository is either a default or an optional one.
     dev = {_name(r) for r in root["dependency-groups"]["dev"]}
-    assert set(DEFAULT_PLUGINS) <= dev
+    assert set(DEFAULT_PLUGINS) | set(OPTIONAL_PLUGINS) <= dev
+    assert not set(DEFAULT_PLUGINS) & set(OPTIONAL_PLUGINS)
     assert {p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file()} == {
-        Path(folder).name for folder in DEFAULT_PLUGINS.values()
+        Path(folder).name for folder in {**DEFAULT_PLUGINS, **OPTIONAL_PLUGINS}.values()
     }
+    for name, folder in OPTIONAL_PLUGINS.items():
+        declared = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]["name"]
+        assert declared == name
 
 
 def test_the_quickstart_documents_the_install_command() -> None:
@@ -66,7 +77,7 @@ def test_the_quickstart_documents_the_install_command() -> None:
 
 
 def test_install_hints_name_the_plugin_folder_in_this_checkout() -> None:
-    for name, folder in DEFAULT_PLUGINS.items():
+    for name, folder in {**DEFAULT_PLUGINS, **OPTIONAL_PLUGINS}.items():
         hint = plugin_hint(name)
         argv = shlex.split(hint)
         # A command that installs into the interpreter running lore, the folder as its argument.

@@ -36,14 +36,19 @@ class PostgresConfig:
     # each while they run): the writer, the indexer, recall and the API's reads.
     pool_size: int = setting(8, low=1, high=256)
     # Seconds one connection attempt may take before it counts as failed.
-    connect_timeout_s: int = setting(5, low=1, high=600)
+    connect_timeout: int = setting(5, low=1, high=600)
     # Attempts at open before the store reports the server unavailable (1 s, 2 s, 4 s ...
     # apart): a server restarting with the gateway is waited for, a server that is down
-    # is reported within about connect_timeout_s * attempts + 2 ** attempts seconds.
+    # is reported within about connect_timeout * attempts + 2 ** attempts seconds.
     connect_attempts: int = setting(4, low=1, high=20)
     # The text search configuration of the full-text index (PostgreSQL's own: "english"
     # stems, "simple" only lower-cases). A change rebuilds the index at the next open.
     text_search_config: str = "english"
+    # Use pgvector (HNSW, approximate) when the server has the extension. false: store
+    # vectors as real[] and search them exactly whatever the server has (what a server
+    # without pgvector gets anyway). A model's index keeps the kind it was made with until
+    # `lore reindex --full` drops it.
+    pgvector: bool = True
     # After a forget, rewrite the tables that held the session (VACUUM FULL) so that no data
     # file keeps the deleted rows' bytes. It locks those tables while it runs (seconds per
     # 100K messages): a team that forgets often on a large store may turn it off and run

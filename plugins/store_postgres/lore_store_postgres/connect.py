@@ -25,7 +25,7 @@ def shown_dsn(dsn: str) -> str:
     except psycopg.ProgrammingError:
         return "<an unreadable DSN>"  # its text may hold a password: never echoed
     params.pop("password", None)
-    return make_conninfo(**{k: v for k, v in params.items() if v is not None}) or "(libpq defaults)"
+    return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None}) or "(libpq defaults)"
 
 
 def connection_kwargs(settings: PostgresConfig, environ: dict[str, str] | None = None) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def connection_kwargs(settings: PostgresConfig, environ: dict[str, str] | None =
         )
     kwargs: dict[str, Any] = {
         "sslmode": settings.tls_mode,
-        "connect_timeout": settings.connect_timeout_s,
+        "connect_timeout": settings.connect_timeout,
         "application_name": "lore",
     }
     password = env.get(settings.password_env) if settings.password_env else None

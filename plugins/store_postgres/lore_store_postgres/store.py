@@ -251,7 +251,7 @@ class PostgresStore(Store):
             return
         if not self.dsn.strip():
             raise StoreUnavailable(
-                'store-postgres.dsn is not set: name the database in .lore.json, e.g. '
+                "store-postgres.dsn is not set: name the database in .lore.json, e.g. "
                 '{"store": {"backend": "postgres"}, "store-postgres": {"dsn": "postgresql://lore@db/lore"}}'
             )
         kwargs = connection_kwargs(self.settings, self._environ)
@@ -265,7 +265,7 @@ class PostgresStore(Store):
                 raise StoreUnavailable(
                     f"{self.location}: schema migration failed: {' '.join(str(exc).split())}"
                 ) from None
-            self._pgvector = self._ensure_pgvector(con)
+            self._pgvector = self._ensure_pgvector(con) if self.settings.pgvector else None
             row = con.execute("SHOW server_version").fetchone()
             self._server_version = str(row[0]).split()[0] if row else ""
             try:
@@ -290,10 +290,12 @@ class PostgresStore(Store):
             open=False,
         )
         try:
-            pool.open(wait=True, timeout=self.settings.connect_timeout_s * self.settings.connect_attempts)
+            pool.open(wait=True, timeout=self.settings.connect_timeout * self.settings.connect_attempts)
         except PoolTimeout:
             pool.close()
-            raise StoreUnavailable(f"cannot open a connection pool to PostgreSQL at {self.location}") from None
+            raise StoreUnavailable(
+                f"cannot open a connection pool to PostgreSQL at {self.location}"
+            ) from None
         self._pool = pool
         self._opened_at = time.time()
 
@@ -348,6 +350,8 @@ class PostgresStore(Store):
         vectors = (
             f"pgvector {self._pgvector} (HNSW, approximate)"
             if self._pgvector
+            else "exact (pgvector turned off in store-postgres)"
+            if not self.settings.pgvector
             else "exact (the server has no pgvector extension)"
         )
         return {
@@ -380,9 +384,7 @@ class PostgresStore(Store):
                 f"no connection to PostgreSQL at {self.location} within {_POOL_WAIT_SECONDS:.0f} s"
             ) from None
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(
-                f"PostgreSQL at {self.location}: {' '.join(str(exc).split())}"
-            ) from None
+            raise StoreUnavailable(f"PostgreSQL at {self.location}: {' '.join(str(exc).split())}") from None
 
     async def _call(self, body: Callable[[Conn], T]) -> T:
         return await asyncio.to_thread(self._with, body)
@@ -429,7 +431,10 @@ class PostgresStore(Store):
                   updated_at = greatest(sessions.updated_at, excluded.updated_at),
                   title = CASE WHEN sessions.title = '' THEN excluded.title
                           ELSE sessions.title END""",
-                [(s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title) for s in batch.sessions],
+                [
+                    (s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title)
+                    for s in batch.sessions
+                ],
             )
         if not batch.messages:
             return 0
@@ -460,7 +465,9 @@ class PostgresStore(Store):
             if m.id not in added:
                 continue
             passages = self._calls.cut(m.session_id, m.role, m.blocks, m.text or "")
-            rows += self._passage_rows(m.id, m.session_id, m.project, m.role, m.position, m.created_at, passages)
+            rows += self._passage_rows(
+                m.id, m.session_id, m.project, m.role, m.position, m.created_at, passages
+            )
         self._insert_passages(cur, rows)
         return len(added)
 
@@ -592,7 +599,8 @@ class PostgresStore(Store):
         # words are \w+ runs, so no operator of its syntax reaches it); stop words drop out,
         # and a query of stop words alone matches nothing.
         terms = " or ".join(dict.fromkeys(w.lower() for w in words))
-        filters, params = "", [self._config, _clean(terms)]
+        filters = ""
+        params: list[Any] = [self._config, _clean(terms)]
         if session_id is not None:
             filters += " AND session_id = %s"
             params.append(session_id)
@@ -614,7 +622,8 @@ class PostgresStore(Store):
                 text=text, position=int(position or 0), created_at=float(at or 0.0), passage=int(passage),
                 start=int(start), end=int(end), tool=tool, source=source,
             )
-            for item, passage, start, end, session, proj, role, tool, source, position, at, text, score in rows
+            for item, passage, start, end, session, proj, role, tool, source, position, at, text, score
+            in rows
         ]  # fmt: skip
 
     async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -651,7 +660,13 @@ class PostgresStore(Store):
                 for seq, ident, session, proj, role, position, at, blocks, text, distilled in items:
                     if distilled:
                         rows += self._passage_rows(
-                            DISTILLATION_PREFIX + ident, session, proj, DISTILLATION_ROLE, 0, at, cut_text(text)
+                            DISTILLATION_PREFIX + ident,
+                            session,
+                            proj,
+                            DISTILLATION_ROLE,
+                            0,
+                            at,
+                            cut_text(text),
                         )
                     else:
                         passages = calls.cut(session, role, json.loads(blocks) if blocks else [], text or "")
@@ -692,7 +707,9 @@ class PostgresStore(Store):
                 ).rowcount
             cur.execute("DELETE FROM sessions WHERE id = %s", one)
             if keys:
-                cur.execute("DELETE FROM session_state WHERE session_id = %s AND key = ANY(%s)", (session_id, keys))
+                cur.execute(
+                    "DELETE FROM session_state WHERE session_id = %s AND key = ANY(%s)", (session_id, keys)
+                )
             found = bool(sessions or messages or distillations)
             return found, messages, distillations, passages, vectors, keys
 
@@ -819,7 +836,9 @@ class PostgresStore(Store):
     def _create_model(self, con: Conn, model: str, dimensions: int) -> tuple[str, int, str, int]:
         table = _table_name(model)
         storage = "vector" if self._pgvector else "real[]"
-        column = sql.SQL("vector({})").format(sql.Literal(dimensions)) if self._pgvector else sql.SQL("real[]")
+        column = (
+            sql.SQL("vector({})").format(sql.Literal(dimensions)) if self._pgvector else sql.SQL("real[]")
+        )
         ident = sql.Identifier(table)
         con.execute(
             sql.SQL(
@@ -890,7 +909,8 @@ class PostgresStore(Store):
             alive = {
                 r[0]
                 for r in con.execute(
-                    "SELECT id FROM messages WHERE id = ANY(%s) UNION SELECT id FROM distillations WHERE id = ANY(%s)",
+                    "SELECT id FROM messages WHERE id = ANY(%s) "
+                    "UNION SELECT id FROM distillations WHERE id = ANY(%s)",
                     (ids, ids),
                 ).fetchall()
             }
@@ -912,7 +932,8 @@ class PostgresStore(Store):
                 cast = sql.SQL("vector" if storage == "vector" else "real[]")
                 con.cursor().executemany(
                     sql.SQL(
-                        """INSERT INTO {} (seq, kind, item_id, chunk, session_id, project, created_at, embedding)
+                        """INSERT INTO {}
+                            (seq, kind, item_id, chunk, session_id, project, created_at, embedding)
                         VALUES (%s, %s, %s, %s, %s, %s, %s, %s::{})"""
                     ).format(sql.Identifier(table), cast),
                     rows,
@@ -960,7 +981,8 @@ class PostgresStore(Store):
             ident = sql.Identifier(table)
             if storage == "vector":
                 con.execute(
-                    "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(_EF_SEARCH_MAX, max(40, limit))),)
+                    "SELECT set_config('hnsw.ef_search', %s, true)",
+                    (str(min(_EF_SEARCH_MAX, max(40, limit))),),
                 )
                 if filters and _at_least(self._pgvector, (0, 8)):
                     # pgvector >= 0.8 goes on scanning the graph until `limit` rows pass the
@@ -1009,7 +1031,8 @@ class PostgresStore(Store):
             rest = [i for i in ids if i not in {r[0] for r in messages}]
             distillations = (
                 con.execute(
-                    "SELECT id, session_id, project, created_at, content FROM distillations WHERE id = ANY(%s)",
+                    "SELECT id, session_id, project, created_at, content FROM distillations "
+                    "WHERE id = ANY(%s)",
                     (rest,),
                 ).fetchall()
                 if rest
@@ -1023,7 +1046,15 @@ class PostgresStore(Store):
             blocks = json.loads(r[6]) if r[6] else []
             items[r[0]] = (*r[:6], message_passages(r[3], blocks, r[7] or "", until=last[r[0]]))
         for r in distillations:
-            items[r[0]] = (DISTILLATION_PREFIX + r[0], r[1], r[2], DISTILLATION_ROLE, 0, r[3], cut_text(r[4] or ""))
+            items[r[0]] = (
+                DISTILLATION_PREFIX + r[0],
+                r[1],
+                r[2],
+                DISTILLATION_ROLE,
+                0,
+                r[3],
+                cut_text(r[4] or ""),
+            )
         hits = []
         for ref in refs:
             item = items.get(ref.item)
@@ -1033,8 +1064,8 @@ class PostgresStore(Store):
             hits.append(
                 SearchHit(
                     id=item[0], session_id=item[1], project=item[2] or "", role=item[3], score=ref.score,
-                    text=p.text, position=int(item[4] or 0), created_at=float(item[5] or 0.0), passage=p.index,
-                    start=p.start, end=p.end, tool=p.tool, source=p.source,
+                    text=p.text, position=int(item[4] or 0), created_at=float(item[5] or 0.0),
+                    passage=p.index, start=p.start, end=p.end, tool=p.tool, source=p.source,
                 )
             )  # fmt: skip
         return hits
@@ -1057,7 +1088,12 @@ class PostgresStore(Store):
                         sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
                     ).fetchone() or (0,)
                     index = "hnsw" if storage == "vector" else "exact"
-                    stats = {"dimensions": dims, "vectors": int(count), "watermark": watermark, "index": index}
+                    stats = {
+                        "dimensions": dims,
+                        "vectors": int(count),
+                        "watermark": watermark,
+                        "index": index,
+                    }
                 (pending,) = con.execute(_BEHIND_SQL, {"after": stats["watermark"]}).fetchone() or (0,)
                 out[name] = {**stats, "pending": int(pending)}
             return out
@@ -1086,7 +1122,9 @@ class PostgresStore(Store):
             # Serialises writers of one entry (two gateways editing it): the second waits
             # and then sees the first's version, so exactly one of two equal versions wins.
             con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("k:" + v.logical_id,))
-            if con.execute("SELECT 1 FROM knowledge_versions WHERE version_id = %s", (v.version_id,)).fetchone():
+            if con.execute(
+                "SELECT 1 FROM knowledge_versions WHERE version_id = %s", (v.version_id,)
+            ).fetchone():
                 return False
             (latest,) = con.execute(
                 "SELECT max(version) FROM knowledge_versions WHERE logical_id = %s", (v.logical_id,)
@@ -1094,7 +1132,9 @@ class PostgresStore(Store):
             expected = int(latest) + 1 if latest is not None else 1
             if v.version != expected:
                 # Raised inside the transaction: it is rolled back, nothing is written.
-                raise KnowledgeConflict(f"k:{v.logical_id}: version {v.version} does not follow {expected - 1}")
+                raise KnowledgeConflict(
+                    f"k:{v.logical_id}: version {v.version} does not follow {expected - 1}"
+                )
             con.execute(
                 "UPDATE knowledge_versions SET is_current = false WHERE logical_id = %s AND is_current",
                 (v.logical_id,),
@@ -1133,7 +1173,9 @@ class PostgresStore(Store):
         self, project: str, *, logical_id: str | None = None, title: str | None = None
     ) -> KnowledgeVersion | None:
         if logical_id is not None:
-            rows = await self._rows(f"{_KNOWLEDGE_SELECT} WHERE logical_id = %s AND is_current", (logical_id,))
+            rows = await self._rows(
+                f"{_KNOWLEDGE_SELECT} WHERE logical_id = %s AND is_current", (logical_id,)
+            )
             if rows:
                 # The entry's own state decides: alive (un-deleted) means no tombstone.
                 found = _knowledge(rows[0])
@@ -1184,11 +1226,13 @@ class PostgresStore(Store):
 
     async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
         return await self._call(
-            lambda con: con.execute(
-                """UPDATE knowledge_metrics SET confidence = confidence * %s
+            lambda con: (
+                con.execute(
+                    """UPDATE knowledge_metrics SET confidence = confidence * %s
                 WHERE last_reinforced_at IS NULL OR last_reinforced_at < %s""",
-                (factor, not_reinforced_since),
-            ).rowcount
+                    (factor, not_reinforced_since),
+                ).rowcount
+            )
         )
 
     async def record_contradiction(self, judgement: KnowledgeContradiction) -> None:
@@ -1205,10 +1249,18 @@ class PostgresStore(Store):
                   judged_at = excluded.judged_at, judged_by = excluded.judged_by,
                   reason = excluded.reason, kept_id = excluded.kept_id""",
                 (
-                    c.first_id, c.second_id, c.project, c.status, c.first_fingerprint,
-                    c.second_fingerprint, c.judged_at, c.judged_by, c.reason, c.kept_id,
+                    c.first_id,
+                    c.second_id,
+                    c.project,
+                    c.status,
+                    c.first_fingerprint,
+                    c.second_fingerprint,
+                    c.judged_at,
+                    c.judged_by,
+                    c.reason,
+                    c.kept_id,
                 ),
-            )  # fmt: skip
+            )
         )
 
     async def knowledge_contradictions(
@@ -1411,7 +1463,10 @@ class PostgresStore(Store):
             )
             if snapshot is not None:
                 facts = json.dumps(
-                    [{"key": f.key, "content": f.content, "seq": f.seq, "kind": f.kind} for f in snapshot.facts]
+                    [
+                        {"key": f.key, "content": f.content, "seq": f.seq, "kind": f.kind}
+                        for f in snapshot.facts
+                    ]
                 )
                 con.execute(
                     """INSERT INTO event_working (project, run, as_of_seq, facts, taken_at)
@@ -1424,12 +1479,15 @@ class PostgresStore(Store):
 
     async def working_snapshot(self, project: str, run: str) -> WorkingSnapshot | None:
         rows = await self._rows(
-            "SELECT as_of_seq, facts, taken_at FROM event_working WHERE project = %s AND run = %s", (project, run)
+            "SELECT as_of_seq, facts, taken_at FROM event_working WHERE project = %s AND run = %s",
+            (project, run),
         )
         if not rows:
             return None
         as_of, facts, taken_at = rows[0]
-        return WorkingSnapshot(int(as_of), tuple(WorkingFact(**f) for f in json.loads(facts)), float(taken_at))
+        return WorkingSnapshot(
+            int(as_of), tuple(WorkingFact(**f) for f in json.loads(facts)), float(taken_at)
+        )
 
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         rows = await self._rows(

@@ -22,6 +22,19 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 _numbers = itertools.count()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test class with ``only_tests_about`` runs only the tests whose names have one of
+    those words: a second configuration of the store re-runs what it changes, not the whole
+    suite again."""
+    keep, drop = [], []
+    for item in items:
+        words = getattr(getattr(item, "cls", None), "only_tests_about", None)
+        (keep if words is None or any(w in item.name for w in words) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """The DSN of a running server's maintenance database (``postgres``)."""
@@ -50,7 +63,7 @@ def pg_dsn(pg_server: str) -> Iterator[str]:
     params = conninfo_to_dict(pg_server)
     params["dbname"] = name
     try:
-        yield make_conninfo(**{k: v for k, v in params.items() if v is not None})
+        yield make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
     finally:
         with psycopg.connect(pg_server, autocommit=True) as con:
             con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
