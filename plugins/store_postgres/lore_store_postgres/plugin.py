@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+import attrs
+
 from lore_core import hookimpl
 from lore_core.config import LoreConfig, default_data_dir
 from lore_core.interfaces import Store, StoreFactory
@@ -20,6 +22,10 @@ def make_store(config: LoreConfig) -> Store:
     from lore_store_postgres.store import PostgresStore
 
     settings = _settings(config)
+    if not settings.dsn and config.store.path:
+        # store.path (LORE_DB_PATH) names where the store is: for this backend, the DSN. The
+        # environment variable suits a container or a CI job; the section wins when set.
+        settings = attrs.evolve(settings, dsn=config.store.path)
     # The kernel's journal holds what this gateway acknowledged and has not committed: it
     # belongs to the machine, one per database (named by a digest of the DSN, which is
     # not secret but need not appear in a file name).
