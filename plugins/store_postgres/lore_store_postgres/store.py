@@ -985,9 +985,10 @@ class PostgresStore(Store):
                     (str(min(_EF_SEARCH_MAX, max(40, limit))),),
                 )
                 if filters and _at_least(self._pgvector, (0, 8)):
-                    # pgvector >= 0.8 goes on scanning the graph until `limit` rows pass the
-                    # filters; before it, a selective filter could leave few of the ef_search
-                    # candidates (a session's rows are rarely among the nearest of all).
+                    # A selective filter (a session) is planned on its btree index and sorted
+                    # exactly; a broader one may go through the HNSW index, where pgvector
+                    # >= 0.8 goes on scanning the graph until `limit` rows pass the filter
+                    # (before 0.8 only the ef_search candidates were filtered: a result short).
                     con.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
                 query = sql.SQL(
                     "SELECT item_id, chunk, 1 - (embedding <=> %s::vector) AS score FROM {}{} "
