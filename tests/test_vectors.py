@@ -33,9 +33,7 @@ class TopicEmbedder(Embedder):
     """A deterministic embedder: one axis per topic, plus a small constant component."""
 
     name = "topics"
-    # Not lore_core.testing.builders.TopicEmbedder's "topics-v1": other axes, so another
-    # model (a store keyed by model id must never mix their vectors).
-    model_id = "topics-vectors-v1"
+    model_id = "topics-v1"
     dimensions = len(_TOPICS) + 1
 
     def __init__(self) -> None:
