@@ -912,17 +912,25 @@ class DuckDBStore(Store):
         )
         return {k: json.loads(v) for k, v in rows}
 
+    # A session's messages and branches (its leaves: messages no other message of it follows).
+    # The asked sessions' messages are read once (`picked`) and the leaves found among them: a
+    # correlated NOT EXISTS over `messages` built its anti-join on the whole table, whatever
+    # was listed (list_sessions of 51 sessions: ~65 ms at 200K messages, ~0.6 s at 1M).
     _SESSION_SQL = """
+        WITH picked AS (
+            SELECT m.id, m.session_id, m.parent_id FROM messages m {where_messages}
+        ), parents AS (
+            SELECT DISTINCT session_id, parent_id FROM picked WHERE parent_id IS NOT NULL
+        ), counts AS (
+            SELECT p.session_id, count(*) AS n, count(*) FILTER (WHERE q.parent_id IS NULL) AS leaves
+            FROM picked p
+            LEFT JOIN parents q ON q.session_id = p.session_id AND q.parent_id = p.id
+            GROUP BY p.session_id
+        )
         SELECT s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title,
                coalesce(c.n, 0), coalesce(c.leaves, 0)
         FROM sessions s
-        LEFT JOIN (
-            SELECT m.session_id, count(*) AS n,
-                   count(*) FILTER (WHERE NOT EXISTS (
-                       SELECT 1 FROM messages k WHERE k.session_id = m.session_id AND k.parent_id = m.id
-                   )) AS leaves
-            FROM messages m {where_messages} GROUP BY m.session_id
-        ) c ON c.session_id = s.id
+        LEFT JOIN counts c ON c.session_id = s.id
     """
 
     async def get_session(self, session_id: str) -> Session | None:
@@ -942,9 +950,9 @@ class DuckDBStore(Store):
             ]
             if not ids:
                 return []
-            sql = self._SESSION_SQL.format(where_messages="WHERE m.session_id IN (SELECT unnest(?))")
-            sql += " WHERE s.id IN (SELECT unnest(?)) ORDER BY s.updated_at DESC, s.id DESC"
-            return self._query(sql, (ids, ids))
+            sql = self._SESSION_SQL.format(where_messages=f"WHERE m.session_id IN {_literals(ids)}")
+            sql += f" WHERE s.id IN {_literals(ids)} ORDER BY s.updated_at DESC, s.id DESC"
+            return self._query(sql)
 
         return [_session(r) for r in await asyncio.to_thread(run)]
 
