@@ -188,3 +188,19 @@ def test_uninstall_undoes_setups_and_purges_only_when_asked(
     assert report["removed"] == [str(data_dir), str(config_dir)] and report["setups"] == {}
     assert not data_dir.exists() and not config_dir.exists()
     assert settings.exists()  # the client's own file stays
+
+
+def test_doctor_says_whether_each_set_up_agent_still_points_at_the_gateway(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert lore(capsys, "setup", "claude", "--no-start")[0] == 0
+    _, out, _ = lore(capsys, "doctor")
+    assert "ok    setup    claude: its own configuration points at http://127.0.0.1:18377" in out.splitlines()
+    monkeypatch.setenv("LORE_PORT", "18400")  # the gateway moved; the file did not
+    _, out, _ = lore(capsys, "doctor")
+    line = next(line for line in out.splitlines() if line.startswith("warn  setup"))
+    assert (
+        "claude: its files no longer point at http://127.0.0.1:18400" in line
+        and "env.ANTHROPIC_BASE_URL" in line
+    )
+    assert "lore setup claude writes them again" in out

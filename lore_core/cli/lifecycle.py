@@ -52,7 +52,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     doctor = sub.add_parser(
         "doctor",
-        help="check the setup: configuration, data directory, store, gateway, plugins, clients, worker",
+        help="check the setup: configuration, data directory, store, gateway, plugins, clients, "
+        "agent setups, worker",
         description="Check what Lore needs and say what to do about each problem. Exit code 1 when "
         "something is broken (FAIL), 0 otherwise (warnings included).",
         epilog="examples:\n  lore doctor\n  lore doctor --json",
@@ -306,6 +307,7 @@ def _doctor_checks() -> Iterator[Check]:
     yield from _plugin_checks(pm)
     if config is not None:
         yield from _client_checks(registry, gateway_url(config.server.host, config.server.port))
+        yield from _setup_checks(registry, gateway_url(config.server.host, config.server.port))
         yield _worker_check(config, health)
 
 
@@ -435,6 +437,41 @@ def _client_checks(registry: Any, url: str) -> Iterator[Check]:
             package = harness.npm_package
             hint = f"npm install -g {package}" if package else ""
             yield Check(INFO, "client", f"{name}: {plan.argv[0]} is not on PATH", hint)
+
+
+def _setup_checks(registry: Any, url: str) -> Iterator[Check]:
+    """Each agent ``lore setup`` wrote into: do its files still point at this gateway?"""
+    from lore_core.cli.setup import SetupError, current_value, plan_setup, read_ledger
+
+    try:
+        ledger = read_ledger()
+    except SetupError as exc:
+        yield Check(WARN, "setup", str(exc))
+        return
+    for agent, entry in sorted(ledger.items()):
+        harness = registry.harnesses.get(agent)
+        if harness is None:
+            yield Check(
+                WARN,
+                "setup",
+                f"{agent}: set up, but no such harness is installed",
+                f"lore setup undo {agent}",
+            )
+            continue
+        try:
+            wanted = plan_setup(harness.setup_settings(url), entry.get("settings", []))
+            current = [current_value(change.path, change.key) for change in wanted]
+        except SetupError as exc:
+            yield Check(WARN, "setup", f"{agent}: {exc}")
+            continue
+        off = [
+            c.path + ": " + ".".join(c.key) for c, now in zip(wanted, current, strict=True) if now != c.value
+        ]
+        if off:
+            yield Check(WARN, "setup", f"{agent}: its files no longer point at {url} ({'; '.join(off)})",
+                        f"lore setup {agent} writes them again")  # fmt: skip
+        else:
+            yield Check(OK, "setup", f"{agent}: its own configuration points at {url}")
 
 
 def _worker_check(config: LoreConfig, health: dict[str, Any] | None) -> Check:

@@ -130,6 +130,13 @@ def _lookup(doc: dict[str, Any], key: list[str]) -> tuple[Any, int]:
     return node.get(key[-1], _MISSING), len(key) - 1
 
 
+def current_value(path: str, key: list[str]) -> Any:
+    """What the client's file holds at ``key`` now (``None`` when nothing: ``lore doctor``)."""
+    doc, _ = _load(Path(path))
+    value, _ = _lookup(doc, key)
+    return None if value is _MISSING else value
+
+
 def _assign(doc: dict[str, Any], key: list[str], value: Any) -> None:
     node = doc
     for part in key[:-1]:
