@@ -725,7 +725,7 @@ def limit_arg(value: str) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     def action(reader: Any) -> int:
-        project = _project_filter(args)
+        project = None if args.all else _project_filter(args)
         rows = reader.sessions(project, args.limit)
         if args.json:
             _print_json(rows)
@@ -1832,6 +1832,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     # Store readers: through the running gateway's API, else the store file directly.
     sessions = sub.add_parser("sessions", help="list stored sessions, newest first")
     sessions.add_argument("--project", default=None, help="only this project (its directory)")
+    sessions.add_argument(
+        "--all", action="store_true", help="every project: the default here (a listing), as --all elsewhere"
+    )
     sessions.add_argument("--limit", type=limit_arg, default=50, help=LIMIT_HELP)
     sessions.add_argument("--json", action="store_true", help="print JSON")
     sessions.set_defaults(func=cmd_sessions)
