@@ -8,6 +8,7 @@ No test asserts a wall-clock limit: they poll with generous deadlines."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ from lore_core.distill.prompts import OBSERVER_MARKER, REFLECTOR_MARKER
 from lore_core.storage.records import StoredDistillation, main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.fake_worker import observer_responder, request_texts
-from lore_core.testing.net import free_port
+from lore_core.testing.net import refusing_url
 from lore_core.testing.poll import poll
 from lore_core.testing.server import ThreadedServer
 
@@ -164,11 +165,18 @@ def test_manual_distill_through_the_gateway_and_the_tail_waits(
     assert cli.main(["distill", "--session", "nope"]) == 1
 
 
-def test_without_a_reachable_worker_the_extractive_observer_runs(start_gateway, fake_upstream):
+@pytest.fixture
+def dead_url() -> Iterator[str]:
+    # Held for the whole test: the gateway it starts could otherwise be given that port.
+    with refusing_url() as url:
+        yield url
+
+
+def test_without_a_reachable_worker_the_extractive_observer_runs(start_gateway, fake_upstream, dead_url):
     fake_upstream.responder = observer_responder()
     # A configured worker nobody listens on; one failure opens its circuit breaker.
     worker = {
-        "upstream": f"http://127.0.0.1:{free_port()}",
+        "upstream": dead_url,
         "apiKey": "unused-key",
         "model": "claude-test",
         "maxRetries": 0,

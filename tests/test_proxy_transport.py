@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import brotli
 import httpx
@@ -15,7 +16,7 @@ import zstandard
 
 from lore_core import hookimpl
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
-from lore_core.testing.net import free_port
+from lore_core.testing.net import refusing_url
 
 MESSAGES_BODY = {"model": "claude-x", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -189,8 +190,11 @@ def test_persistent_503_reaches_the_client_after_bounded_retries(start_gateway, 
     assert len(fake_upstream.api_requests()) == 3
 
 
-def _closed_port_url() -> str:
-    return f"http://127.0.0.1:{free_port()}"
+@pytest.fixture
+def dead_url() -> Iterator[str]:
+    # Held for the whole test: the gateway it starts could otherwise be given that port.
+    with refusing_url() as url:
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -201,8 +205,8 @@ def _closed_port_url() -> str:
         ("/v1/responses", {"model": "gpt-x", "input": "hi"}, "openai"),
     ],
 )
-def test_unreachable_upstream_gives_502_in_the_api_shape(start_gateway, path, body, shape):
-    dead = _closed_port_url()
+def test_unreachable_upstream_gives_502_in_the_api_shape(start_gateway, dead_url, path, body, shape):
+    dead = dead_url
     server = start_gateway(config={"upstream": {"retryBackoffSeconds": 0.01}})
     response = post(server.url + path, json=body, headers={"x-lore-upstream-url": dead})
     assert response.status_code == 502

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -9,7 +10,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def refusing_url() -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` where nothing listens, for as long as the block runs: the
+    port stays bound (never listening), so no server started meanwhile can be given it, as
+    a port from :func:`free_port`, released at once, can be."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    try:
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
+    finally:
+        held.close()
 
 
 def wait_for_http(
