@@ -586,11 +586,14 @@ def load_config(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     extra_env: Mapping[str, tuple[str, str]] | None = None,
+    core_only: bool = False,
 ) -> LoreConfig:
     """Read, merge, override and validate the configuration.
 
     ``plugin_sections`` maps plugin keys to their attrs classes (from
     ``lore_config_sections``); ``extra_env`` adds plugins' environment overrides.
+    ``core_only``: read the core sections and leave the others unchecked (a command that
+    only asks a running gateway, which checked them, loads no plugin to know them).
     """
     env = os.environ if env is None else env
     plugin_sections = dict(plugin_sections or {})
@@ -626,7 +629,7 @@ def load_config(
             raw[section] = {**(section_raw if isinstance(section_raw, Mapping) else {}), key: value}
 
     unknown = sorted(set(raw) - set(all_sections) - {"$schema"})
-    if unknown:
+    if unknown and not core_only:
         known = ", ".join(sorted(all_sections))
         raise ConfigError(f"{unknown[0]}: unknown key (known top-level keys: {known})")
 

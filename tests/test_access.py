@@ -18,6 +18,7 @@ import pytest
 from lore_core import cli
 from lore_core.config import default_data_dir
 from lore_core.http import access
+from lore_core.http.token import TOKEN_FILE
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.net import free_port
 from lore_core.testing.server import ThreadedServer
@@ -43,7 +44,7 @@ def test_the_token_is_made_at_first_start_private_and_required_by_the_api(
     start_gateway: Callable[..., ThreadedServer],
 ) -> None:
     server = start_gateway(config={"store": {"backend": "memory"}})
-    path = default_data_dir() / access.TOKEN_FILE
+    path = default_data_dir() / TOKEN_FILE
     token = path.read_text().strip()
     assert len(token) >= 43 and token == token_of(server)  # 32 random bytes, URL-safe base64
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

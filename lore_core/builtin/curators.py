@@ -1,24 +1,29 @@
 """Registers the built-in curators: the LLM observer, reflector and knowledge curator
-(through the worker model) and the deterministic extractive observer (no LLM)."""
+(through the worker model) and the deterministic extractive observer (no LLM).
+
+Each factory imports its curator when it is called: the curators load the worker's HTTP
+client, which a ``lore`` command that only reads the store must not pay for at start-up.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from lore_core.distill.observer import ExtractiveObserver, Observer
-from lore_core.distill.reflector import Reflector
 from lore_core.hookspecs import hookimpl
 from lore_core.interfaces import Curator, CuratorContext, CuratorFactory
-from lore_core.knowledge.curator import KnowledgeCurator
 from lore_core.plugins import Factory
 
 
 def _llm_observer(ctx: CuratorContext) -> Curator:
+    from lore_core.distill.observer import Observer
+
     # Falls back to the extractive observer whenever the worker is unusable.
     return Observer(ctx.worker, ctx.config.distill.tool_output_max_chars)
 
 
 def _extractive_observer(ctx: CuratorContext) -> Curator:
+    from lore_core.distill.observer import ExtractiveObserver
+
     return ExtractiveObserver(ctx.config.distill.tool_output_max_chars)
 
 
@@ -26,12 +31,16 @@ def _llm_knowledge(ctx: CuratorContext) -> Curator | None:
     # Without a worker client nothing is invented: knowledge then comes from people only.
     if ctx.worker is None:
         return None
+    from lore_core.knowledge.curator import KnowledgeCurator
+
     return KnowledgeCurator(ctx.worker, include_sensitive=ctx.config.knowledge.worker_sees_sensitive)
 
 
 def _llm_reflector(ctx: CuratorContext) -> Curator | None:
     # Without a worker client consolidation waits: an extractive summary of summaries would
     # lose what the logs keep.
+    from lore_core.distill.reflector import Reflector
+
     return Reflector(ctx.worker) if ctx.worker is not None else None
 
 

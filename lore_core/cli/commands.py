@@ -665,16 +665,22 @@ def _gateway_url(host: str, port: int) -> str | None:
 
 
 def _open_reader() -> _ApiReader | _DirectReader:
+    from lore_core.config import load_config
+    from lore_core.http.token import cli_token
+
+    # A running gateway answers for its store: asking it needs the core configuration
+    # only (where it listens, its token), not the plugins, which take most of a second
+    # to load.
+    config = load_config(core_only=True)
+    url = _gateway_url(config.server.host, config.server.port)
+    if url is not None:
+        return _ApiReader(url, cli_token(config))
+
     from lore_core.plugins import bootstrap
     from lore_core.storage.writer import choose_store
 
     # The same plugins and configuration the gateway would load, without starting one.
     boot = bootstrap()
-    url = _gateway_url(boot.config.server.host, boot.config.server.port)
-    if url is not None:
-        from lore_core.http.access import cli_token
-
-        return _ApiReader(url, cli_token(boot.config))
     return _DirectReader(choose_store(boot.config, boot.registry.stores), boot)
 
 
@@ -1405,7 +1411,7 @@ def cmd_import_history(args: argparse.Namespace) -> int:
         url = _gateway_url(boot.config.server.host, boot.config.server.port)
         if url is not None:
             # The gateway holds the store: it runs the import (POST /lore/api/import/history).
-            from lore_core.http.access import cli_token
+            from lore_core.http.token import cli_token
 
             reader = _ApiReader(url, cli_token(boot.config))
             # Where this command's environment says the client keeps its history.
@@ -1649,10 +1655,11 @@ def cmd_token(args: argparse.Namespace) -> int:
     import json
 
     from lore_core.http import access
+    from lore_core.http.token import configured_token, token_path
     from lore_core.plugins import bootstrap
 
     config = bootstrap().config
-    fixed = access.configured_token(config)
+    fixed = configured_token(config)
     if fixed is not None:
         if args.rotate:
             print(
@@ -1663,7 +1670,7 @@ def cmd_token(args: argparse.Namespace) -> int:
             json.dumps({"token": fixed, "rotated": False, "source": "configuration"}) if args.json else fixed
         )
         return 0
-    path = access.token_path()
+    path = token_path()
     try:
         token = access.rotate_token(path) if args.rotate else access.load_or_create_token(path)
     except access.TokenError as exc:

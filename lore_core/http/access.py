@@ -37,18 +37,18 @@ import os
 import secrets
 import tempfile
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
 
 from lore_core.config import LoreConfig, default_data_dir
+from lore_core.http.token import configured_token, token_path
 from lore_core.pipeline.upstream import UPSTREAM_URL_HEADER, BadUpstreamURL, validate_base_url
 
 log = logging.getLogger("lore.access")
 
-TOKEN_FILE = "gateway.token"
 #: The header the token travels in on the model routes.
 TOKEN_HEADER = "x-lore-token"
 #: Paths that read or change memory: always behind the token. ``/mcp`` is the MCP server's
@@ -59,10 +59,6 @@ _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhos
 
 class TokenError(RuntimeError):
     """The token file cannot be read or written; the message says which and why."""
-
-
-def token_path(data_dir: Path | None = None) -> Path:
-    return (data_dir or default_data_dir()) / TOKEN_FILE
 
 
 def new_token() -> str:
@@ -109,10 +105,6 @@ def rotate_token(path: Path) -> str:
     except OSError as exc:
         raise TokenError(f"cannot write the gateway token {path}: {exc.strerror or exc}") from None
     return token
-
-
-def configured_token(config: LoreConfig) -> str | None:
-    return config.server.token or None
 
 
 class TokenKeeper:
@@ -293,22 +285,6 @@ def check(
     if not local and not upstream_allowed(headers.get(UPSTREAM_URL_HEADER), allowed_upstreams(config)):
         # Not an open relay into the gateway's network for whoever holds a team token.
         return Refusal(403, "remote clients may name only a configured upstream in X-Lore-Upstream-URL")
-    return None
-
-
-def cli_token(config: LoreConfig, data_dirs: Iterable[Path] = ()) -> str | None:
-    """The token the CLI sends: the configured one, else the data directory's file (the
-    CLI never makes one: the gateway does at its first start)."""
-    fixed = configured_token(config)
-    if fixed is not None:
-        return fixed
-    for path in [token_path(d) for d in data_dirs] or [token_path()]:
-        try:
-            token = path.read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            continue
-        if token:
-            return token
     return None
 
 

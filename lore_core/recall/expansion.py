@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import attrs
 
 from lore_core.recall.prompts import load_prompt
-from lore_core.worker.client import WorkerUnavailable
+from lore_core.worker.errors import WorkerUnavailable
 
 DEFAULT_TIMEOUT_SECONDS = 3.0
 MAX_REPHRASINGS = 3

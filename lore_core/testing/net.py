@@ -59,7 +59,7 @@ def api_headers() -> dict[str, str]:
     configured one, else the data directory's file; tests run the gateway in-process with
     the same environment)."""
     from lore_core.config import load_config
-    from lore_core.http.access import cli_token
+    from lore_core.http.token import cli_token
 
     token = cli_token(load_config())
     return {"Authorization": f"Bearer {token}"} if token else {}

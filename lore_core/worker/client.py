@@ -51,6 +51,7 @@ from lore_core.storage.records import mask_secrets
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 from lore_core.wire.openai_chat.codec import OpenAIChatCodec
 from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
+from lore_core.worker.errors import CircuitOpen, NoWorker, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.worker")
 
@@ -86,39 +87,6 @@ CODECS: dict[str, Codec] = {
 }
 
 PriceFor = Callable[[str, Usage], float]
-
-
-class WorkerUnavailable(Exception):
-    """No worker call was attempted: there is no usable worker right now. Callers skip the
-    work (or fall back, like the extractive observer) and must not retry in a loop."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class NoWorker(WorkerUnavailable):
-    """Nothing is configured and no session credentials are known (or no model is)."""
-
-
-class CircuitOpen(WorkerUnavailable):
-    """The worker failed too often; calls fail fast until the cooldown ends."""
-
-    def __init__(self, reason: str, retry_in: float) -> None:
-        super().__init__(reason)
-        self.retry_in = retry_in
-
-
-class WorkerError(Exception):
-    """A worker call was attempted and failed (after its retries)."""
-
-    def __init__(self, reason: str, status: int | None = None, open_for: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-        # Set when the upstream asked for a pause longer than we retry through: the breaker
-        # opens for at least this long.
-        self.open_for = open_for
 
 
 @attrs.define

@@ -49,7 +49,7 @@ def _fail(message: str, code: int = 1) -> int:
 
 def login_link(*, open_it: bool = False, start: bool = True) -> int:
     from lore_core.cli.launcher import LaunchError, ensure_gateway, gateway_url, probe
-    from lore_core.http.access import cli_token
+    from lore_core.http.token import cli_token
     from lore_core.plugins import bootstrap
 
     config = bootstrap().config

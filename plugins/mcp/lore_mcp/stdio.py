@@ -105,7 +105,7 @@ def serve_stdio(project: str | None, *, start: bool = True, verbose: bool = Fals
         return _fail(f"the project directory {directory} does not exist", 2)
 
     from lore_core.cli.launcher import LaunchError, ensure_gateway, gateway_url, probe
-    from lore_core.http.access import cli_token
+    from lore_core.http.token import cli_token
     from lore_core.plugins import bootstrap
 
     config = bootstrap().config
