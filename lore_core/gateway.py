@@ -39,7 +39,6 @@ from lore_core.interfaces import (
     EditPolicy,
     Embedder,
     EmbedderFactory,
-    EmbedderUnavailable,
     Harness,
     RequestContext,
     Store,
@@ -276,10 +275,9 @@ class Gateway:
         await self.knowledge_upkeep.start()
         await self.events.start()
         self._spend_saver = asyncio.create_task(self._save_spend_periodically(), name="lore-spend-saver")
-        if self.embedder is not None:
-            # Load the model in the background: the proxy serves at once, and a model that
-            # cannot load is reported on /health (recall then uses full-text search only).
-            self._embedder_load = asyncio.create_task(self._load_embedder(), name="lore-embedder-load")
+        # The embedder is not loaded here: the indexer loads it when it has something to
+        # embed, a recall when it embeds its query. An idle gateway does not hold the model
+        # (about 100 MB with its runtime); /health says it "loads on first use".
         await await_all(self.pm.hook.lore_startup(app=self.app))
 
     async def stop(self) -> None:
@@ -343,14 +341,6 @@ class Gateway:
             await self.writer.wait_idle(timeout=timeout)
         except TimeoutError:
             pass
-
-    async def _load_embedder(self) -> None:
-        try:
-            await self.embedder.load()  # type: ignore[union-attr]
-        except EmbedderUnavailable as exc:
-            log.warning("embeddings unavailable, recall will use full-text search only: %s", exc.reason)
-        except Exception:
-            log.exception("the embedding provider failed to load; recall will use full-text search only")
 
     # -- pipeline steps, in the order a request meets them ----------------------------------
 

@@ -182,12 +182,9 @@ class VectorIndexer:
         self.state = "stopped"
 
     async def _run(self) -> None:
-        try:
-            await self.embedder.load()  # at once, rather than inside the first batch
-        except EmbedderUnavailable:
-            pass  # embed() raises it again below, where it is reported
-        except Exception:
-            log.exception("vector indexer: the embedder failed to load")
+        # The embedder loads with the first batch that has something to embed (embed()
+        # raises EmbedderUnavailable there, reported below): a gateway with nothing to
+        # index does not hold the model.
         announced = busy = False
         await self._drop_stale_indexes()
         while not self._stopping:
