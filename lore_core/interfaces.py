@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ItemVectors,
         PassageRef,
         Project,
+        ProjectSummary,
         SearchHit,
         Session,
         StoredDistillation,
@@ -637,10 +638,35 @@ class Store(Protocol):
     async def get_session(self, session_id: str) -> Session | None:
         """The session with ``message_count`` and ``branch_count`` filled in."""
 
-    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
-        """Most recently updated first, optionally only one project's."""
+    async def list_sessions(
+        self,
+        project: str | None = None,
+        limit: int = 50,
+        *,
+        before: tuple[float, str] | None = None,
+        since: float | None = None,
+        harness: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+    ) -> list[Session]:
+        """Most recently updated first (``(updated_at, id)`` descending), at most ``limit``,
+        each with ``message_count`` and ``branch_count``; only those of ``project``, older than
+        ``before`` (an ``(updated_at, id)`` the previous page ended at: a keyset page, not
+        shifted by sessions arriving meanwhile), updated at or after ``since``, of this
+        ``harness``, of this ``model``, and whose title, id, model or project holds ``text``
+        (case-insensitive), as given. Its cost must not grow with the messages stored: a
+        page of the dashboard and ``lore sessions`` read it."""
 
     async def list_projects(self) -> list[Project]: ...
+
+    async def project_summaries(self, spend_key: str) -> list[ProjectSummary]:
+        """Every project that has a session, a project row or a current, alive knowledge
+        entry scoped to it (``""`` for sessions filed under no project), with its counts
+        (:class:`~lore_core.storage.records.ProjectSummary`); ``spend_usd`` sums the numeric
+        state values of its sessions under ``spend_key``. Most recent activity first, then by
+        project. Computed by the store (``/lore/api/projects``, the dashboard's projects page),
+        not by reading every session."""
+        raise _not_implemented(self, "project summaries")
 
     async def session_messages(self, session_id: str) -> list[StoredMessage]:
         """Every message of a session, every branch, ordered by position then creation."""

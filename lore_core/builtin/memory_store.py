@@ -50,6 +50,7 @@ from lore_core.storage.records import (
     ItemVectors,
     PassageRef,
     Project,
+    ProjectSummary,
     SearchHit,
     Session,
     StoredDistillation,
@@ -262,13 +263,63 @@ class MemoryStore(Store):
         s = self._sessions.get(session_id)
         return self._filled(s) if s else None
 
-    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
-        rows = [s for s in self._sessions.values() if project is None or s.project == project]
+    async def list_sessions(
+        self,
+        project: str | None = None,
+        limit: int = 50,
+        *,
+        before: tuple[float, str] | None = None,
+        since: float | None = None,
+        harness: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+    ) -> list[Session]:
+        needle = text.lower() if text else ""
+
+        def wanted(s: Session) -> bool:
+            return (
+                (project is None or s.project == project)
+                and (before is None or (s.updated_at, s.id) < (float(before[0]), str(before[1])))
+                and (since is None or s.updated_at >= since)
+                and (not harness or s.harness == harness)
+                and (not model or s.model == model)
+                and (
+                    not needle
+                    or any(needle in (v or "").lower() for v in (s.title, s.id, s.model, s.project))
+                )
+            )
+
+        rows = [s for s in self._sessions.values() if wanted(s)]
         rows.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
-        return [self._filled(s) for s in rows[:limit]]
+        return [self._filled(s) for s in rows[: max(0, limit)]]
 
     async def list_projects(self) -> list[Project]:
         return sorted((attrs.evolve(p) for p in self._projects.values()), key=lambda p: p.id)
+
+    async def project_summaries(self, spend_key: str) -> list[ProjectSummary]:
+        found: dict[str, ProjectSummary] = {}
+
+        def summary(project: str) -> ProjectSummary:
+            return found.setdefault(project, ProjectSummary(project))
+
+        for p in self._projects.values():
+            summary(p.id)
+        last: dict[str, float] = {}
+        for s in self._sessions.values():
+            row = summary(s.project)
+            row.sessions += 1
+            row.messages += len(self._by_session.get(s.id, []))
+            last[s.project] = max(last.get(s.project, s.updated_at), s.updated_at)
+            spent = self._state.get((s.id, spend_key))
+            if isinstance(spent, int | float) and not isinstance(spent, bool):
+                row.spend_usd += float(spent)
+        for v in self._current():
+            if not v.is_deleted and v.scope == "project" and v.project:
+                summary(v.project).knowledge += 1
+        for project, row in found.items():
+            seen = self._projects.get(project)
+            row.last_activity = last.get(project, seen.last_seen_at if seen else 0.0)
+        return sorted(found.values(), key=lambda r: (-r.last_activity, r.project))
 
     async def session_messages(self, session_id: str) -> list[StoredMessage]:
         msgs = [copy.deepcopy(self._messages[i]) for i in self._by_session.get(session_id, [])]

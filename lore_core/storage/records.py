@@ -90,6 +90,21 @@ class Session:
 
 
 @attrs.define
+class ProjectSummary:
+    """A project as ``/lore/api/projects`` and the dashboard show it (:meth:`Store.project_summaries`):
+    its sessions and their messages, its current, alive knowledge entries scoped to it, what
+    its sessions spent (the sum of their spend state) and its last activity (its latest
+    session's ``updated_at``, else the project's ``last_seen_at``)."""
+
+    project: str
+    sessions: int = 0
+    messages: int = 0
+    knowledge: int = 0
+    spend_usd: float = 0.0
+    last_activity: float = 0.0
+
+
+@attrs.define
 class StoredMessage:
     """One message, stored once. ``blocks`` keep the structure (block types, tool names and
     ids, tool input); ``text`` is the searchable rendering, with obvious secrets masked."""

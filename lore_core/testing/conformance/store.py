@@ -300,6 +300,131 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_session_pages_and_filters(self, make_store: Callable[[], Store]) -> None:
+        """Keyset pages in ``(updated_at, id)`` order (ties broken by id) and the filters."""
+
+        def ex(session: str, at: float, first: str, project: str = "/p/one", harness: str = "claude") -> Any:
+            return exchange(
+                [text("user", first)], answer("ok"), session=session, project=project, harness=harness, at=at
+            )
+
+        async def body(store: Store) -> None:
+            await store.write(
+                batch_of(
+                    ex("a", 100.0, "Deploy the API"),
+                    ex("b", 200.0, "fix the tests", harness="codex"),
+                    ex("c", 200.0, "write docs", project="/p/two"),
+                    ex("d", 300.0, "Review the DEPLOY script"),
+                    ex("e", 400.0, "lint", project="/p/two", harness="codex"),
+                )
+            )
+            everything = [s.id for s in await store.list_sessions(limit=10)]
+            assert everything == ["e", "d", "c", "b", "a"]  # c and b tie on updated_at: by id
+            pages: list[str] = []
+            before: tuple[float, str] | None = None
+            while True:
+                page = await store.list_sessions(limit=2, before=before)
+                pages += [s.id for s in page]
+                if len(page) < 2:
+                    break
+                before = (page[-1].updated_at, page[-1].id)
+            assert pages == everything  # each once, none skipped at the tie
+            first = (await store.list_sessions(limit=10))[3]
+            assert [s.id for s in await store.list_sessions(before=(first.updated_at, first.id))] == ["a"]
+            assert [s.id for s in await store.list_sessions(since=200.0)] == ["e", "d", "c", "b"]
+            assert [s.id for s in await store.list_sessions(harness="codex")] == ["e", "b"]
+            assert [s.id for s in await store.list_sessions(project="/p/two", harness="codex")] == ["e"]
+            assert [s.id for s in await store.list_sessions(text="deploy")] == ["d", "a"]  # any case
+            assert [s.id for s in await store.list_sessions(text="/P/TWO")] == ["e", "c"]  # the project
+            assert [s.id for s in await store.list_sessions(text="no such text")] == []
+            model = (await store.list_sessions(limit=1))[0].model
+            assert model and [s.id for s in await store.list_sessions(model=model)] == everything
+            assert await store.list_sessions(model="another-model") == []
+            assert [s.id for s in await store.list_sessions(text="review", since=300.0, limit=1)] == ["d"]
+            assert await store.list_sessions(limit=0) == []
+            # Every listed session carries its counts, as get_session has them.
+            for listed in await store.list_sessions(limit=10):
+                assert listed == await store.get_session(listed.id)
+                assert (listed.message_count, listed.branch_count) == (2, 1)
+
+        self.run(make_store, body)
+
+    def test_session_counts_follow_every_write(self, make_store: Callable[[], Store]) -> None:
+        """Messages and branches as the store keeps them across batches: a resent history,
+        a fork, a message stored before its parent, a forgotten session written again."""
+        turn1 = exchange([text("user", "q1")], answer("a1"), at=1000.0)
+        turn2 = exchange(
+            [text("user", "q1"), text("assistant", "a1"), text("user", "q2")], answer("a2"), at=2000.0
+        )
+        fork = exchange(
+            [text("user", "q1"), text("assistant", "a1"), text("user", "q2 edited")], answer("b2"), at=3000.0
+        )
+        late = exchange(
+            [text("user", "x1"), text("assistant", "y1"), text("user", "x2")], answer("y2"), session="s-2"
+        )
+
+        async def counts(store: Store, session_id: str) -> tuple[int, int]:
+            found = await store.get_session(session_id)
+            assert found is not None
+            (listed,) = [s for s in await store.list_sessions(limit=10) if s.id == session_id]
+            assert (listed.message_count, listed.branch_count) == (found.message_count, found.branch_count)
+            return found.message_count, found.branch_count
+
+        async def body(store: Store) -> None:
+            await store.write(batch_of(turn1))
+            assert await counts(store, "s-1") == (2, 1)
+            await store.write(batch_of(turn2))
+            await store.write(batch_of(turn2))  # resent: nothing new
+            assert await counts(store, "s-1") == (4, 1)
+            await store.write(batch_of(fork))
+            assert await counts(store, "s-1") == (6, 2)
+            # The last two messages of a session stored first, their parents after them.
+            whole = batch_of(late)
+            await store.write(attrs.evolve(whole, messages=whole.messages[2:]))
+            assert (await counts(store, "s-2"))[0] == 2
+            await store.write(whole)
+            assert await counts(store, "s-2") == (4, 1)
+            assert await counts(store, "s-1") == (6, 2)  # the other session untouched
+            await store.forget_session("s-2")
+            assert await store.get_session("s-2") is None
+            await store.write(batch_of(exchange([text("user", "again")], session="s-2")))
+            assert await counts(store, "s-2") == (1, 1)
+
+        self.run(make_store, body)
+
+    def test_project_summaries(self, make_store: Callable[[], Store]) -> None:
+        alive = self._knowledge("Use uv", project="/p/one")
+        gone = self._knowledge("Use pip", project="/p/one")
+        elsewhere = self._knowledge("Only knowledge here", project="/p/three")
+        shared = self._knowledge("Everywhere", scope="global")
+
+        async def body(store: Store) -> None:
+            assert await store.project_summaries("spendUsd") == []
+            await store.write(
+                batch_of(
+                    exchange([text("user", "a")], answer("b"), session="s-1", project="/p/one", at=100.0),
+                    exchange([text("user", "c")], session="s-2", project="/p/one", at=300.0),
+                    exchange([text("user", "d")], answer("e"), session="s-3", project="/p/two", at=200.0),
+                )
+            )
+            await store.set_state("s-1", "spendUsd", 0.25)
+            await store.set_state("s-2", "spendUsd", 1.5)
+            await store.set_state("s-2", "other", 100)
+            await store.set_state("s-3", "spendUsd", {"not": "a number"})
+            for entry in (alive, gone, elsewhere, shared):
+                await store.write_knowledge(entry)
+            await store.write_knowledge(next_version(gone, updated_by=AUTHOR_USER, at=2000.0, deleted=True))
+            found = {p.project: p for p in await store.project_summaries("spendUsd")}
+            assert list(found) == ["/p/one", "/p/two", "/p/three"]  # most recent first
+            one, two, three = found["/p/one"], found["/p/two"], found["/p/three"]
+            assert (one.sessions, one.messages, one.knowledge, one.last_activity) == (2, 3, 1, 301.0)
+            assert one.spend_usd == pytest.approx(1.75)
+            assert (two.sessions, two.messages, two.knowledge, two.spend_usd) == (1, 2, 0, 0.0)
+            assert two.last_activity == 201.0
+            assert (three.sessions, three.messages, three.knowledge) == (0, 0, 1)
+
+        self.run(make_store, body)
+
     def test_session_state(self, make_store: Callable[[], Store]) -> None:
         async def body(store: Store) -> None:
             assert await store.get_state("s-1", "forceMinLayer") is None

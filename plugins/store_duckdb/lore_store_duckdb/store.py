@@ -71,6 +71,7 @@ from lore_core.storage.records import (
     ItemVectors,
     PassageRef,
     Project,
+    ProjectSummary,
     SearchHit,
     Session,
     StoredDistillation,
@@ -641,9 +642,13 @@ class DuckDBStore(Store):
             if batch.messages:
                 rows = _arrow_messages(batch.messages)  # noqa: F841 (read by DuckDB by name)
                 cols = ", ".join(_MESSAGE_COLUMNS)
-                result = cur.execute(f"INSERT OR IGNORE INTO messages ({cols}) SELECT {cols} FROM rows")
-                fetched = result.fetchone()
-                added = int(fetched[0]) if fetched else 0
+                inserted = cur.execute(
+                    f"INSERT OR IGNORE INTO messages ({cols}) SELECT {cols} FROM rows "
+                    "RETURNING id, session_id, parent_id"
+                ).fetchall()
+                added = len(inserted)
+                if inserted:
+                    _summarise(cur, inserted, batch.messages)
         return added
 
     # -- forgetting (lore forget) ------------------------------------------------------------
@@ -687,6 +692,7 @@ class DuckDBStore(Store):
                 cur.execute("DELETE FROM messages WHERE session_id = ?", one)
                 cur.execute("DELETE FROM distillations WHERE session_id = ?", one)
                 cur.execute("DELETE FROM sessions WHERE id = ?", one)
+                cur.execute("DELETE FROM session_summary WHERE session_id = ?", one)
                 if keys:
                     cur.execute(
                         "DELETE FROM session_state WHERE session_id = ? AND key IN (SELECT unnest(?))",
@@ -912,46 +918,46 @@ class DuckDBStore(Store):
         )
         return {k: json.loads(v) for k, v in rows}
 
-    # A session's messages and branches (its leaves: messages no other message of it follows).
-    # The asked sessions' messages are read once (`picked`) and the leaves found among them: a
-    # correlated NOT EXISTS over `messages` built its anti-join on the whole table, whatever
-    # was listed (list_sessions of 51 sessions: ~65 ms at 200K messages, ~0.6 s at 1M).
+    # A session with its counts, from the summary every write keeps (schema version 8): no
+    # message is read (counting them over the messages table scanned every message's session
+    # id, ~0.6 s at 1M messages however few sessions were listed).
     _SESSION_SQL = """
-        WITH picked AS (
-            SELECT m.id, m.session_id, m.parent_id FROM messages m {where_messages}
-        ), parents AS (
-            SELECT DISTINCT session_id, parent_id FROM picked WHERE parent_id IS NOT NULL
-        ), counts AS (
-            SELECT p.session_id, count(*) AS n, count(*) FILTER (WHERE q.parent_id IS NULL) AS leaves
-            FROM picked p
-            LEFT JOIN parents q ON q.session_id = p.session_id AND q.parent_id = p.id
-            GROUP BY p.session_id
-        )
         SELECT s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title,
-               coalesce(c.n, 0), coalesce(c.leaves, 0)
+               coalesce(c.message_count, 0), coalesce(c.branch_count, 0)
         FROM sessions s
-        LEFT JOIN counts c ON c.session_id = s.id
+        LEFT JOIN session_summary c ON c.session_id = s.id
     """
 
     async def get_session(self, session_id: str) -> Session | None:
-        sql = self._SESSION_SQL.format(where_messages="WHERE m.session_id = ?") + " WHERE s.id = ?"
-        rows = await asyncio.to_thread(self._query, sql, (session_id, session_id))
+        rows = await asyncio.to_thread(self._query, self._SESSION_SQL + " WHERE s.id = ?", (session_id,))
         return _session(rows[0]) if rows else None
 
-    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
+    async def list_sessions(
+        self,
+        project: str | None = None,
+        limit: int = 50,
+        *,
+        before: tuple[float, str] | None = None,
+        since: float | None = None,
+        harness: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+    ) -> list[Session]:
+        where, params = _session_filters(project, before, since, harness, model, text)
+
         def run() -> list[tuple[Any, ...]]:
-            where, params = ("WHERE project = ?", [project]) if project is not None else ("", [])
+            # The page's ids first (the sessions table alone, newest first), then their rows
+            # with the summary by primary key.
             ids = [
                 r[0]
                 for r in self._query(
                     f"SELECT id FROM sessions {where} ORDER BY updated_at DESC, id DESC LIMIT ?",
-                    [*params, limit],
+                    [*params, max(0, limit)],
                 )
             ]
             if not ids:
                 return []
-            sql = self._SESSION_SQL.format(where_messages=f"WHERE m.session_id IN {_literals(ids)}")
-            sql += f" WHERE s.id IN {_literals(ids)} ORDER BY s.updated_at DESC, s.id DESC"
+            sql = self._SESSION_SQL + f" WHERE s.id IN {_literals(ids)} ORDER BY s.updated_at DESC, s.id DESC"
             return self._query(sql)
 
         return [_session(r) for r in await asyncio.to_thread(run)]
@@ -961,6 +967,20 @@ class DuckDBStore(Store):
             self._query, "SELECT id, name, created_at, last_seen_at FROM projects ORDER BY id"
         )
         return [Project(*r) for r in rows]
+
+    async def project_summaries(self, spend_key: str) -> list[ProjectSummary]:
+        rows = await asyncio.to_thread(self._query, _PROJECT_SUMMARY_SQL, (spend_key,))
+        return [
+            ProjectSummary(
+                project=str(r[0]),
+                sessions=int(r[1]),
+                messages=int(r[2]),
+                knowledge=int(r[3]),
+                spend_usd=float(r[4]),
+                last_activity=float(r[5]),
+            )
+            for r in rows
+        ]
 
     async def session_messages(self, session_id: str) -> list[StoredMessage]:
         cols = ", ".join(_MESSAGE_COLUMNS)
@@ -2106,6 +2126,144 @@ def _search_hit(hit: str, text: str | None, score: float) -> SearchHit:
         tool=tool,
         source=source,
     )
+
+
+def _summarise(
+    cur: duckdb.DuckDBPyConnection,
+    inserted: Sequence[tuple[Any, ...]],
+    batch: Sequence[StoredMessage],
+) -> None:
+    """Bring the ``session_summary`` rows of the sessions that just gained the ``inserted``
+    messages (``(id, session_id, parent_id)``) up to date, in the write's transaction: one
+    more message each; a new message is a head (a leaf) unless a message already stored
+    names it as its parent (it is then in ``dangling``); its parent stops being a head when
+    the session holds it, and becomes ``dangling`` otherwise. The same leaves as counting
+    them over the session's messages, without reading any (a parent outside the batch and
+    the heads is looked up by its primary key)."""
+    sessions = sorted({str(r[1]) for r in inserted})
+    found = {
+        str(sid): (int(n), set(json.loads(heads)), set(json.loads(dangling)))
+        for sid, n, heads, dangling in cur.execute(
+            "SELECT session_id, message_count, heads, dangling FROM session_summary "
+            f"WHERE session_id IN {_literals(sessions)}"
+        ).fetchall()
+    }
+    summary = {sid: found.get(sid, (0, set(), set())) for sid in sessions}
+    counts = dict.fromkeys(sessions, 0)
+    # Where each message the batch names lives (stored before or now, it is stored now).
+    owner = {m.id: m.session_id for m in batch}
+    for mid, sid, _ in inserted:
+        owner[str(mid)] = str(sid)
+    for mid, sid, _ in inserted:
+        _, heads, dangling = summary[str(sid)]
+        counts[str(sid)] += 1
+        if str(mid) in dangling:
+            dangling.discard(str(mid))  # a child of it was stored first: not a leaf
+        else:
+            heads.add(str(mid))
+    unknown = sorted(
+        {
+            str(parent)
+            for _, sid, parent in inserted
+            if parent and str(parent) not in owner and str(parent) not in summary[str(sid)][1]
+        }
+    )
+    if unknown:
+        owner.update(
+            (str(a), str(b))
+            for a, b in cur.execute(
+                f"SELECT id, session_id FROM messages WHERE id IN {_literals(unknown)}"
+            ).fetchall()
+        )
+    for _, sid, parent in inserted:
+        if not parent:
+            continue
+        _, heads, dangling = summary[str(sid)]
+        if str(parent) in heads or owner.get(str(parent)) == str(sid):
+            heads.discard(str(parent))
+        else:
+            dangling.add(str(parent))
+    summary_rows = pa.table(  # noqa: F841 (read by DuckDB by name)
+        {
+            "session_id": sessions,
+            "message_count": [summary[s][0] + counts[s] for s in sessions],
+            "branch_count": [len(summary[s][1]) for s in sessions],
+            "heads": [json.dumps(sorted(summary[s][1])) for s in sessions],
+            "dangling": [json.dumps(sorted(summary[s][2])) for s in sessions],
+        }
+    )
+    cur.execute(
+        """INSERT INTO session_summary (session_id, message_count, branch_count, heads, dangling)
+        SELECT session_id, message_count, branch_count, heads, dangling FROM summary_rows
+        ON CONFLICT (session_id) DO UPDATE SET message_count = excluded.message_count,
+          branch_count = excluded.branch_count, heads = excluded.heads, dangling = excluded.dangling"""
+    )
+
+
+# Each project's figures in one statement over the sessions, their summary rows, their spend
+# state and the knowledge entries (no message is read): see Store.project_summaries.
+_PROJECT_SUMMARY_SQL = """
+    WITH counted AS (
+        SELECT s.project, count(*) AS sessions, coalesce(sum(c.message_count), 0) AS messages,
+               max(s.updated_at) AS last
+        FROM sessions s LEFT JOIN session_summary c ON c.session_id = s.id
+        GROUP BY s.project
+    ), spent AS (
+        SELECT s.project, sum(try_cast(st.value AS DOUBLE)) AS usd
+        FROM session_state st JOIN sessions s ON s.id = st.session_id
+        WHERE st.key = ?
+        GROUP BY s.project
+    ), known AS (
+        SELECT project, count(*) AS entries FROM knowledge_versions
+        WHERE is_current AND NOT is_deleted AND scope = 'project' AND coalesce(project, '') <> ''
+        GROUP BY project
+    ), named AS (
+        SELECT project FROM counted UNION SELECT id FROM projects UNION SELECT project FROM known
+    )
+    SELECT n.project, coalesce(c.sessions, 0), coalesce(c.messages, 0), coalesce(k.entries, 0),
+           coalesce(sp.usd, 0), coalesce(c.last, p.last_seen_at, 0) AS last
+    FROM named n
+    LEFT JOIN counted c ON c.project = n.project
+    LEFT JOIN spent sp ON sp.project = n.project
+    LEFT JOIN known k ON k.project = n.project
+    LEFT JOIN projects p ON p.id = n.project
+    ORDER BY last DESC, n.project
+"""
+
+
+def _session_filters(
+    project: str | None,
+    before: tuple[float, str] | None,
+    since: float | None,
+    harness: str | None,
+    model: str | None,
+    text: str | None,
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (or ``""``) and its parameters of :meth:`DuckDBStore.list_sessions`
+    over the ``sessions`` table."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if project is not None:
+        clauses.append("project = ?")
+        params.append(project)
+    if before is not None:
+        clauses.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+        params += [float(before[0]), float(before[0]), str(before[1])]
+    if since is not None:
+        clauses.append("updated_at >= ?")
+        params.append(float(since))
+    if harness:
+        clauses.append("harness = ?")
+        params.append(harness)
+    if model:
+        clauses.append("model = ?")
+        params.append(model)
+    if text:
+        # A case-insensitive substring of the title, id, model or project.
+        columns = ("title", "id", "coalesce(model, '')", "project")
+        clauses.append("(" + " OR ".join(f"contains(lower({c}), ?)" for c in columns) + ")")
+        params += [text.lower()] * len(columns)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 def _sql_str(value: str) -> str:

@@ -62,6 +62,7 @@ from lore_core.storage.records import (
     ItemVectors,
     PassageRef,
     Project,
+    ProjectSummary,
     SearchHit,
     Session,
     StoredDistillation,
@@ -198,6 +199,72 @@ _PENDING_SQL = f"""SELECT * FROM (
     ) AS items ORDER BY seq LIMIT %(limit)s"""
 _BEHIND_SQL = """SELECT (SELECT count(*) FROM messages WHERE seq > %(after)s)
     + (SELECT count(*) FROM distillations WHERE seq > %(after)s)"""
+
+
+# Each project's figures in one statement (see Store.project_summaries); a spend value that
+# is not a plain JSON number counts nothing.
+_PROJECT_SUMMARY_SQL = """
+    WITH counted AS (
+        SELECT s.project, count(*) AS sessions, max(s.updated_at) AS last
+        FROM sessions s GROUP BY s.project
+    ), messaged AS (
+        SELECT s.project, count(*) AS messages
+        FROM messages m JOIN sessions s ON s.id = m.session_id GROUP BY s.project
+    ), spent AS (
+        SELECT s.project, sum(st.value::double precision) AS usd
+        FROM session_state st JOIN sessions s ON s.id = st.session_id
+        WHERE st.key = %s AND st.value ~ '^-?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$'
+        GROUP BY s.project
+    ), known AS (
+        SELECT project, count(*) AS entries FROM knowledge_versions
+        WHERE is_current AND NOT is_deleted AND scope = 'project' AND coalesce(project, '') <> ''
+        GROUP BY project
+    ), named AS (
+        SELECT project FROM counted UNION SELECT id FROM projects UNION SELECT project FROM known
+    )
+    SELECT n.project, coalesce(c.sessions, 0), coalesce(ms.messages, 0), coalesce(k.entries, 0),
+           coalesce(sp.usd, 0), coalesce(c.last, p.last_seen_at, 0) AS last
+    FROM named n
+    LEFT JOIN counted c ON c.project = n.project
+    LEFT JOIN messaged ms ON ms.project = n.project
+    LEFT JOIN spent sp ON sp.project = n.project
+    LEFT JOIN known k ON k.project = n.project
+    LEFT JOIN projects p ON p.id = n.project
+    ORDER BY last DESC, n.project"""
+
+
+def _session_filters(
+    project: str | None,
+    before: tuple[float, str] | None,
+    since: float | None,
+    harness: str | None,
+    model: str | None,
+    text: str | None,
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause (or ``""``) and its parameters of ``list_sessions``."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if project is not None:
+        clauses.append("project = %s")
+        params.append(project)
+    if before is not None:
+        clauses.append("(updated_at, id) < (%s, %s)")
+        params += [float(before[0]), _clean(str(before[1]))]
+    if since is not None:
+        clauses.append("updated_at >= %s")
+        params.append(float(since))
+    if harness:
+        clauses.append("harness = %s")
+        params.append(_clean(harness))
+    if model:
+        clauses.append("model = %s")
+        params.append(_clean(model))
+    if text:
+        # A case-insensitive substring of the title, id, model or project.
+        columns = ("title", "id", "coalesce(model, '')", "project")
+        clauses.append("(" + " OR ".join(f"strpos(lower({c}), lower(%s)) > 0" for c in columns) + ")")
+        params += [_clean(text)] * len(columns)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
 def _clean(value: str | None) -> str | None:
@@ -544,9 +611,20 @@ class PostgresStore(Store):
         rows = await self._rows(_SESSION_SQL, ([session_id], [session_id]))
         return _session(rows[0]) if rows else None
 
-    async def list_sessions(self, project: str | None = None, limit: int = 50) -> list[Session]:
+    async def list_sessions(
+        self,
+        project: str | None = None,
+        limit: int = 50,
+        *,
+        before: tuple[float, str] | None = None,
+        since: float | None = None,
+        harness: str | None = None,
+        model: str | None = None,
+        text: str | None = None,
+    ) -> list[Session]:
+        where, params = _session_filters(project, before, since, harness, model, text)
+
         def run(con: Conn) -> list[tuple[Any, ...]]:
-            where, params = ("WHERE project = %s", [project]) if project is not None else ("", [])
             ids = [
                 r[0]
                 for r in con.execute(
@@ -566,6 +644,20 @@ class PostgresStore(Store):
     async def list_projects(self) -> list[Project]:
         rows = await self._rows("SELECT id, name, created_at, last_seen_at FROM projects ORDER BY id")
         return [Project(*r) for r in rows]
+
+    async def project_summaries(self, spend_key: str) -> list[ProjectSummary]:
+        rows = await self._rows(_PROJECT_SUMMARY_SQL, (spend_key,))
+        return [
+            ProjectSummary(
+                project=str(r[0]),
+                sessions=int(r[1]),
+                messages=int(r[2]),
+                knowledge=int(r[3]),
+                spend_usd=float(r[4]),
+                last_activity=float(r[5]),
+            )
+            for r in rows
+        ]
 
     async def session_messages(self, session_id: str) -> list[StoredMessage]:
         rows = await self._rows(
