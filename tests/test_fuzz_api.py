@@ -223,7 +223,12 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
     """A request to one route of ``lore_core/http/api.py``."""
     own, path, known = {
         "status": ("GET", "/lore/api/status", []),
-        "sessions": ("GET", "/lore/api/sessions", ["project", "limit"]),
+        "sessions": (
+            "GET",
+            "/lore/api/sessions",
+            ["project", "limit", "before", "since", "harness", "model", "q"],
+        ),
+        "projects": ("GET", "/lore/api/projects", []),
         "session": ("GET", None, ["branches"]),
         "search": ("GET", "/lore/api/search", ["q", "session", "project", "limit"]),
         "recall": ("GET", "/lore/api/recall", ["q", "scope", "session", "project", "limit"]),
@@ -496,6 +501,8 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
         return {200, 400} if q is None else ({200} if q.strip() else {400})
     if route in ("session", "distillation"):
         return {200, 404}
+    if route == "sessions":
+        return {200, 400}  # 400: a before or since that is not a page's row or a time
     if route == "knowledge" and method == "POST":
         return {201, 200, 400, 409}  # a valid entry is added (an invented one: refused or added)
     if route == "knowledge_entry":
@@ -533,8 +540,8 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
 
 
 ROUTES = [
-    "status", "sessions", "session", "search", "recall", "distillations", "distillation", "distill",
-    "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import", "contradictions",
+    "status", "sessions", "projects", "session", "search", "recall", "distillations", "distillation",
+    "distill", "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import", "contradictions",
     "contradictions_scan", "contradictions_resolve", "team", "knowledge_pending", "knowledge_decisions",
     "entities", "entity_show", "entity_change",
 ]  # fmt: skip
@@ -563,7 +570,15 @@ def test_fuzz_api_route(
         response = send(client, case, auth)
         payload = check(response, case[0], expected_statuses(route, case, seeded), seeded, caplog)
         if response.status_code == 200 and payload is not None:
-            lists = ("sessions", "search", "distillations", "knowledge", "contradictions", "entities")
+            lists = (
+                "sessions",
+                "projects",
+                "search",
+                "distillations",
+                "knowledge",
+                "contradictions",
+                "entities",
+            )
             assert isinstance(payload, list if route in lists and case[0] == "GET" else dict)
         if route != "contradictions_scan":  # judging calls the worker (the fake)
             assert fake_upstream.requests == []

@@ -13,6 +13,7 @@ set: :mod:`lore_core.http.access` checks both (and Host and Origin) before any r
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import attrs
@@ -108,13 +109,80 @@ async def spend() -> Response:
     return _json(200, report)
 
 
+def _before_arg(value: str) -> tuple[float, str] | Response | None:
+    """``before=<updated_at>~<session id>``: the last row of the previous page (an empty id:
+    every session updated before that time)."""
+    if not value:
+        return None
+    stamp, sep, session_id = value.partition("~")
+    try:
+        number = float(stamp)
+    except ValueError:
+        number = math.nan
+    if not sep or not math.isfinite(number):
+        return _json(400, {"error": "before must be <updated_at>~<session id> (the last row of a page)"})
+    return number, session_id
+
+
 @api.get("/sessions")
 async def sessions() -> Response:
+    """Stored sessions, newest first: ``limit`` (default 50) of them, filtered by
+    ``project``, ``harness``, ``model``, ``since`` (seconds since the epoch) and ``q`` (in the
+    title, id, model or project); ``before=<updated_at>~<id>`` (the last row of a page) gives
+    the next page, unshifted by sessions that arrive meanwhile."""
     await _settled()
+    args = request.args
+    before = _before_arg(args.get("before", ""))
+    if isinstance(before, Response):
+        return before
+    since: float | None = None
+    if args.get("since"):
+        try:
+            since = float(args["since"])
+        except ValueError:
+            since = math.nan
+        if not math.isfinite(since):
+            return _json(400, {"error": "since must be a time in seconds since the epoch"})
     rows = await _gateway().store.list_sessions(
-        project=_project_filter(request.args.get("project")), limit=_int_arg("limit", 50)
+        project=_project_filter(args.get("project")),
+        limit=_int_arg("limit", 50),
+        before=before,
+        since=since,
+        harness=args.get("harness") or None,
+        model=args.get("model") or None,
+        text=args.get("q") or None,
     )
     return _json(200, [attrs.asdict(s) for s in rows])
+
+
+@api.get("/projects")
+async def projects() -> Response:
+    """Every project, most recently active first: its sessions and their messages, its
+    current knowledge entries, what its sessions spent (all time, at the gateway's prices)
+    and its last activity; one query of the store, whatever it holds."""
+    from lore_core.context.spend import SESSION_SPEND_KEY
+
+    gateway = _gateway()
+    await _settled()
+    await gateway.spend.save()  # today's figures first, as /spend does
+    try:
+        found = await gateway.store.project_summaries(SESSION_SPEND_KEY)
+    except NotImplementedError as exc:
+        return _json(501, {"error": str(exc)})
+    return _json(
+        200,
+        [
+            {
+                "project": p.project,
+                "sessions": p.sessions,
+                "messages": p.messages,
+                "knowledge": p.knowledge,
+                "spend_usd": round(p.spend_usd, 6),
+                "last_activity": p.last_activity,
+            }
+            for p in found
+        ],
+    )
 
 
 @api.get("/sessions/<path:session_id>")

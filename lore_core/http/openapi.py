@@ -42,6 +42,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         401: "the gateway token is missing or wrong",
         404: "no such item",
         409: "the request conflicts with the memory's state (the message says why)",
+        501: "the store does not keep what this needs",
         503: "the store (or the worker) failed: try again",
     }
     return {str(code): _json(_ERROR, reasons[code]) for code in (401, *codes)}
@@ -299,9 +300,60 @@ def document() -> dict[str, Any]:
         },
         "/lore/api/sessions": {
             "get": _op(
-                "stored sessions, newest first",
-                {"200": _json(_LIST), **_errors()},
-                params=[_PROJECT, _query("limit", "at most this many", {"type": "string"})],
+                "stored sessions, newest first, each with its message and branch counts",
+                {"200": _json(_LIST), **_errors(400)},
+                params=[
+                    _PROJECT,
+                    _query("limit", "at most this many", {"type": "string"}),
+                    _query(
+                        "before",
+                        "<updated_at>~<session id>: the sessions after this row, the last one of "
+                        "the previous page (a keyset page)",
+                    ),
+                    _query("since", "updated at or after this time, in seconds since the epoch"),
+                    _query("harness", "only this harness's sessions (claude, codex, opencode...)"),
+                    _query("model", "only sessions whose latest model is this one"),
+                    _query("q", "text in the title, id, model or project (any case)"),
+                ],
+            )
+        },
+        "/lore/api/projects": {
+            "get": _op(
+                "every project, most recently active first: sessions, messages, current knowledge "
+                "entries, spend of its sessions (all time) and last activity",
+                {
+                    "200": _json(
+                        {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": [
+                                    "project",
+                                    "sessions",
+                                    "messages",
+                                    "knowledge",
+                                    "spend_usd",
+                                    "last_activity",
+                                ],
+                                "properties": {
+                                    "project": {
+                                        "type": "string",
+                                        "description": "its directory ('' for sessions filed under none)",
+                                    },
+                                    "sessions": {"type": "integer", "minimum": 0},
+                                    "messages": {"type": "integer", "minimum": 0},
+                                    "knowledge": {"type": "integer", "minimum": 0},
+                                    "spend_usd": {"type": "number"},
+                                    "last_activity": {
+                                        "type": "number",
+                                        "description": "seconds since the epoch (0: none)",
+                                    },
+                                },
+                            },
+                        }
+                    ),
+                    **_errors(501),
+                },
             )
         },
         "/lore/api/sessions/{session_id}": {
