@@ -1095,8 +1095,11 @@ class DuckDBStore(Store):
 
     async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
         def run() -> list[EmbeddingItem]:
+            # The recorded watermark first: with nothing pending, LanceDB is not loaded.
             watermark = self._vectors.watermark(model)
             rows = self._query(self._PENDING_SQL, (watermark, max(0, limit)))
+            if rows and (table_watermark := self._vectors.table_watermark(model)) != watermark:
+                rows = self._query(self._PENDING_SQL, (table_watermark, max(0, limit)))
             return [
                 EmbeddingItem(
                     kind,

@@ -336,11 +336,47 @@ def test_an_unreadable_vector_table_is_embedded_again_durably(tmp_path: Path) ->
         await embed_pending(store, rng)
 
     async def pending_again(store: DuckDBStore) -> None:
-        assert len(await store.pending_embeddings(MODEL)) == 4
+        # The damage is found when the table is first opened (a search, or the indexer's
+        # write): an idle gateway's start does not open it (the record in DuckDB answers).
         assert await store.vector_search(MODEL, unit(rng)) == []
+        assert len(await store.pending_embeddings(MODEL)) == 4
+
+    async def still_pending(store: DuckDBStore) -> None:
+        assert len(await store.pending_embeddings(MODEL)) == 4
 
     run(path, first)
     (table_dir,) = (tmp_path / "lore.duckdb.vec").glob("*.lance")
     shutil.rmtree(table_dir / "_versions")  # the table's manifests are gone
     run(path, pending_again)
-    run(path, pending_again)  # and stays so after a restart, until embedded
+    run(path, still_pending)  # and stays so after a restart, until embedded
+
+
+def test_an_idle_store_answers_its_vector_counts_without_loading_lancedb(tmp_path: Path) -> None:
+    """What a gateway's indexer asks at start (the counts, what is pending) comes from the
+    record in DuckDB: with nothing to embed, LanceDB (~85 MB, ~2 s to import) stays unloaded."""
+    import subprocess
+    import sys
+
+    rng = random.Random(11)
+    path = tmp_path / "lore.duckdb"
+
+    async def first(store: DuckDBStore) -> None:
+        await add_messages(store, 5)
+        await embed_pending(store, rng)
+
+    run(path, first)
+    code = (
+        "import asyncio, sys\n"
+        "from lore_store_duckdb.store import DuckDBStore\n"
+        "async def main():\n"
+        f"    store = DuckDBStore({str(path)!r})\n"
+        "    await store.open()\n"
+        f"    stats = (await store.vector_stats({MODEL!r}))[{MODEL!r}]\n"
+        f"    pending = await store.pending_embeddings({MODEL!r})\n"
+        "    print(stats['vectors'], stats['pending'], len(pending), 'lancedb' in sys.modules)\n"
+        "    await store.close()\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["5", "0", "0", "False"]
