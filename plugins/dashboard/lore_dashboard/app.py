@@ -50,8 +50,6 @@ PREFIX = "/ui"
 #: Sessions per page of the list, messages per page of the reader.
 SESSIONS_PER_PAGE = 50
 MESSAGES_PER_PAGE = 100
-#: The most sessions the list reads from the local API for one page (its own bound).
-MAX_SESSIONS_READ = 10_000
 #: A text block longer than this is collapsed in the reader (its start stays visible).
 LONG_TEXT_CHARS = 1500
 #: Results per search.
@@ -479,34 +477,11 @@ class Dashboard(Mount):
             notice=request.arg("notice"),
         )
 
-    async def _sessions_after(
-        self,
-        project: str,
-        cursor: tuple[float, str] | None,
-        keep: Callable[[Mapping[str, Any]], bool] | None,
-    ) -> tuple[list[dict[str, Any]], bool, bool]:
-        """One page of sessions older than ``cursor`` that ``keep`` accepts (``None``: all),
-        newest first; whether there are more; whether the read stopped at
-        :data:`MAX_SESSIONS_READ`. The first page without a filter reads one page and one row
-        (the store's cost grows with what it lists); otherwise the read widens until a page
-        is found."""
-        limit = SESSIONS_PER_PAGE + 1 if cursor is None and keep is None else SESSIONS_PER_PAGE * 4
-        while True:
-            params = {"limit": str(limit)}
-            if project:
-                params["project"] = project
-            status, rows = await self._get("/lore/api/sessions", params)
-            if status != 200 or not isinstance(rows, list):
-                raise RuntimeError(rows.get("error") if isinstance(rows, dict) else f"status {status}")
-            rows.sort(key=_cursor, reverse=True)
-            page = [r for r in rows if (cursor is None or _cursor(r) < cursor) and (keep is None or keep(r))]
-            exhausted = len(rows) < limit
-            if len(page) > SESSIONS_PER_PAGE or exhausted or limit >= MAX_SESSIONS_READ:
-                more = len(page) > SESSIONS_PER_PAGE
-                return page[:SESSIONS_PER_PAGE], more, not exhausted and not more
-            limit = min(limit * 4, MAX_SESSIONS_READ)
-
     async def sessions_page(self, request: Request, session: auth.Session) -> Response:
+        """One keyset page of sessions, newest first. Every filter is applied by the store
+        (``/lore/api/sessions``: project, harness, model, since, text, ``before``), which
+        reads one page and one row to know whether there are more: the cost of a page does
+        not grow with the store."""
         project, harness, text = request.arg("project"), request.arg("harness"), request.arg("q")
         model, since, until = request.arg("model"), request.arg("since"), request.arg("until")
         cursor = parse_cursor(request.arg("after"))
@@ -517,27 +492,19 @@ class Dashboard(Mount):
             # Until a day: as if the previous page had ended at the next midnight.
             bound = (until_at + 86400.0, "")
             cursor = bound if cursor is None or bound < cursor else cursor
-        needle = text.lower()
-        filtered = bool(harness or needle or model or since_at is not None)
-
-        def keep(row: Mapping[str, Any]) -> bool:
-            if harness and row.get("harness") != harness:
-                return False
-            if model and row.get("model") != model:
-                return False
-            if since_at is not None and float(row.get("updated_at") or 0) < since_at:
-                return False
-            if needle:
-                haystack = " ".join(
-                    str(row.get(k) or "") for k in ("title", "id", "model", "project")
-                ).lower()
-                return needle in haystack
-            return True
-
-        try:
-            rows, more, capped = await self._sessions_after(project, cursor, keep if filtered else None)
-        except RuntimeError as exc:
-            return self.render("error.html", session, status=502, title="Sessions", message=str(exc))
+        params = {"limit": str(SESSIONS_PER_PAGE + 1)}
+        for name, value in (("project", project), ("harness", harness), ("model", model), ("q", text)):
+            if value:
+                params[name] = value
+        if since_at is not None:
+            params["since"] = repr(since_at)
+        if cursor is not None:
+            params["before"] = f"{cursor[0]!r}~{cursor[1]}"
+        status, rows = await self._get("/lore/api/sessions", params)
+        if status != 200 or not isinstance(rows, list):
+            return self._api_error(session, status, rows, "Sessions")
+        more = len(rows) > SESSIONS_PER_PAGE
+        rows = rows[:SESSIONS_PER_PAGE]
         chosen = {
             "project": project,
             "harness": harness,
@@ -565,9 +532,7 @@ class Dashboard(Mount):
             text=text,
             following=following,
             newest=newest,
-            max_read=MAX_SESSIONS_READ,
             paged=cursor is not None,
-            capped=capped,
             notice=request.arg("notice"),
         )
 
@@ -936,44 +901,19 @@ class Dashboard(Mount):
         )
 
     async def projects_page(self, request: Request, session: auth.Session) -> Response:
-        """Each project with its sessions, messages, last activity, knowledge entries and the
-        last 7 days' spend (from the sessions, knowledge and spend the local API gives)."""
-        code, rows = await self._get("/lore/api/sessions", {"limit": str(MAX_SESSIONS_READ)})
-        if code != 200 or not isinstance(rows, list):
-            return self._api_error(session, code, rows, "Projects")
+        """Each project with its sessions, messages, knowledge entries, spend and last
+        activity: ``/lore/api/projects``, one query of the store (no session is read)."""
+        code, projects = await self._get("/lore/api/projects")
+        if code != 200 or not isinstance(projects, list):
+            return self._api_error(session, code, projects, "Projects")
         code, entries = await self._get("/lore/api/knowledge")
         if code != 200 or not isinstance(entries, list):
             return self._api_error(session, code, entries, "Projects")
-        code, spend = await self._get("/lore/api/spend", {"days": "7"})
-        by_session = (
-            {str(s.get("session")): float(s.get("usd") or 0) for s in spend.get("by_session") or []}
-            if code == 200 and isinstance(spend, dict)
-            else {}
-        )
-        projects: dict[str, dict[str, Any]] = {}
-
-        def project(name: str) -> dict[str, Any]:
-            return projects.setdefault(
-                name, {"project": name, "sessions": 0, "messages": 0, "last": 0.0, "knowledge": 0, "usd": 0.0}
-            )
-
-        for row in rows:
-            found = project(str(row.get("project") or ""))
-            found["sessions"] += 1
-            found["messages"] += int(row.get("message_count") or 0)
-            found["last"] = max(found["last"], float(row.get("updated_at") or 0))
-            found["usd"] += by_session.get(str(row.get("id")), 0.0)
-        for entry in entries:
-            if entry.get("scope") == "project" and entry.get("project"):
-                project(str(entry["project"]))["knowledge"] += 1
-        listed = sorted(projects.values(), key=lambda p: (-p["last"], p["project"]))
         return self.render(
             "projects.html",
             session,
             title="Projects",
-            projects=listed,
-            capped=len(rows) >= MAX_SESSIONS_READ,
-            max_read=MAX_SESSIONS_READ,
+            projects=projects,
             global_entries=sum(1 for e in entries if e.get("scope") == "global"),
         )
 

@@ -747,8 +747,13 @@ def test_projects_with_their_sessions_knowledge_and_spend(served: ThreadedServer
     assert found["Sessions"] == str(len(sessions)) == "2"
     assert found["Messages"] == str(sum(s["message_count"] for s in sessions))
     assert found["Knowledge"] == "1"
+    # Every session spent today: all they ever spent is the week's spend.
     spent = sum(s["usd"] for s in api.get("/spend", params={"days": "7"}).json()["by_session"])
-    assert 0 < spent < 1 and found["Spend, 7 days"] == f"${spent:.4f}"
+    assert 0 < spent < 1 and found["Spend"] == f"${spent:.4f}"
+    # The figures of the store's own query, as the local API gives them.
+    (listed,) = [p for p in api.get("/projects").json() if p["project"] == row.group(1)]
+    assert (listed["sessions"], listed["knowledge"]) == (2, 1)
+    assert found["Messages"] == str(listed["messages"]) and found["Spend"] == f"${listed['spend_usd']:.4f}"
 
 
 # -- entities ----------------------------------------------------------------------------------
