@@ -836,6 +836,15 @@ class Store(Protocol):
         ``None``: every project), in :func:`~lore_core.storage.knowledge.canonical_order`."""
         raise _not_implemented(self, "knowledge")
 
+    async def deleted_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        """The entries that are deleted now, each as its current version (the death
+        certificate, which keeps the entry's title and text), chosen as
+        :meth:`current_knowledge` chooses, most recently deleted first (then by id): what a
+        person may restore, listed (the dashboard's knowledge page)."""
+        raise _not_implemented(self, "knowledge")
+
     async def knowledge_tombstone(
         self, project: str, *, logical_id: str | None = None, title: str | None = None
     ) -> KnowledgeVersion | None:
@@ -1229,7 +1238,9 @@ class Mount:
     gateway has started serving (after ``lore_startup``), ``stop`` at shutdown (before
     ``lore_shutdown``); until ``start`` has returned, requests are answered 503 without
     calling the application. An exception out of ``__call__`` is logged and answered 500
-    when no response was started. Implementations inherit from it.
+    when no response was started. A request body larger than ``server.maxApiBodyBytes`` is
+    answered 413 (declared) or cut off with ``http.disconnect`` and answered 413 (chunked).
+    Implementations inherit from it.
 
     ``authenticates_itself`` (default ``False``): the mount checks its own credential (a
     browser's session cookie: the lore-dashboard plugin) instead of the gateway token. The

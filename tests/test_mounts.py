@@ -281,3 +281,47 @@ def test_a_plugin_command_named_like_a_builtin_is_a_plugin_error(
     with_plugins(monkeypatch, commanding(Serve()))
     assert main(["--help"]) == 2
     assert "a built-in command" in capsys.readouterr().err
+
+
+class BodyReader(Mount):
+    """Reads the whole body, as the MCP SDK does, and answers with its length."""
+
+    name = "reader"
+    path = "/reader"
+
+    def __init__(self) -> None:
+        self.bodies: list[int] = []
+
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ConnectionError("the client went away")
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.bodies.append(len(body))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(len(body)).encode()})
+
+
+def test_a_mounts_body_is_bounded_by_the_local_apis_limit(start_gateway: Callable[..., ThreadedServer]) -> None:
+    reader = BodyReader()
+    server = start_gateway(config={"server": {"maxApiBodyBytes": 1000}}, extra_plugins=(mounting(reader),))
+    url = server.url + "/reader"
+    small = httpx.post(url, content=b"x" * 1000, headers=api_headers())
+    assert (small.status_code, small.text) == (200, "1000")
+    # Declared too large: refused before the application runs.
+    declared = httpx.post(url, content=b"x" * 5000, headers=api_headers())
+    assert declared.status_code == 413 and "maxApiBodyBytes" in declared.json()["error"]
+
+    # Chunked, no length declared: cut off once past the limit, then 413.
+    def chunks() -> Any:
+        for _ in range(50):
+            yield b"y" * 500
+
+    streamed = httpx.post(url, content=chunks(), headers=api_headers())
+    assert streamed.status_code == 413 and "maxApiBodyBytes" in streamed.json()["error"]
+    assert reader.bodies == [1000]
+    assert httpx.get(server.url + "/health").status_code == 200

@@ -78,6 +78,33 @@ class InProcessApi(LocalApi):
         await self._client.aclose()
 
 
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than server.maxApiBodyBytes ({limit} bytes)"
+
+
+class _BoundedBody:
+    """A mount's ``receive`` that counts the body: past ``limit`` bytes the application is
+    told the client went away (``http.disconnect``) and gets no more of it; the dispatcher
+    then answers 413 unless the application has answered already."""
+
+    def __init__(self, receive: ASGIReceive, limit: int) -> None:
+        self._receive = receive
+        self.limit = limit
+        self.received = 0
+        self.exceeded = False
+
+    async def __call__(self) -> dict[str, Any]:
+        if self.exceeded:
+            return {"type": "http.disconnect"}
+        message = await self._receive()
+        if message.get("type") == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limit:
+                self.exceeded = True
+                return {"type": "http.disconnect"}
+        return message
+
+
 async def _send_json(send: ASGISend, status: int, payload: Any, close: bool = False) -> None:
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -154,7 +181,14 @@ class MountDispatcher:
             return
         if mount.authenticates_itself:
             scope = {**scope, MOUNT_AUTH_SCOPE_KEY: self._auth(mount, headers)}
-        await self._serve(mount, scope, receive, send)
+        # A mounted application reads its body itself: the local API's body limit applies
+        # here, whatever the application does (the MCP SDK reads a whole body at once).
+        limit = self._gateway.config.server.max_api_body_bytes
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            await _send_json(send, 413, {"error": _too_large(limit)}, close=True)
+            return
+        await self._serve(mount, scope, _BoundedBody(receive, limit), send)
 
     def _auth(self, mount: Mount, headers: Mapping[str, str]) -> MountAuth:
         """Whether the request carries the gateway token, and the mount's key derived from it."""
@@ -162,7 +196,7 @@ class MountDispatcher:
         key = hmac.new(tokens.current().encode(), b"lore mount " + mount.name.encode(), hashlib.sha256)
         return MountAuth(token_valid=tokens.matches(access.bearer(headers)), key=key.digest())
 
-    async def _serve(self, mount: Mount, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
+    async def _serve(self, mount: Mount, scope: ASGIScope, receive: _BoundedBody, send: ASGISend) -> None:
         started = False
 
         async def tracked_send(message: dict[str, Any]) -> None:
@@ -173,6 +207,17 @@ class MountDispatcher:
         try:
             await mount(scope, receive, tracked_send)
         except Exception:
-            log.exception("the mount %r failed on %s %s", mount.name, scope.get("method"), scope["path"])
+            if receive.exceeded:  # the application failed on the cut-off body
+                log.info("a body over the limit was cut off on %s %s", scope.get("method"), scope["path"])
+            else:
+                log.exception("the mount %r failed on %s %s", mount.name, scope.get("method"), scope["path"])
             if not started:
-                await _send_json(send, 500, {"error": f"{mount.path} failed; the gateway's log says why"})
+                status, error = (
+                    (413, _too_large(receive.limit))
+                    if receive.exceeded
+                    else (500, f"{mount.path} failed; the gateway's log says why")
+                )
+                await _send_json(send, status, {"error": error}, close=receive.exceeded)
+            return
+        if receive.exceeded and not started:
+            await _send_json(send, 413, {"error": _too_large(receive.limit)}, close=True)
