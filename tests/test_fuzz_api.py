@@ -235,7 +235,7 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
         "distillations": ("GET", "/lore/api/distillations", ["session", "archived"]),
         "distillation": ("GET", None, []),
         "distill": ("POST", "/lore/api/distill", ["session"]),
-        "knowledge": (("GET", "POST"), "/lore/api/knowledge", ["project", "global"]),
+        "knowledge": (("GET", "POST"), "/lore/api/knowledge", ["project", "global", "deleted"]),
         "knowledge_entry": (("GET", "PATCH", "DELETE"), None, []),
         "knowledge_file": ("GET", "/lore/api/knowledge/file", ["project", "sensitive", "format"]),
         "knowledge_import": ("POST", "/lore/api/knowledge/import", ["project", "path", "format"]),

@@ -434,3 +434,25 @@ def test_upstream_cookies_are_relayed_but_never_kept(gateway, fake_upstream):
     assert response.status_code == 200 and response.headers["set-cookie"] == "lb=node-3; Path=/"
     # The upstream client's jar would send it with every later request, of every client.
     assert len(gateway.gateway.upstream._client.cookies.jar) == 0
+
+
+def test_a_whole_answer_that_decodes_past_the_limit_is_relayed_unread(
+    recorded_gateway, fake_upstream, recorder, monkeypatch
+):
+    """A few KiB of gzip can decode to gigabytes: a whole answer is decoded (to be recorded
+    and edited) only up to a limit, while decoding; past it the client still gets the
+    upstream's bytes, and nothing of it is read."""
+    from lore_core.pipeline import relay
+
+    monkeypatch.setattr(relay, "MAX_READ_ANSWER_BYTES", 100_000)
+    fake_upstream.enqueue(Reply(text="z" * 300_000, compress="gzip"))
+    with httpx.Client(timeout=30) as client:
+        response = client.post(
+            recorded_gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"accept-encoding": "gzip"}
+        )
+    assert response.status_code == 200
+    assert response.json()["content"][0]["text"] == "z" * 300_000  # the client's answer is whole
+    sent = fake_upstream.responses_sent[-1]
+    assert len(sent) < 5_000  # it was a small compressed body
+    recorder.wait()
+    assert recorder.exchanges[-1].response is None or not recorder.exchanges[-1].response.text

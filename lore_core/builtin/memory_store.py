@@ -524,6 +524,23 @@ class MemoryStore(Store):
     def _current(self) -> list[KnowledgeVersion]:
         return [attrs.evolve(versions[-1], is_current=True) for versions in self._knowledge.values()]
 
+    async def deleted_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        found = [
+            copy.deepcopy(v)
+            for v in self._current()
+            if v.is_deleted
+            and (
+                project is None
+                or (v.scope == "project" and v.project == project)
+                or (include_global and v.scope == "global")
+            )
+        ]
+        found.sort(key=lambda v: v.logical_id)
+        found.sort(key=lambda v: v.created_at, reverse=True)
+        return found
+
     async def current_knowledge(
         self, project: str | None = None, *, include_global: bool = True
     ) -> list[KnowledgeVersion]:

@@ -334,10 +334,15 @@ def _result(result: Any, created: bool = False) -> Response:
 @api.get("/knowledge")
 async def knowledge_list() -> Response:
     """Current entries: ``?project=`` (with the global ones unless ``global=0``), or every
-    project's without it."""
+    project's without it; ``deleted=1``: the deleted ones instead (each as its death
+    certificate, most recently deleted first), which ``POST .../restore`` brings back."""
     book = _gateway().knowledge
     project = _project_filter(request.args.get("project"))
-    entries = await book.entries(project, include_global=request.args.get("global") != "0")
+    include_global = request.args.get("global") != "0"
+    if request.args.get("deleted") == "1":
+        entries = await book.store.deleted_knowledge(project, include_global=include_global)
+    else:
+        entries = await book.entries(project, include_global=include_global)
     metrics = await book.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
     return _json(200, [entry_json(e, metrics.get(e.logical_id)) for e in entries])
 

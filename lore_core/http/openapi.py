@@ -418,9 +418,13 @@ def document() -> dict[str, Any]:
         },
         "/lore/api/knowledge": {
             "get": _op(
-                "current knowledge entries",
+                "current knowledge entries (deleted=1: the deleted ones, most recently deleted first)",
                 {"200": _json(_LIST), **_errors()},
-                params=[_PROJECT, _query("global", "0: without global entries")],
+                params=[
+                    _PROJECT,
+                    _query("global", "0: without global entries"),
+                    _query("deleted", "1: the deleted entries (their death certificates), to restore"),
+                ],
             ),
             "post": _op(
                 "add an entry (the book's rules apply; an entry with the same title is edited)",

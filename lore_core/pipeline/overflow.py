@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from lore_core.context.overflow import OVERFLOW_STATUSES, Overflow, overflow_in_error, parse_overflow
+from lore_core.pipeline.relay import MAX_READ_ANSWER_BYTES
 from lore_core.pipeline.send import upstream_failed
 from lore_core.pipeline.turn import Turn
 from lore_core.wire.encoding import UnsupportedEncoding, decode_body
@@ -77,7 +78,8 @@ async def check(gateway: Gateway, turn: Turn, upstream: httpx.Response, retry_ab
         await upstream.aclose()
     try:
         overflow = parse_overflow(
-            upstream.status_code, decode_body(raw, upstream.headers.get("content-encoding"))
+            upstream.status_code,
+            decode_body(raw, upstream.headers.get("content-encoding"), MAX_READ_ANSWER_BYTES),
         )
     except (ValueError, UnsupportedEncoding):
         overflow = None

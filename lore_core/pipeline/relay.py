@@ -33,13 +33,18 @@ from lore_core.interfaces import (
 )
 from lore_core.model import AssistantMessage, Exchange
 from lore_core.recall.rounds import RecallRounds
-from lore_core.wire.encoding import Decoder, UnsupportedEncoding, decode_body, decoder_for
+from lore_core.wire.encoding import BodyTooLarge, Decoder, UnsupportedEncoding, decode_body, decoder_for
 from lore_core.wire.turns import EventSplitter
 
 log = logging.getLogger("lore.relay")
 
 #: What an editor or assembler raises on an upstream's JSON of the wrong shape.
 SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+#: A whole (not streamed) answer is read (recorded, edited) when it decodes to at most this
+#: many bytes; a larger one is relayed as it came, unread. No model's answer comes near it
+#: (128K output tokens are about 0.5 MB), and a few KiB of gzip or zstd can decode to
+#: gigabytes: the limit applies while decoding.
+MAX_READ_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 class UpstreamStreamBroken(Exception):
@@ -284,7 +289,16 @@ class Relay:
 
     def _payload(self, response: httpx.Response, raw: bytes) -> dict[str, Any] | None:
         try:
-            payload = json.loads(decode_body(raw, response.headers.get("content-encoding")))
+            payload = json.loads(
+                decode_body(raw, response.headers.get("content-encoding"), MAX_READ_ANSWER_BYTES)
+            )
+        except BodyTooLarge:
+            log.warning(
+                "%s: an answer decodes to more than %d bytes; relayed as is",
+                self.codec.api,
+                MAX_READ_ANSWER_BYTES,
+            )
+            return None
         except (ValueError, UnsupportedEncoding):
             if response.status_code == 200:
                 log.warning("%s: a 200 response was not JSON; relayed as is", self.codec.api)

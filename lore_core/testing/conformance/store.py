@@ -921,6 +921,33 @@ class StoreConformance:
 
         self.run(make_store, body)
 
+    def test_deleted_knowledge_is_listed_until_restored(self, make_store: Callable[[], Store]) -> None:
+        kept = self._knowledge("Kept", at=1000.0)
+        first = self._knowledge("Deleted first", at=1000.0)
+        later = self._knowledge("Deleted later", scope="global", at=1000.0)
+        other = self._knowledge("Elsewhere", project="/work/beta", at=1000.0)
+
+        async def body(store: Store) -> None:
+            assert await store.deleted_knowledge() == []
+            for entry in (kept, first, later, other):
+                await store.write_knowledge(entry)
+            for entry, at in ((first, 2000.0), (later, 3000.0), (other, 2500.0)):
+                await store.write_knowledge(next_version(entry, updated_by=AUTHOR_USER, at=at, deleted=True))
+            found = await store.deleted_knowledge()
+            assert [v.logical_id for v in found] == [later.logical_id, other.logical_id, first.logical_id]
+            assert all(v.is_deleted and v.is_current and v.version == 2 for v in found)
+            assert found[0].title == "Deleted later" and found[0].content == "about Deleted later"
+            alpha = await store.deleted_knowledge("/work/alpha")
+            assert [v.logical_id for v in alpha] == [later.logical_id, first.logical_id]  # with the global
+            only = await store.deleted_knowledge("/work/alpha", include_global=False)
+            assert [v.logical_id for v in only] == [first.logical_id]
+            (dead,) = only
+            await store.write_knowledge(next_version(dead, updated_by=AUTHOR_USER, at=4000.0))  # restored
+            assert await store.deleted_knowledge("/work/alpha", include_global=False) == []
+            assert kept.logical_id not in {v.logical_id for v in await store.deleted_knowledge()}
+
+        self.run(make_store, body)
+
     def test_knowledge_edit_appends_a_version(self, make_store: Callable[[], Store]) -> None:
         first = self._knowledge(
             "Database", content="we use SQLite", created_by=AUTHOR_CURATOR, source_ref="d:1"

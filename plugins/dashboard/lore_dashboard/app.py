@@ -52,6 +52,8 @@ SESSIONS_PER_PAGE = 50
 MESSAGES_PER_PAGE = 100
 #: A text block longer than this is collapsed in the reader (its start stays visible).
 LONG_TEXT_CHARS = 1500
+#: Deleted knowledge entries the knowledge page lists (most recently deleted first).
+DELETED_SHOWN = 50
 #: Results per search.
 SEARCH_LIMIT = 20
 #: What the recall tool accepts as a scope (the dashboard offers the same).
@@ -676,6 +678,12 @@ class Dashboard(Mount):
                 by_category.setdefault(str(entry.get("category")), []).append(entry)
         for group in by_category.values():
             group.sort(key=lambda e: str(e.get("title", "")).lower())
+        # The deleted entries, most recently deleted first, each with a Restore button.
+        params = {"deleted": "1", **({"project": project} if project else {})}
+        status, deleted = await self._get("/lore/api/knowledge", params)
+        if status != 200 or not isinstance(deleted, list):
+            return self._api_error(session, status, deleted, "Knowledge")
+        deleted = [e for e in deleted if not category or e.get("category") == category]
         return self.render(
             "knowledge.html",
             session,
@@ -685,6 +693,8 @@ class Dashboard(Mount):
             categories=CATEGORIES,
             by_category={c: g for c, g in by_category.items() if g},
             count=sum(len(g) for g in by_category.values()),
+            deleted=deleted[:DELETED_SHOWN],
+            more_deleted=max(0, len(deleted) - DELETED_SHOWN),
             notice=request.arg("notice"),
         )
 

@@ -459,6 +459,14 @@ def test_knowledge_add_edit_delete_restore(served: ThreadedServer, project: Path
     assert api.get(f"/knowledge/{entry_id}").json()["entry"]["is_deleted"] is True
     assert entry_id not in [e["id"] for e in api.get("/knowledge", params={"project": str(project)}).json()]
     assert "Restore this entry" in browser.get(deleted.headers["location"]).text
+    # Listed as deleted (the local API and the knowledge page), with a Restore button.
+    gone = api.get("/knowledge", params={"project": str(project), "deleted": "1"}).json()
+    assert [e["id"] for e in gone] == [entry_id] and gone[0]["title"] == "Use keyset pages"
+    listing = browser.get("/ui/knowledge", params={"project": str(project)}).text
+    section = listing[listing.index('<h2 id="deleted">') :]
+    assert "Use keyset pages" in section and f'name="id" value="{entry_id}"' in section
+    assert 'action="/ui/knowledge/restore"' in section
+    assert "Use keyset pages" not in browser.get("/ui/knowledge", params={"category": "gotcha"}).text
 
     restored = post(browser, "/ui/knowledge/restore", {"csrf": token, "id": entry_id})
     assert restored.status_code == 303
@@ -467,6 +475,8 @@ def test_knowledge_add_edit_delete_restore(served: ThreadedServer, project: Path
     shown = cli(served, "knowledge", "show", entry_id)
     assert shown["entry"]["is_deleted"] is False and len(shown["versions"]) == 4
     assert entry_id in [e["id"] for e in api.get("/knowledge", params={"project": str(project)}).json()]
+    assert api.get("/knowledge", params={"project": str(project), "deleted": "1"}).json() == []
+    assert '<h2 id="deleted">' not in browser.get("/ui/knowledge").text
 
 
 def test_a_refused_knowledge_entry_says_why_and_keeps_the_form(served: ThreadedServer, project: Path) -> None:

@@ -1276,6 +1276,17 @@ class DuckDBStore(Store):
         rows = await asyncio.to_thread(self._query, sql, params)
         return sorted((_knowledge(r) for r in rows), key=canonical_order)
 
+    async def deleted_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        sql = f"{_KNOWLEDGE_SELECT} WHERE is_current AND is_deleted"
+        params: list[Any] = []
+        if project is not None:
+            sql += " AND ((scope = 'project' AND project = ?) OR (? AND scope = 'global'))"
+            params = [project, include_global]
+        rows = await asyncio.to_thread(self._query, sql + " ORDER BY created_at DESC, logical_id", params)
+        return [_knowledge(r) for r in rows]
+
     async def knowledge_tombstone(
         self, project: str, *, logical_id: str | None = None, title: str | None = None
     ) -> KnowledgeVersion | None:

@@ -1262,6 +1262,17 @@ class PostgresStore(Store):
         rows = await self._rows(query, params)
         return sorted((_knowledge(r) for r in rows), key=canonical_order)
 
+    async def deleted_knowledge(
+        self, project: str | None = None, *, include_global: bool = True
+    ) -> list[KnowledgeVersion]:
+        query = f"{_KNOWLEDGE_SELECT} WHERE is_current AND is_deleted"
+        params: list[Any] = []
+        if project is not None:
+            query += " AND ((scope = 'project' AND project = %s) OR (%s AND scope = 'global'))"
+            params = [project, include_global]
+        rows = await self._rows(query + " ORDER BY created_at DESC, logical_id", params)
+        return [_knowledge(r) for r in rows]
+
     async def knowledge_tombstone(
         self, project: str, *, logical_id: str | None = None, title: str | None = None
     ) -> KnowledgeVersion | None:
