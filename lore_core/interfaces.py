@@ -979,6 +979,12 @@ class Store(Protocol):
         """The durable snapshot of the run's working facts, or ``None`` when none was taken."""
         raise _not_implemented(self, "the event log")
 
+    async def list_runs(self, project: str | None = None, limit: int = 100) -> list[RunState]:
+        """The event log's runs (only ``project``'s when given), most recently updated first
+        (then by project and run), at most ``limit``: ``/lore/api/runs`` and the
+        dashboard's events page."""
+        raise _not_implemented(self, "the event log")
+
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         """Runs with events past their checkpoint (``last_seq > covered_seq``), oldest
         update first: what the consolidation pipeline resumes after a restart."""

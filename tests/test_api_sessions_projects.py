@@ -113,3 +113,35 @@ def test_projects_are_counted_by_the_store(server: ThreadedServer) -> None:
     assert one["spend_usd"] > 0
     assert one["spend_usd"] == pytest.approx(spend["s-one"] + spend["s-two"], abs=1e-5)
     assert two["spend_usd"] == pytest.approx(spend["s-three"] + spend["s-four"], abs=1e-5)
+
+
+def test_runs_and_their_events(server: ThreadedServer) -> None:
+    for run, count in (("build", 5), ("review", 1)):
+        events = [{"kind": "note", "content": f"{run} step {i}"} for i in range(count)]
+        answer = httpx.post(
+            server.url + "/v1/events",
+            json={"project": "/srv/one", "run": run, "events": events},
+            headers=api_headers(),
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+    assert httpx.get(server.url + "/lore/api/runs", timeout=30).status_code == 401
+    runs = get(server, "/lore/api/runs", project="/srv/one").json()
+    assert [(r["run"], r["last_seq"]) for r in runs] == [("review", 1), ("build", 5)]  # newest first
+    for r in runs:
+        assert r["behind"] == r["last_seq"] - r["covered_seq"] >= 0 and r["lag_ms"] >= 0
+    assert get(server, "/lore/api/runs", project="/srv/two").json() == []
+    assert [r["run"] for r in get(server, "/lore/api/runs", limit=1).json()] == ["review"]
+
+    page = get(server, "/lore/api/runs/events", project="/srv/one", run="build", limit=2).json()
+    assert page["run"]["last_seq"] == 5
+    assert [(e["seq"], e["content"]) for e in page["events"]] == [(5, "build step 4"), (4, "build step 3")]
+    covered = page["run"]["covered_seq"]
+    assert all(e["distilled"] == (e["seq"] <= covered) for e in page["events"])
+    older = get(server, "/lore/api/runs/events", project="/srv/one", run="build", before=4).json()
+    assert [e["seq"] for e in older["events"]] == [3, 2, 1]
+    one = {"project": "/srv/one"}
+    assert get(server, "/lore/api/runs/events", **one, run="build", before=1).json()["events"] == []
+    assert get(server, "/lore/api/runs/events", **one, run="nope").status_code == 404
+    assert get(server, "/lore/api/runs/events", **one).status_code == 400
+    assert get(server, "/lore/api/runs/events", **one, run="build", before="x").status_code == 400

@@ -229,6 +229,8 @@ def route_cases(draw: st.DrawFn, route: str, seeded: Seeded) -> Case:
             ["project", "limit", "before", "since", "harness", "model", "q"],
         ),
         "projects": ("GET", "/lore/api/projects", []),
+        "runs": ("GET", "/lore/api/runs", ["project", "limit"]),
+        "run_events": ("GET", "/lore/api/runs/events", ["project", "run", "before", "limit"]),
         "session": ("GET", None, ["branches"]),
         "search": ("GET", "/lore/api/search", ["q", "session", "project", "limit"]),
         "recall": ("GET", "/lore/api/recall", ["q", "scope", "session", "project", "limit"]),
@@ -501,6 +503,8 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
         return {200, 400} if q is None else ({200} if q.strip() else {400})
     if route in ("session", "distillation"):
         return {200, 404}
+    if route == "run_events":
+        return {200, 400, 404}  # 400: no run, or a before that is not a seq; 404: no such run
     if route == "sessions":
         return {200, 400}  # 400: a before or since that is not a page's row or a time
     if route == "knowledge" and method == "POST":
@@ -540,10 +544,10 @@ def expected_statuses(route: str, case: Case, seeded: Seeded) -> set[int]:
 
 
 ROUTES = [
-    "status", "sessions", "projects", "session", "search", "recall", "distillations", "distillation",
-    "distill", "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import", "contradictions",
-    "contradictions_scan", "contradictions_resolve", "team", "knowledge_pending", "knowledge_decisions",
-    "entities", "entity_show", "entity_change",
+    "status", "sessions", "projects", "runs", "run_events", "session", "search", "recall", "distillations",
+    "distillation", "distill", "knowledge", "knowledge_entry", "knowledge_file", "knowledge_import",
+    "contradictions", "contradictions_scan", "contradictions_resolve", "team", "knowledge_pending",
+    "knowledge_decisions", "entities", "entity_show", "entity_change",
 ]  # fmt: skip
 
 
@@ -573,6 +577,7 @@ def test_fuzz_api_route(
             lists = (
                 "sessions",
                 "projects",
+                "runs",
                 "search",
                 "distillations",
                 "knowledge",

@@ -712,6 +712,12 @@ class MemoryStore(Store):
     async def working_snapshot(self, project: str, run: str) -> WorkingSnapshot | None:
         return self._snapshots.get((project, run))
 
+    async def list_runs(self, project: str | None = None, limit: int = 100) -> list[RunState]:
+        runs = [s for s in self._runs.values() if project is None or s.project == project]
+        runs.sort(key=lambda s: (s.project, s.run))
+        runs.sort(key=lambda s: s.updated_at, reverse=True)
+        return runs[: max(0, limit)]
+
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         behind = [s for s in self._runs.values() if s.last_seq > s.covered_seq]
         return sorted(behind, key=lambda s: (s.updated_at, s.project, s.run))[:limit]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 import attrs
@@ -182,6 +183,89 @@ async def projects() -> Response:
             }
             for p in found
         ],
+    )
+
+
+def _run_json(state: Any, oldest_pending_at: float | None, now: float) -> dict[str, Any]:
+    return {
+        "project": state.project,
+        "run": state.run,
+        "last_seq": state.last_seq,
+        "covered_seq": state.covered_seq,
+        "behind": max(0, state.last_seq - state.covered_seq),
+        # How long the oldest event not distilled yet has waited (0: none waits).
+        "lag_ms": max(0, round((now - oldest_pending_at) * 1000)) if oldest_pending_at is not None else 0,
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+    }
+
+
+async def _oldest_pending(store: Any, state: Any) -> float | None:
+    if state.last_seq <= state.covered_seq:
+        return None
+    oldest = await store.run_events(state.project, state.run, after_seq=state.covered_seq, limit=1)
+    return float(oldest[0].created_at) if oldest else None
+
+
+@api.get("/runs")
+async def runs() -> Response:
+    """The event log's runs (``project``'s only when given), most recently updated first,
+    at most ``limit`` (default 50): each with ``last_seq``, ``covered_seq`` (what the
+    pipeline distilled), ``behind`` (events past it) and ``lag_ms`` (how long the oldest
+    of those has waited)."""
+    store = _gateway().store
+    project = _project_filter(request.args.get("project"))
+    try:
+        found = await store.list_runs(project, limit=_int_arg("limit", 50, high=1_000))
+    except NotImplementedError as exc:
+        return _json(501, {"error": str(exc)})
+    now = time.time()
+    return _json(200, [_run_json(s, await _oldest_pending(store, s), now) for s in found])
+
+
+@api.get("/runs/events")
+async def run_events() -> Response:
+    """One run (``project`` and ``run``) and its newest events, newest first, at most
+    ``limit`` (default 50); ``before=<seq>`` gives the ones before that seq (the next page).
+    404 for a run never written."""
+    store = _gateway().store
+    name = request.args.get("run", "")
+    if not name:
+        return _json(400, {"error": "run is required"})
+    project = project_root(request.args["project"]) if request.args.get("project") else ""
+    before = request.args.get("before", "")
+    if before and not (before.isascii() and before.isdigit()):
+        return _json(400, {"error": "before must be an event's seq"})
+    try:
+        state = await store.run_state(project, name)
+        if state is None:
+            return _json(404, {"error": f"no run {name!r} in {project or 'no project'}"})
+        upto = min(int(before) - 1, state.last_seq) if before else state.last_seq
+        events = (
+            await store.run_events(project, name, upto_seq=upto, limit=_int_arg("limit", 50), newest=True)
+            if upto > 0
+            else []
+        )
+        oldest = await _oldest_pending(store, state)
+    except NotImplementedError as exc:
+        return _json(501, {"error": str(exc)})
+    return _json(
+        200,
+        {
+            "run": _run_json(state, oldest, time.time()),
+            "events": [
+                {
+                    "seq": e.seq,
+                    "kind": e.kind,
+                    "content": e.content,
+                    "working": e.working,
+                    "key": e.key,
+                    "created_at": e.created_at,
+                    "distilled": e.seq <= state.covered_seq,
+                }
+                for e in reversed(events)
+            ],
+        },
     )
 
 

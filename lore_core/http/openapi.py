@@ -356,6 +356,27 @@ def document() -> dict[str, Any]:
                 },
             )
         },
+        "/lore/api/runs": {
+            "get": _op(
+                "the event log's runs, most recently updated first: last_seq, covered_seq (what "
+                "is distilled), behind (events past it) and lag_ms (how long the oldest of them "
+                "has waited)",
+                {"200": _json(_LIST), **_errors(501)},
+                params=[_PROJECT, _query("limit", "at most this many (default 50)")],
+            )
+        },
+        "/lore/api/runs/events": {
+            "get": _op(
+                "one run's state and its newest events, newest first (distilled: covered by covered_seq)",
+                {"200": _json(_OBJECT), **_errors(400, 404, 501)},
+                params=[
+                    _PROJECT,
+                    _query("run", "the run's name", required=True),
+                    _query("before", "a seq: the events before it (the next page)"),
+                    _query("limit", "at most this many (default 50)"),
+                ],
+            )
+        },
         "/lore/api/sessions/{session_id}": {
             "get": _op(
                 "one session's conversation",

@@ -1550,6 +1550,16 @@ class StoreConformance:
                 ("/work/alpha", "review"),
                 ("/work/beta", "build"),
             ]
+            # Every run, most recently updated first.
+            runs = await store.list_runs()
+            assert [(s.project, s.run, s.last_seq, s.covered_seq) for s in runs] == [
+                ("/work/alpha", "build", 3, 3),
+                ("/work/beta", "build", 1, 0),
+                ("/work/alpha", "review", 1, 0),
+            ]
+            assert [s.run for s in await store.list_runs("/work/alpha")] == ["build", "review"]
+            assert [s.run for s in await store.list_runs(limit=1)] == ["build"]
+            assert await store.list_runs("/work/none") == []
 
         if self.persistent:
             self.run(make_store, write)

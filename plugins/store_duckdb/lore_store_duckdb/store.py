@@ -1656,6 +1656,16 @@ class DuckDBStore(Store):
             int(as_of), tuple(WorkingFact(**f) for f in json.loads(facts)), float(taken_at)
         )
 
+    async def list_runs(self, project: str | None = None, limit: int = 100) -> list[RunState]:
+        where, params = ("WHERE project = ?", [project]) if project is not None else ("", [])
+        rows = await asyncio.to_thread(
+            self._query,
+            f"""SELECT project, run, last_seq, covered_seq, created_at, updated_at FROM event_runs {where}
+            ORDER BY updated_at DESC, project, run LIMIT ?""",
+            [*params, max(0, limit)],
+        )
+        return [RunState(*row) for row in rows]
+
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         rows = await asyncio.to_thread(
             self._query,
