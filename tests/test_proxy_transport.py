@@ -456,3 +456,28 @@ def test_a_whole_answer_that_decodes_past_the_limit_is_relayed_unread(
     assert len(sent) < 5_000  # it was a small compressed body
     recorder.wait()
     assert recorder.exchanges[-1].response is None or not recorder.exchanges[-1].response.text
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_a_stream_that_decodes_past_the_limit_is_relayed_whole_and_its_record_stops(
+    recorded_gateway, fake_upstream, recorder, monkeypatch, encoding
+):
+    """The relay reads a decoded copy of a compressed stream beside the bytes it relays:
+    that copy is bounded while decoding (a bomb's output is never built), the relay is not."""
+    from lore_core.pipeline import relay
+
+    monkeypatch.setattr(relay, "MAX_READ_ANSWER_BYTES", 100_000)
+    fake_upstream.enqueue(Reply(text="w" * 400_000, compress=encoding, text_chunks=8))
+    with httpx.Client(timeout=30) as client:
+        with client.stream(
+            "POST",
+            recorded_gateway.url + "/v1/messages",
+            json={**MESSAGES_BODY, "stream": True},
+            headers={"accept-encoding": encoding},
+        ) as response:
+            raw = b"".join(response.iter_raw())
+    assert response.status_code == 200
+    assert raw == fake_upstream.responses_sent[-1]
+    recorder.wait()
+    answer = recorder.exchanges[-1].response
+    assert answer is None or len(answer.text) < 400_000

@@ -101,7 +101,7 @@ class Relay:
         assembler = self.codec.assembler()
         decoder: Decoder | None
         try:
-            decoder = decoder_for(upstream.headers.get("content-encoding"))
+            decoder = decoder_for(upstream.headers.get("content-encoding"), MAX_READ_ANSWER_BYTES)
         except UnsupportedEncoding:
             decoder = None  # relayed, not read
         finished = False
@@ -124,7 +124,8 @@ class Relay:
                 for piece in (chunk[:cut], chunk[cut:]) if cut else (chunk,):
                     # Read before it is relayed (see the module docstring).
                     if decoder is not None:
-                        if not self._feed(assembler, decoder.decompress(piece)):
+                        decoded = self._decode(decoder, piece)
+                        if decoded is None or not self._feed(assembler, decoded):
                             decoder = None  # the record of it stops; the relay goes on
                         elif assembler.done:
                             finish()
@@ -150,7 +151,7 @@ class Relay:
                 assembler: StreamAssembler = self.codec.assembler()
                 decoder: Decoder | None
                 try:
-                    decoder = decoder_for(response.headers.get("content-encoding"))
+                    decoder = decoder_for(response.headers.get("content-encoding"), MAX_READ_ANSWER_BYTES)
                 except UnsupportedEncoding:
                     decoder = None
                 splitter = EventSplitter()
@@ -318,6 +319,17 @@ class Relay:
         log.warning("upstream stream from %s broke off: %s", self.exchange.upstream, exc)
         self.broke(self.exchange.upstream, f"a stream broke off: {exc}")
         raise UpstreamStreamBroken(str(exc)) from None
+
+    def _decode(self, decoder: Decoder, data: bytes) -> bytes | None:
+        """``data`` decoded; ``None`` when the stream cannot be (corrupt, or decoding past
+        :data:`MAX_READ_ANSWER_BYTES`): it is still relayed, only the record of it stops."""
+        try:
+            return decoder.decompress(data)
+        except Exception as exc:  # zlib's, brotli's and zstandard's errors, BodyTooLarge
+            log.warning(
+                "%s: the upstream's stream could not be decoded (%s); relayed as is", self.codec.api, exc
+            )
+            return None
 
     def _feed(self, assembler: StreamAssembler, data: bytes) -> bool:
         """Feed the assembler (it records the answer); ``False`` when it cannot read the

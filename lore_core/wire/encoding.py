@@ -49,12 +49,19 @@ class _Brotli:
             return self._d.process(data)
         return self._d.process(data, output_buffer_limit=size)
 
+    def can_accept_more_data(self) -> bool:
+        """False while output of the input given is still held (past an output limit)."""
+        return bool(self._d.can_accept_more_data())
+
     def flush(self) -> bytes:
         return b""  # brotli's decompressor buffers nothing past what process() returned
 
     @property
     def eof(self) -> bool:
         return bool(self._d.is_finished())
+
+
+_ZLIB_DECODER = type(zlib.decompressobj())
 
 
 class _Chain:
@@ -93,11 +100,65 @@ def _one(name: str) -> Decoder:
     raise UnsupportedEncoding(f"unsupported content-encoding {name!r}")
 
 
-def decoder_for(content_encoding: str | None) -> Decoder:
+def decoder_for(content_encoding: str | None, limit: int | None = None) -> Decoder:
+    """An incremental decoder for a stream; with ``limit``, one whose whole output stops
+    there (:class:`BoundedDecoder`: a bomb raises :class:`BodyTooLarge` before its output
+    is built)."""
     names = [n.strip().lower() for n in (content_encoding or "").split(",") if n.strip()]
-    if len(names) <= 1:
-        return _one(names[0] if names else "")
-    return _Chain([_one(n) for n in reversed(names)])
+    stages = [_one(n) for n in reversed(names)] or [_Identity()]
+    if limit is not None:
+        stages = [BoundedDecoder(stage, limit) for stage in stages]
+    return stages[0] if len(stages) == 1 else _Chain(stages)
+
+
+class BoundedDecoder:
+    """An incremental decoder whose output, summed over its calls, may not pass ``limit``
+    bytes: :class:`BodyTooLarge` then. Each call to the decoder it wraps is made to give at
+    most about what is left (zlib's ``max_length``, brotli's output limit, zstd fed in
+    pieces of ``limit // ZSTD_MAX_RATIO`` bytes), so a few KiB that would decode to
+    gigabytes never are."""
+
+    def __init__(self, decoder: Decoder, limit: int) -> None:
+        self._decoder = decoder
+        self.limit = limit
+        self.produced = 0
+
+    def _count(self, out: bytes) -> bytes:
+        self.produced += len(out)
+        if self.produced > self.limit:
+            raise BodyTooLarge(self.limit)
+        return out
+
+    def _room(self) -> int:
+        return self.limit - self.produced + 1  # one byte more says "too large"
+
+    def decompress(self, data: bytes) -> bytes:
+        decoder = self._decoder
+        parts: list[bytes] = []
+        if isinstance(decoder, _Identity):
+            return data
+        if isinstance(decoder, _Brotli):
+            parts.append(self._count(decoder.decompress_at_most(data, self._room())))
+            while not decoder.eof and not decoder.can_accept_more_data():
+                parts.append(self._count(decoder.decompress_at_most(b"", self._room())))
+            return b"".join(parts)
+        if isinstance(decoder, _ZLIB_DECODER):
+            while data:
+                parts.append(self._count(decoder.decompress(data, self._room())))
+                data = decoder.unconsumed_tail
+            return b"".join(parts)
+        # zstd (and any other): in pieces small enough that one cannot pass the limit far.
+        step = max(_ZSTD_MIN_PIECE, self.limit // ZSTD_MAX_RATIO)
+        for start in range(0, len(data), step):
+            parts.append(self._count(decoder.decompress(data[start : start + step])))
+        return b"".join(parts)
+
+    def flush(self) -> bytes:
+        return self._count(self._decoder.flush())
+
+    @property
+    def eof(self) -> bool:
+        return self._decoder.eof
 
 
 class BodyTooLarge(ValueError):
