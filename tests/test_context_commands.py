@@ -296,3 +296,36 @@ def test_spend_survives_a_restart_and_the_budget_holds_at_once(
     )
     # Both requests: 100K input and a few output tokens each.
     assert "cost:      $0.6001 this session, $0.6001 today" in status.content[0].text
+
+
+def test_a_session_that_starts_under_amnesia_is_titled_by_what_was_stored(
+    start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream
+) -> None:
+    """The title is the session's first stored prompt: nothing said under amnesia, not even
+    the command that turned it on, names the session in `lore sessions` or the dashboard."""
+    server = start_gateway()
+    client = anthropic.Anthropic(
+        base_url=server.url,
+        api_key="sk-ant-k",
+        max_retries=0,
+        default_headers={"x-lore-session": "amn-first"},
+    )
+    history: list[dict[str, Any]] = []
+
+    def turn(text: str, reply: str | None = None) -> None:
+        if reply is not None:
+            fake_upstream.enqueue(Reply(text=reply))
+        history.append({"role": "user", "content": text})
+        answer = client.messages.create(model=MODEL, max_tokens=50, messages=history)
+        history.append({"role": "assistant", "content": answer.content[0].text})
+
+    turn("/lore:amnesia on")
+    turn("the secret plan is hunter2", "noted")
+    server.call(server.gateway.writer.wait_idle())
+    listed = {s["id"]: s for s in get_json(f"{server.url}/lore/api/sessions")}
+    assert listed.get("amn-first", {}).get("title", "") == ""
+    turn("/lore:amnesia off")
+    turn("the public plan", "ok")
+    server.call(server.gateway.writer.wait_idle())
+    listed = {s["id"]: s for s in get_json(f"{server.url}/lore/api/sessions")}
+    assert listed["amn-first"]["title"] == "the public plan"

@@ -990,6 +990,11 @@ def records_from_exchange(
                             recall_calls.add(b.tool_call_id)
         return history_calls
 
+    def forgotten(position: int) -> bool:
+        return bool(exchange.forget_positions) and any(
+            s <= position and (e is None or position < e) for s, e in exchange.forget_positions
+        )
+
     batch = WriteBatch()
     project_name = exchange.project.rstrip("/").rsplit("/", 1)[-1] if exchange.project else ""
     batch.projects.append(Project(exchange.project, project_name, started, now))
@@ -1001,7 +1006,8 @@ def records_from_exchange(
             model=model,
             created_at=started,
             updated_at=now,
-            title=_title(logical),
+            # Nothing said under /lore:amnesia reaches the store, its title included.
+            title=_title([m for p, m in enumerate(logical) if not forgotten(p)]),
         )
     )
 
@@ -1038,11 +1044,6 @@ def records_from_exchange(
             api=exchange.api,
             created_at=created_at,
             **extra,
-        )
-
-    def forgotten(position: int) -> bool:
-        return bool(exchange.forget_positions) and any(
-            s <= position and (e is None or position < e) for s, e in exchange.forget_positions
         )
 
     parent: str | None = None
