@@ -160,6 +160,7 @@ def main() -> None:
             ("Knowledge", "/ui/knowledge"),
             ("Spend", "/ui/spend"),
             ("Contradictions", "/ui/contradictions"),
+            ("Events (the runs)", "/ui/events"),
             # What the pages read, without the dashboard: the store's own share.
             ("API: 51 sessions (the first page's read)", "/lore/api/sessions?limit=51"),
             ("API: the projects (the projects page's read)", "/lore/api/projects"),

@@ -54,6 +54,9 @@ MESSAGES_PER_PAGE = 100
 LONG_TEXT_CHARS = 1500
 #: Deleted knowledge entries the knowledge page lists (most recently deleted first).
 DELETED_SHOWN = 50
+#: Runs the events page lists (most recently updated first), events a page of a run shows.
+RUNS_SHOWN = 50
+EVENTS_PER_PAGE = 50
 #: Results per search.
 SEARCH_LIMIT = 20
 #: What the recall tool accepts as a scope (the dashboard offers the same).
@@ -118,6 +121,17 @@ def _fmt_duration(seconds: Any) -> str:
     if hours:
         return f"{hours} h {minutes} min"
     return f"{minutes} min {secs} s"
+
+
+def _fmt_duration_ms(value: Any) -> str:
+    """Milliseconds as people read them: ms below a second, else as :func:`_fmt_duration`."""
+    try:
+        ms = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return ""
+    if not math.isfinite(ms):
+        return ""
+    return f"{round(ms)} ms" if ms < 1000 else _fmt_duration(ms / 1000)
 
 
 def _fmt_usd(value: Any) -> str:
@@ -256,6 +270,7 @@ def _environment() -> jinja2.Environment:
         time=_fmt_time,
         iso=_fmt_iso,
         duration=_fmt_duration,
+        duration_ms=_fmt_duration_ms,
         usd=_fmt_usd,
         pretty=_pretty_json,
         highlight=_highlight,
@@ -1010,10 +1025,32 @@ class Dashboard(Mount):
         budget = request.arg("budget")
         if budget and not budget.isdigit():
             raise BadRequest("the token budget must be a whole number")
+        before = request.arg("before")
+        if before and not (before.isascii() and before.isdigit()):
+            raise BadRequest("before must be an event's seq")
         code, status = await self._get("/lore/api/status")
         counters = (
             status.get("health", {}).get("events", {}) if code == 200 and isinstance(status, dict) else {}
         )
+        # The runs (most recently updated first), and the chosen run's newest events.
+        code, runs = await self._get(
+            "/lore/api/runs", {"limit": str(RUNS_SHOWN), **({"project": project} if project else {})}
+        )
+        if code != 200 or not isinstance(runs, list):
+            runs = []
+        chosen: dict[str, Any] | None = None
+        older = ""
+        if run:
+            params = {"run": run, "limit": str(EVENTS_PER_PAGE), "project": project}
+            if before:
+                params["before"] = before
+            code, body = await self._get("/lore/api/runs/events", params)
+            if code == 200 and isinstance(body, dict):
+                chosen = body
+                shown = body.get("events") or []
+                if shown and int(shown[-1].get("seq") or 0) > 1:
+                    query_args = {"project": project, "run": run, "before": str(shown[-1]["seq"])}
+                    older = "?" + urllib.parse.urlencode({k: v for k, v in query_args.items() if v})
         pack: dict[str, Any] | None = None
         error = ""
         if run and query:
@@ -1039,6 +1076,11 @@ class Dashboard(Mount):
             budget=budget,
             pack=pack,
             error=error,
+            runs=runs,
+            runs_shown=RUNS_SHOWN,
+            chosen=chosen,
+            older=older,
+            paged=bool(before),
         )
 
     async def open_id(self, request: Request, session: auth.Session) -> Response:

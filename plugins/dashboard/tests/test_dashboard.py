@@ -838,6 +838,43 @@ def test_events_counters_and_a_pack_preview(served: ThreadedServer, project: Pat
     assert browser.get("/ui/events", params={**params, "budget": "x"}).status_code == 400
 
 
+def test_events_lists_the_runs_and_a_runs_events(served: ThreadedServer, project: Path) -> None:
+    for run, count in (("deploy-2", 3), ("lint", 1)):
+        events = [{"kind": "note", "content": f"{run} step {i}"} for i in range(1, count + 1)]
+        body = {"project": str(project), "run": run, "events": events}
+        written = httpx.post(served.url + "/v1/events", json=body, headers=api_headers(), timeout=30)
+        assert written.status_code == 200, written.text
+    browser = login(served)
+    page = browser.get("/ui/events").text
+    runs = page[page.index('<h2 id="runs">') : page.index("<h2>Pack preview</h2>")]
+    # Every run (their order, most recently updated first, moves with the pipeline's
+    # checkpoints too), each linking to its events.
+    assert {"deploy-2", "lint"} <= set(re.findall(r"<code>([\w-]+)</code></a></th>", runs))
+    assert {r["run"]: r["last_seq"] for r in local_api(served).get("/runs").json()}["deploy-2"] == 3
+    query = urllib.parse.urlencode({"project": str(project), "run": "deploy-2"}, quote_via=urllib.parse.quote)
+    assert f'href="/ui/events?{html.escape(query)}#run"' in runs
+    shown = browser.get("/ui/events", params={"project": str(project), "run": "deploy-2"})
+    assert shown.status_code == 200
+    text = shown.text[shown.text.index('<h2 id="run">') :]
+    assert text.index("deploy-2 step 3") < text.index("deploy-2 step 1")  # newest first
+    # Pages of events: with one a page, the older link goes on from the last one shown.
+    import lore_dashboard.app as app
+
+    original = app.EVENTS_PER_PAGE
+    app.EVENTS_PER_PAGE = 1
+    try:
+        first = browser.get("/ui/events", params={"project": str(project), "run": "deploy-2"}).text
+        older = re.search(r'href="(/ui/events\?[^"]+)#run" rel="next"', first)
+        assert older and "deploy-2 step 3" in first and "deploy-2 step 2" not in first
+        second = browser.get(html.unescape(older.group(1))).text
+        assert "deploy-2 step 2" in second and "deploy-2 step 3" not in second
+    finally:
+        app.EVENTS_PER_PAGE = original
+    missing = browser.get("/ui/events", params={"project": str(project), "run": "no-such-run"})
+    assert missing.status_code == 200 and "No run <code>no-such-run</code>" in missing.text
+    assert browser.get("/ui/events", params={"run": "deploy-2", "before": "x"}).status_code == 400
+
+
 # -- recall ids open where they live ---------------------------------------------------------------
 
 
