@@ -65,3 +65,33 @@ def data_frame(text: str, label: str) -> str:
 def frame_overhead(label: str) -> int:
     """Characters :func:`data_frame` adds around a text (for callers bounding the whole)."""
     return len(data_frame("", label))
+
+
+#: The tags the worker prompts put around what they hand the worker model (the observer's
+#: conversation segment, the curator's entries and observations, ...): text from a session
+#: must not be able to close one and write outside it.
+WORKER_TAGS = (
+    "conversation_segment",
+    "previous_observations",
+    "previous_meta_distillation",
+    "observations",
+    "observation",
+    "existing_entries",
+    "entry",
+    "known_entities",
+    "query",
+)
+_WORKER_TAG = re.compile(
+    f"[{_OPENERS}]({_FILLER}(?:/{_FILLER})?)((?:{'|'.join(_spelled(t) for t in WORKER_TAGS)})\\b)",
+    re.IGNORECASE,
+)
+
+
+def worker_data(text: str) -> str:
+    """``text`` to go inside a worker prompt's tags: every opening or closing tag of
+    :data:`WORKER_TAGS` in it defused (``</observation>`` becomes ``&lt;/observation>``),
+    with the same look-alikes and invisible characters :func:`escape_delimiters` handles.
+    The prompts say what is inside their tags is data, never instructions."""
+    if not any(opener in text for opener in _OPENERS):
+        return text
+    return _WORKER_TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)

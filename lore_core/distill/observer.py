@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from lore_core.context.framing import worker_data
 from lore_core.distill.extractive import extractive_observe
 from lore_core.distill.inputs import Distillation, DistillInput, Provenance
 from lore_core.distill.prompts import load_prompt
@@ -37,10 +38,11 @@ def observer_prompt(rendered: str, previous: str, start: float, end: float, coun
     if len(previous) > PREVIOUS_MAX_CHARS:
         cut = previous[-PREVIOUS_MAX_CHARS:]
         previous = "[... earlier observations cut ...]\n" + cut[cut.find("\n") + 1 :]
+    previous = worker_data(previous.strip()) or "(none yet)"
     return (
-        f"<previous_observations>\n{previous.strip() or '(none yet)'}\n</previous_observations>\n\n"
+        f"<previous_observations>\n{previous}\n</previous_observations>\n\n"
         f'<conversation_segment from="{_iso(start)}" to="{_iso(end)}" messages="{count}">\n'
-        f"{rendered}\n</conversation_segment>"
+        f"{worker_data(rendered)}\n</conversation_segment>"
     )
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from lore_core.context.framing import worker_data
 from lore_core.distill.inputs import Distillation, ObservationInput, Provenance
 from lore_core.distill.observer import has_bullets, strip_fences
 from lore_core.distill.prompts import load_prompt
@@ -32,14 +33,13 @@ def reflector_prompt(observations: Sequence[ObservationInput], previous_meta: st
     """The user turn of a reflector call: the logs, oldest first, and the previous
     consolidation."""
     parts = [
-        f"<previous_meta_distillation>\n{previous_meta.strip() or '(none yet)'}\n"
+        f"<previous_meta_distillation>\n{worker_data(previous_meta.strip()) or '(none yet)'}\n"
         "</previous_meta_distillation>\n",
         "<observations>",
     ]
     for obs in sorted(observations, key=lambda o: (o.start, o.end)):
-        parts.append(
-            f'<observation from="{_iso(obs.start)}" to="{_iso(obs.end)}">\n{obs.text.strip()}\n</observation>'
-        )
+        text = worker_data(obs.text.strip())
+        parts.append(f'<observation from="{_iso(obs.start)}" to="{_iso(obs.end)}">\n{text}\n</observation>')
     parts.append("</observations>")
     return "\n".join(parts)
 

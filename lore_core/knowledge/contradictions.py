@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.context.framing import worker_data
 from lore_core.interfaces import Embedder
 from lore_core.knowledge.book import DELETED, UNCHANGED, KnowledgeBook, KnowledgeInputError, Provenance
 from lore_core.knowledge.curator import answer_json, shown_to_worker
@@ -103,7 +104,7 @@ class ContradictionJudge:
 def _entry_block(entry: KnowledgeVersion) -> str:
     return (
         f'<entry id="{entry.ref}" category="{entry.category}" title={json.dumps(entry.title)}>\n'
-        f"{entry.content.strip()}\n</entry>"
+        f"{worker_data(entry.content.strip())}\n</entry>"
     )
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.context.framing import worker_data
 from lore_core.interfaces import Curator
 from lore_core.knowledge.entities import EntityInputError, check_name, check_predicate
 from lore_core.knowledge.prompts import load_prompt
@@ -119,7 +120,7 @@ def curator_prompt(
     parts = ["<existing_entries>"]
     for entry in entries:
         parts.append(f'<entry id="{entry.ref}" category="{entry.category}" title={json.dumps(entry.title)}>')
-        parts.append(entry.content.strip())
+        parts.append(worker_data(entry.content.strip()))
         parts.append("</entry>")
     if not entries:
         parts.append("(none yet)")
@@ -129,7 +130,7 @@ def curator_prompt(
         parts.append("<known_entities>")
         for entity in shown[:MAX_PROMPT_ENTITIES]:
             aliases = f" (aliases: {', '.join(entity.aliases)})" if entity.aliases else ""
-            parts.append(f"- {entity.name} [{entity.kind}]{aliases}")
+            parts.append(worker_data(f"- {entity.name} [{entity.kind}]{aliases}"))
         parts.append("</known_entities>\n")
     parts.append("<observations>")
     chosen: list[StoredDistillation] = []
@@ -141,7 +142,7 @@ def curator_prompt(
         chosen.append(obs)
     for obs in reversed(chosen):
         parts.append(f'<observation id="d:{obs.id}" to="{_iso(obs.end or obs.created_at)}">')
-        parts.append(obs.text.strip())
+        parts.append(worker_data(obs.text.strip()))
         parts.append("</observation>")
     parts.append("</observations>")
     return "\n".join(parts)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from lore_core.context.framing import worker_data
 from lore_core.recall.prompts import load_prompt
 from lore_core.worker.errors import WorkerUnavailable
 
@@ -116,7 +117,7 @@ def build_prompt(query: str) -> str:
     q = query.strip()
     if len(q) > MAX_QUERY_CHARS:
         q = q[:MAX_QUERY_CHARS]
-    return f"<query>\n{q}\n</query>"
+    return f"<query>\n{worker_data(q)}\n</query>"
 
 
 async def expand_query(
