@@ -57,6 +57,8 @@ DELETED_SHOWN = 50
 #: Runs the events page lists (most recently updated first), events a page of a run shows.
 RUNS_SHOWN = 50
 EVENTS_PER_PAGE = 50
+#: Sessions whose messages mention a sessions-list text filter, shown beside the list.
+MENTIONS_SHOWN = 10
 #: Results per search.
 SEARCH_LIMIT = 20
 #: What the recall tool accepts as a scope (the dashboard offers the same).
@@ -522,6 +524,7 @@ class Dashboard(Mount):
             return self._api_error(session, status, rows, "Sessions")
         more = len(rows) > SESSIONS_PER_PAGE
         rows = rows[:SESSIONS_PER_PAGE]
+        mentions = await self._mentions(text, project) if text and cursor is None else []
         chosen = {
             "project": project,
             "harness": harness,
@@ -550,8 +553,27 @@ class Dashboard(Mount):
             following=following,
             newest=newest,
             paged=cursor is not None,
+            mentions=mentions,
             notice=request.arg("notice"),
         )
+
+    async def _mentions(self, text: str, project: str) -> list[dict[str, Any]]:
+        """The sessions whose messages best match ``text`` in the store's full-text index
+        (``/lore/api/search``, BM25 over the passages, as the recall engine searches them):
+        the best message of each, best first, at most :data:`MENTIONS_SHOWN` sessions. A
+        bounded search, never a scan of the messages."""
+        params = {"q": text, "limit": str(MENTIONS_SHOWN * 4)}
+        if project:
+            params["project"] = project
+        status, hits = await self._get("/lore/api/search", params)
+        if status != 200 or not isinstance(hits, list):
+            return []  # a query of stop words only, or a store without a full-text index
+        found: dict[str, dict[str, Any]] = {}
+        for hit in hits:
+            sid = str(hit.get("session") or "")
+            if sid and hit.get("role") != "distillation" and sid not in found:
+                found[sid] = hit
+        return list(found.values())[:MENTIONS_SHOWN]
 
     async def _session(self, session_id: str) -> tuple[int, Any]:
         return await self._get(f"/lore/api/sessions/{urllib.parse.quote(session_id, safe='')}")

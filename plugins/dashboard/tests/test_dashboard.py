@@ -312,6 +312,14 @@ def test_sessions_list_filters_and_keyset_pages(
     assert "s-short" not in browser.get("/ui/sessions", params={"q": SECRET_WORD}).text
     assert "s-tools" in browser.get("/ui/sessions", params={"q": SECRET_WORD}).text
     assert "No session matches" in browser.get("/ui/sessions", params={"harness": "no-such"}).text
+    # A word only a message says: no title, id, model or project holds it, the full-text
+    # index finds the message, linked at its place in its session.
+    mention = browser.get("/ui/sessions", params={"q": "file"}).text
+    assert "No session matches" in mention and '<h2 id="mentions">' in mention
+    found = mention[mention.index('<h2 id="mentions">') :]
+    assert "<mark>file</mark>" in found and "/ui/session?id=s-tools&amp;at=" in found
+    assert "s-short" not in found
+    assert '<h2 id="mentions">' not in browser.get("/ui/sessions", params={"q": "no-such-word-here"}).text
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert "No session matches" in browser.get("/ui/sessions", params={"project": str(elsewhere)}).text
