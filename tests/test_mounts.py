@@ -306,7 +306,9 @@ class BodyReader(Mount):
         await send({"type": "http.response.body", "body": str(len(body)).encode()})
 
 
-def test_a_mounts_body_is_bounded_by_the_local_apis_limit(start_gateway: Callable[..., ThreadedServer]) -> None:
+def test_a_mounts_body_is_bounded_by_the_local_apis_limit(
+    start_gateway: Callable[..., ThreadedServer],
+) -> None:
     reader = BodyReader()
     server = start_gateway(config={"server": {"maxApiBodyBytes": 1000}}, extra_plugins=(mounting(reader),))
     url = server.url + "/reader"
