@@ -19,7 +19,7 @@ import json
 import os
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +27,9 @@ import attrs
 import cattrs
 import platformdirs
 from cattrs.gen import make_dict_structure_fn, override
+
+if typing.TYPE_CHECKING:
+    from lore_core.interfaces import Provider
 
 CONFIG_FILENAME = ".lore.json"
 
@@ -45,6 +48,9 @@ def _camel(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 RANGE_KEY = "lore_range"
+#: Metadata of a ``dict`` field whose keys are written beside its section's own keys, not
+#: under the field's name (``upstream.<provider>``).
+FLAT_KEY = "lore_flat"
 
 
 @attrs.frozen
@@ -147,8 +153,11 @@ class ServerConfig:
 
 @attrs.define
 class UpstreamConfig:
-    anthropic: str = "https://api.anthropic.com"
-    openai: str = "https://api.openai.com"
+    # Provider name -> the base URL of its upstream. Written ``upstream.<provider>`` in the
+    # file, beside the keys below (``"upstream": {"anthropic": "https://..."}``), or
+    # ``LORE_UPSTREAM_<PROVIDER>``; load_config starts it from the defaults of the providers
+    # the plugins declare (interfaces.Provider) and refuses a name none declares.
+    urls: dict[str, str] = attrs.field(factory=dict, metadata={FLAT_KEY: True})
     # Model-name prefix -> upstream base URL; the longest matching prefix wins.
     by_model_prefix: dict[str, str] = attrs.field(factory=dict)
     # Base URLs a client may name in X-Lore-Upstream-URL and keep its memory without the
@@ -414,14 +423,13 @@ CORE_SECTIONS: dict[str, Any] = {
     "models": dict[str, ModelConfig],
 }
 
-# Environment variable -> (section, field). Plugins document their own variables.
+# Environment variable -> (section, field). Plugins document their own variables; each
+# declared provider's upstream is ``LORE_UPSTREAM_<PROVIDER>`` (upstream_env_var).
 ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_HOST": ("server", "host"),
     "LORE_PORT": ("server", "port"),
     "LORE_MAX_BODY_BYTES": ("server", "maxBodyBytes"),
     "LORE_TOKEN": ("server", "token"),
-    "LORE_UPSTREAM_ANTHROPIC": ("upstream", "anthropic"),
-    "LORE_UPSTREAM_OPENAI": ("upstream", "openai"),
     "LORE_STORE": ("store", "backend"),
     "LORE_DB_PATH": ("store", "path"),
     "LORE_EMBEDDING_PROVIDER": ("embedding", "provider"),
@@ -432,6 +440,22 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
     "LORE_DAILY_BUDGET": ("budget", "dailyBudgetUsd"),
     "LORE_RETRIEVAL_PARTIAL_TIMEOUT": ("events", "retrievalPartialTimeoutMs"),
 }
+
+
+def upstream_env_var(provider: str) -> str:
+    """The environment variable that sets a provider's upstream: ``LORE_UPSTREAM_<PROVIDER>``,
+    the name upper-cased with every run of other characters than letters and digits as
+    ``_`` (``my-vendor`` -> ``LORE_UPSTREAM_MY_VENDOR``)."""
+    return "LORE_UPSTREAM_" + re.sub(r"[^A-Z0-9]+", "_", provider.upper())
+
+
+def env_overrides(
+    providers: Iterable[str] = (), extra: Mapping[str, tuple[str, str]] | None = None
+) -> dict[str, tuple[str, str]]:
+    """Every environment override: the core table, each provider's upstream, ``extra``
+    (the plugins' own)."""
+    upstreams = {upstream_env_var(name): ("upstream", name) for name in providers}
+    return {**ENV_OVERRIDES, **upstreams, **(extra or {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,14 +526,30 @@ def _field_names(cls: Any) -> set[str]:
     return names
 
 
+def _flat_field(cls: type) -> attrs.Attribute | None:  # type: ignore[type-arg]
+    """The field of ``cls`` whose keys sit beside the others (:data:`FLAT_KEY`), if any."""
+    if not attrs.has(cls):
+        return None
+    flat = [f for f in attrs.fields(attrs.resolve_types(cls)) if f.metadata.get(FLAT_KEY)]
+    return flat[0] if flat else None
+
+
 def structure_section(raw: Any, cls: type, path: str) -> Any:
     """Structure one section strictly; raise :class:`ConfigError` naming the key path."""
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{path}: expected an object, got {type(raw).__name__}")
+    raw = dict(raw)
+    flat = _flat_field(cls)
+    if flat is not None:
+        # The flat field's keys are the ones that are not another field's.
+        others = {_camel(f.name) for f in attrs.fields(cls) if f is not flat}
+        loose = {key: raw.pop(key) for key in list(raw) if key not in others}
     try:
-        value: Any = _CONVERTER.structure(dict(raw), cls)
+        value: Any = _CONVERTER.structure(raw, cls)
+        if flat is not None:
+            setattr(value, flat.name, _CONVERTER.structure(loose, flat.type or dict[str, str]))
     except Exception as exc:
         lines = _error_lines(exc, "$." + path, _field_names(cls))
         raise ConfigError("; ".join(lines) or f"{path}: {exc}") from None
@@ -587,6 +627,7 @@ def load_config(
     cwd: Path | None = None,
     extra_env: Mapping[str, tuple[str, str]] | None = None,
     core_only: bool = False,
+    providers: Iterable[Provider] | None = None,
 ) -> LoreConfig:
     """Read, merge, override and validate the configuration.
 
@@ -594,7 +635,12 @@ def load_config(
     ``lore_config_sections``); ``extra_env`` adds plugins' environment overrides.
     ``core_only``: read the core sections and leave the others unchecked (a command that
     only asks a running gateway, which checked them, loads no plugin to know them).
+    ``providers`` are the declared providers (``lore_register_providers``): ``upstream.urls``
+    starts from their defaults, ``LORE_UPSTREAM_<PROVIDER>`` sets theirs, and an
+    ``upstream.<name>`` none of them declares is an unknown key. ``None`` (no plugins asked,
+    as with ``core_only``): ``upstream.urls`` holds what the file says, of any name.
     """
+    declared = None if providers is None else {p.name: p for p in providers}
     env = os.environ if env is None else env
     plugin_sections = dict(plugin_sections or {})
     clash = set(plugin_sections) & set(CORE_SECTIONS)
@@ -615,7 +661,7 @@ def load_config(
                 sources.append(str(found))
 
     all_sections = {**CORE_SECTIONS, **plugin_sections}
-    overrides = {**ENV_OVERRIDES, **(extra_env or {})}
+    overrides = env_overrides(declared or (), extra_env)
     for var, (section, key) in overrides.items():
         if var in env and env[var] != "":
             cls = all_sections.get(section)
@@ -640,6 +686,13 @@ def load_config(
             values[key] = structure_section(raw.get(key), cls, key)
         except ConfigError as exc:
             errors.append(str(exc))
+    if not errors and declared is not None:
+        upstream = values["upstream"]
+        for name in sorted(set(upstream.urls) - set(declared)):
+            known = ", ".join(sorted(declared)) or "none"
+            errors.append(f"upstream.{name}: unknown key (no plugin declares that provider; known: {known})")
+        defaults = {name: p.upstream for name, p in declared.items() if p.upstream}
+        upstream.urls = {**defaults, **upstream.urls}
     if errors:
         raise ConfigError("; ".join(errors))
 

@@ -20,7 +20,7 @@ import pluggy
 
 from lore_core import __version__
 from lore_core.builtin.harness_support import fingerprint_session
-from lore_core.config import ConfigError, LoreConfig, default_data_dir
+from lore_core.config import ConfigError, LoreConfig, default_data_dir, upstream_env_var
 from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
@@ -120,6 +120,7 @@ class Gateway:
             config.worker,
             config.upstream,
             codecs=registry.codecs,
+            providers=registry.providers,
             price_for=lambda model, usage: self.price_table.lookup(model).cost(usage),
         )
         # Spend from real usage and the price table; over the daily budget, upstream calls
@@ -214,6 +215,7 @@ class Gateway:
         #: Requests the gateway answers itself, in the order they are asked.
         self.request_handlers = sorted(registry.request_handlers, key=lambda h: (h.priority, h.name))
         _report_codec_features(registry.codecs.values())
+        _report_codec_upstreams(registry, config)
         # Distillation runs in the background on idle sessions (never on the request path).
         observer, reflector = build_curators(config, registry.curators, self.worker)
         # The knowledge curator follows distillation; .lore.md and decay run beside it. It
@@ -663,7 +665,7 @@ class Gateway:
             "degraded": degraded,
             "version": __version__,
             "uptime_seconds": round(time.time() - self.started_at, 1),
-            "upstreams": dict(self.upstream.defaults),
+            "upstreams": dict(self.upstream.urls),
             "plugins": sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is not None),
             "stats": dict(self.stats),
             "store": self.writer.health(),
@@ -782,6 +784,25 @@ def _report_codec_features(codecs: Iterable[Codec]) -> None:
             missing.append("worker calls")
         if missing:
             log.info("codec %s does not supply %s: off for its API", codec.api, ", ".join(missing))
+
+
+def _report_codec_upstreams(registry: Registry, config: LoreConfig) -> None:
+    """Warn of a codec whose provider has no upstream: its requests get a 502 until one is
+    configured (or a model prefix or ``X-Lore-Upstream-URL`` names one)."""
+    for codec in registry.codecs.values():
+        if codec.provider in config.upstream.urls:
+            continue
+        if codec.provider in registry.providers:
+            where = f"upstream.{codec.provider} or {upstream_env_var(codec.provider)}"
+        else:
+            where = "a plugin declaring it (lore_register_providers)"
+        log.warning(
+            "codec %s speaks the provider %r, which has no upstream: its requests are refused "
+            "(502) unless upstream.byModelPrefix or X-Lore-Upstream-URL names one; needs %s",
+            codec.api,
+            codec.provider,
+            where,
+        )
 
 
 #: What stopping may take beyond the indexer's and the writer's grace (closing the store

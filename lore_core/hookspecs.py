@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         LoreApp,
         Mount,
         PromptLayer,
+        Provider,
         RequestHandler,
         StoreFactory,
     )
@@ -96,6 +97,21 @@ def lore_register_codecs(register: Callable[[Codec], None]) -> None:
     :class:`~lore_core.model.AssistantMessage`, and formats errors in the API's own shape.
     ``register(codec)`` is keyed by ``codec.api``; two codecs claiming the same API name is a
     startup error.
+    """
+
+
+@_hookspec
+def lore_register_providers(register: Callable[[Provider], None]) -> None:
+    """Declare providers: the families of upstreams codecs send to (``Codec.provider``).
+
+    ``register(provider)`` is keyed by ``provider.name``; two plugins declaring one name is
+    a startup error. A :class:`~lore_core.interfaces.Provider` gives its default upstream
+    base URL (none: it must be configured), how a configured key is sent to it, and how a
+    request or a model name is known to be its. ``upstream.<name>`` in ``.lore.json`` and
+    ``LORE_UPSTREAM_<NAME>`` set its upstream. Called at every start before the
+    configuration is read (the configuration checks ``upstream.*`` against the names); the
+    kernel's own codecs declare theirs through this hook too. A codec whose provider has no
+    upstream gets a 502 in its own error shape, never an exception.
     """
 
 

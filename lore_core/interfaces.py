@@ -94,7 +94,8 @@ class Codec:
 
     #: Unique API name.
     api: str = ""
-    #: Which family of upstream serves it: ``"anthropic"`` or ``"openai"``.
+    #: Which family of upstream serves it: the name of a :class:`Provider` a plugin declares
+    #: (``lore_register_providers``); its requests go to that provider's upstream.
     provider: str = ""
     #: Path suffixes this codec owns, e.g. ``("/v1/messages",)``; a prefix before them (a
     #: base URL such as ``/anthropic``) is allowed.
@@ -188,6 +189,40 @@ class Codec:
         """The (message, code) of an SSE event that fails a started stream; ``None`` for any
         other event. Default: streams do not fail after they started."""
         return None
+
+
+@attrs.frozen
+class Provider:
+    """A family of upstreams that serve one or more wire APIs (a model vendor, a local
+    server): declared with :func:`~lore_core.hookspecs.lore_register_providers` by the plugin
+    whose codecs speak it, each codec naming it in :attr:`Codec.provider`. The kernel holds
+    no list of providers: this declaration is what it knows of one. Every field but
+    :attr:`name` is optional, with the default shown."""
+
+    #: The name codecs give in :attr:`Codec.provider`; ``upstream.<name>`` in ``.lore.json``
+    #: and ``LORE_UPSTREAM_<NAME>`` (:func:`lore_core.config.upstream_env_var`) set its
+    #: upstream.
+    name: str
+    #: The base URL its requests go to unless ``upstream.<name>`` says otherwise; empty: none,
+    #: so a request of its codecs is refused (502, in the codec's error shape) until one is
+    #: configured, a model prefix (``upstream.byModelPrefix``) or ``X-Lore-Upstream-URL``
+    #: names one.
+    upstream: str = ""
+    #: How a configured key (``worker.apiKey``) is sent to it: this header, the key after
+    #: :attr:`key_prefix`.
+    key_header: str = "authorization"
+    key_prefix: str = "Bearer "
+    #: Request headers (lower case) only its clients send, and fragments of its API's paths:
+    #: a request outside every codec's paths (a models list, a file upload) that has one goes
+    #: to this provider's upstream.
+    request_headers: tuple[str, ...] = ()
+    request_paths: tuple[str, ...] = ()
+    #: Lower-case prefixes of its model names: a configured worker upstream without
+    #: ``worker.api`` is spoken to in this provider's API for such a model.
+    model_prefixes: tuple[str, ...] = ()
+    #: The provider assumed when nothing names one (a request outside the codecs' paths with
+    #: no provider's marks, a worker model no provider claims); the first declared wins.
+    default: bool = False
 
 
 @attrs.define

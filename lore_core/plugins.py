@@ -34,6 +34,7 @@ from lore_core.interfaces import (
     Harness,
     Mount,
     PromptLayer,
+    Provider,
     RequestHandler,
     StoreFactory,
 )
@@ -229,6 +230,8 @@ class Registry:
     """Everything the plugins registered, collected once at startup."""
 
     codecs: dict[str, Codec] = attrs.field(factory=dict)
+    # The one provider table: name -> what its plugin declared (lore_register_providers).
+    providers: dict[str, Provider] = attrs.field(factory=dict)
     harnesses: dict[str, Harness] = attrs.field(factory=dict)
     stores: dict[str, StoreFactory] = attrs.field(factory=dict)
     embedders: dict[str, EmbedderFactory] = attrs.field(factory=dict)
@@ -253,6 +256,8 @@ class Registry:
 
         for codec in collect("lore_register_codecs", lambda c: ("codec", c.api)):
             reg.codecs[codec.api] = codec
+        for provider in collect("lore_register_providers", lambda p: ("provider", p.name)):
+            reg.providers[provider.name] = provider
         for harness in collect("lore_register_harnesses", lambda h: ("harness", h.name)):
             reg.harnesses[harness.name] = harness
         for store in collect("lore_register_stores", lambda s: ("store", s.name)):
@@ -272,6 +277,15 @@ class Registry:
             _check_mount_path(mount, reg)
             reg.mounts[mount.name] = mount
         return reg
+
+    def codec_of_provider(self, name: str | None) -> Codec | None:
+        """The first registered codec speaking provider ``name`` (its error shape is the
+        provider's), else ``None``."""
+        return next((c for c in self.codecs.values() if name and c.provider == name), None)
+
+    def default_provider(self) -> Provider | None:
+        """The provider assumed when nothing names one (:attr:`Provider.default`)."""
+        return next((p for p in self.providers.values() if p.default), None)
 
     def codec_for_path(self, path: str) -> Codec | None:
         """The codec owning ``path`` (a base-URL prefix before the API path is allowed)."""
@@ -366,13 +380,19 @@ def bootstrap(
     load_entrypoints: bool = True,
     extra_plugins: Iterable[object] = (),
 ) -> Bootstrapped:
-    """Plugins first (they declare configuration sections), then the configuration (read as
-    :func:`lore_core.config.load_config` does from ``env`` and ``cwd``), ``lore_configure``,
-    then the registry. Loads no store and starts nothing."""
+    """Plugins first (they declare configuration sections and providers), then the
+    configuration (read as :func:`lore_core.config.load_config` does from ``env`` and
+    ``cwd``), ``lore_configure``, then the registry. Loads no store and starts nothing."""
     pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins, env=env)
-    config = load_config(config_sections(pm), env=env, cwd=cwd)
+    config = load_config(config_sections(pm), env=env, cwd=cwd, providers=declared_providers(pm))
     pm.hook.lore_configure(config=config)
     return Bootstrapped(pm, config, Registry.collect(pm))
+
+
+def declared_providers(pm: pluggy.PluginManager) -> list[Provider]:
+    """The providers the plugins declare (read before the configuration, which checks
+    ``upstream.<name>`` against them); one name declared twice is an error naming both."""
+    return _collect(pm, "lore_register_providers", lambda p: ("provider", p.name), {})
 
 
 def config_sections(pm: pluggy.PluginManager) -> dict[str, type]:

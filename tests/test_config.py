@@ -8,7 +8,9 @@ import typing
 import attrs
 import pytest
 
-from lore_core.config import ConfigError, LoreConfig, load_config
+from lore_core.config import ConfigError, LoreConfig, load_config, upstream_env_var
+from lore_core.interfaces import Provider
+from lore_core.wire.providers import BUILTIN_PROVIDERS
 
 
 @attrs.define
@@ -17,17 +19,55 @@ class PluginSection:
     batch_size: int = 100
 
 
-def load(tmp_path, data, env=None, sections=None) -> LoreConfig:
+def load(tmp_path, data, env=None, sections=None, providers=BUILTIN_PROVIDERS) -> LoreConfig:
     path = tmp_path / ".lore.json"
     path.write_text(json.dumps(data))
-    return load_config(sections, env={"LORE_CONFIG": str(path), **(env or {})})
+    return load_config(sections, env={"LORE_CONFIG": str(path), **(env or {})}, providers=providers)
 
 
 def test_defaults_without_any_file(tmp_path):
-    config = load_config(env={"XDG_CONFIG_HOME": str(tmp_path / "none")}, cwd=tmp_path)
+    config = load_config(
+        env={"XDG_CONFIG_HOME": str(tmp_path / "none")}, cwd=tmp_path, providers=BUILTIN_PROVIDERS
+    )
     assert config.server.host == "127.0.0.1"
     assert config.server.port == 8377
-    assert config.upstream.anthropic == "https://api.anthropic.com"
+    assert config.upstream.urls == {
+        "anthropic": "https://api.anthropic.com",
+        "openai": "https://api.openai.com",
+    }
+
+
+def test_every_declared_provider_has_its_upstream_key_and_variable(tmp_path):
+    """``upstream.<name>`` and ``LORE_UPSTREAM_<NAME>`` for any declared provider (the
+    kernel holds no list of them); a name no plugin declares is an unknown key."""
+    providers = (*BUILTIN_PROVIDERS, Provider("my-vendor"), Provider("gemini", upstream="https://g.example"))
+    config = load(
+        tmp_path, {"upstream": {"my-vendor": "http://127.0.0.1:1", "openai": "http://o"}}, providers=providers
+    )
+    assert config.upstream.urls == {
+        "anthropic": "https://api.anthropic.com",
+        "openai": "http://o",
+        "gemini": "https://g.example",
+        "my-vendor": "http://127.0.0.1:1",
+    }
+    config = load(
+        tmp_path,
+        {},
+        env={"LORE_UPSTREAM_MY_VENDOR": "http://v", "LORE_UPSTREAM_GEMINI": "http://g"},
+        providers=providers,
+    )
+    assert (config.upstream.urls["my-vendor"], config.upstream.urls["gemini"]) == ("http://v", "http://g")
+    assert upstream_env_var("my-vendor") == "LORE_UPSTREAM_MY_VENDOR"
+    with pytest.raises(
+        ConfigError, match=r"upstream\.gemni: unknown key .*known: anthropic, gemini, my-vendor, openai"
+    ):
+        load(tmp_path, {"upstream": {"gemni": "http://g"}}, providers=providers)
+    with pytest.raises(ConfigError, match=r"upstream\.gemini"):
+        load(tmp_path, {"upstream": {"gemini": 3}}, providers=providers)
+    # Without the plugins asked (providers=None), any name is read as it is written.
+    assert load(tmp_path, {"upstream": {"gemni": "http://g"}}, providers=None).upstream.urls == {
+        "gemni": "http://g"
+    }
 
 
 def test_camel_case_keys_are_read(tmp_path):
@@ -69,7 +109,11 @@ def test_environment_overrides_the_file(tmp_path):
         {"server": {"port": 9000}},
         env={"LORE_PORT": "9100", "LORE_HOST": "0.0.0.0", "LORE_UPSTREAM_OPENAI": "http://o"},
     )
-    assert (config.server.port, config.server.host, config.upstream.openai) == (9100, "0.0.0.0", "http://o")
+    assert (config.server.port, config.server.host, config.upstream.urls["openai"]) == (
+        9100,
+        "0.0.0.0",
+        "http://o",
+    )
 
 
 def test_bad_environment_value_names_the_variable(tmp_path):
@@ -103,7 +147,7 @@ def test_every_config_key_is_documented():
     """docs/configuration.md must mention every key of every core section."""
     from pathlib import Path
 
-    from lore_core.config import CORE_SECTIONS, ENV_OVERRIDES, _camel
+    from lore_core.config import CORE_SECTIONS, ENV_OVERRIDES, FLAT_KEY, _camel
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     missing = []
@@ -113,9 +157,11 @@ def test_every_config_key_is_documented():
         missing += [
             f"{key}.{_camel(field.name)}"
             for field in attrs.fields(cls)
-            if f"`{key}.{_camel(field.name)}`" not in doc
+            if f"`{key}.{_camel(field.name)}`" not in doc and not field.metadata.get(FLAT_KEY)
         ]
     missing += [var for var in ENV_OVERRIDES if f"`{var}`" not in doc]
+    # The providers' upstreams: one key and one variable for any provider's name.
+    missing += [name for name in ("`upstream.<provider>`", "`LORE_UPSTREAM_<PROVIDER>`") if name not in doc]
     assert not missing, f"undocumented configuration keys: {missing}"
 
 

@@ -1,10 +1,14 @@
 """A wire API the kernel does not know, added by a plugin through ``lore_register_codecs``
 (``tests/tiny_chat.py``), gets everything the built-in APIs get: streamed and buffered
-proxying, storage, composition, the recall tool's round trip and usage scaling."""
+proxying, storage, composition, the recall tool's round trip and usage scaling. A provider
+the kernel does not know, declared through ``lore_register_providers``, gets its upstream
+from ``upstream.<name>`` or ``LORE_UPSTREAM_<NAME>``, and a 502 in its codec's shape without
+one."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +19,7 @@ import pytest
 
 from lore_core.testing.net import api_headers
 from lore_core.testing.poll import poll
-from tests.tiny_chat import TinyChatPlugin
+from tests.tiny_chat import TinyChatPlugin, TinyGeminiPlugin, UndeclaredProviderPlugin
 
 MODEL = "claude-sonnet-4-5"  # a 200K context: usage past 100K is reported scaled (share 0.5)
 CLIENT_TOOL = {"name": "shell", "description": "run a command", "schema": {"type": "object"}}
@@ -171,3 +175,75 @@ def test_a_plugin_request_handler_answers_before_upstream(start_gateway, tiny):
         _ask(server.url, [{"role": "user", "content": "hello"}], stream=False).json()["message"]["content"]
         == "ok"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A provider the kernel has never heard of
+# ---------------------------------------------------------------------------------------------
+
+
+def _ask_gemini(url: str, text: str, stream: bool = False, path: str = "/tiny/v1/gemini") -> httpx.Response:
+    body = {"model": "gemini-x", "messages": [{"role": "user", "content": text}], "stream": stream}
+    return httpx.post(url + path, json=body, timeout=30)
+
+
+def test_a_plugin_provider_gets_its_upstream_from_its_variable(start_gateway, tiny):
+    """``LORE_UPSTREAM_GEMINI`` for a provider only a plugin declares: proxied through real
+    sockets to the loopback upstream, both ways, and stored."""
+    server = start_gateway(env={"LORE_UPSTREAM_GEMINI": tiny.url}, extra_plugins=(TinyGeminiPlugin(),))
+    answer = _ask_gemini(server.url, "Note this: the gemini port is 9411.")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["message"]["content"] == "ok"
+    assert tiny.requests[-1]["messages"][-1]["content"] == "Note this: the gemini port is 9411."
+    streamed = _ask_gemini(server.url, "and now streamed", stream=True)
+    assert streamed.status_code == 200 and _events(streamed)[0] == {"text": "ok"}
+
+    def stored() -> list[Any]:
+        found = httpx.get(
+            server.url + "/lore/api/search", params={"q": "9411"}, headers=api_headers(), timeout=10
+        )
+        return found.json() if found.status_code == 200 else []
+
+    poll(stored, "the gemini exchange stored")
+    health = httpx.get(server.url + "/health", timeout=10).json()
+    assert health["upstreams"]["gemini"] == tiny.url
+
+
+def test_a_plugin_provider_gets_its_upstream_from_the_configuration_file(start_gateway, tiny):
+    server = start_gateway(config={"upstream": {"gemini": tiny.url}}, extra_plugins=(TinyGeminiPlugin(),))
+    answer = _ask_gemini(server.url, "hello")
+    assert answer.status_code == 200, answer.text
+    assert len(tiny.requests) == 1
+
+
+def test_a_provider_without_an_upstream_is_a_502_in_the_codecs_shape_never_a_500(start_gateway, tiny, caplog):
+    """No upstream for the provider (declared without a default, or declared by nobody):
+    the client gets a 502 in its API's error shape saying what to set, the log says it too,
+    and nothing goes anywhere."""
+    with caplog.at_level(logging.WARNING, logger="lore"):
+        server = start_gateway(extra_plugins=(TinyGeminiPlugin(), UndeclaredProviderPlugin()))
+        for stream in (False, True):
+            refused = _ask_gemini(server.url, "hello", stream=stream)
+            assert refused.status_code == 502, refused.text
+            body = refused.json()
+            assert body["status"] == 502  # TinyChatCodec.error_body's shape
+            assert "upstream.gemini" in body["error"] and "LORE_UPSTREAM_GEMINI" in body["error"]
+        nowhere = _ask_gemini(server.url, "hello", path="/tiny/v1/nowhere")
+        assert nowhere.status_code == 502, nowhere.text
+        assert "'nowhere'" in nowhere.json()["error"]
+    assert tiny.requests == []
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("LORE_UPSTREAM_GEMINI" in line and "502" in line for line in logged), logged
+    assert any("tiny-nowhere" in line and "no upstream" in line for line in logged), logged  # at start-up
+    # A model prefix names an upstream for it all the same.
+    routed = start_gateway(
+        config={"upstream": {"byModelPrefix": {"gemini-": tiny.url}}}, extra_plugins=(TinyGeminiPlugin(),)
+    )
+    assert _ask_gemini(routed.url, "hello").status_code == 200
+
+
+def test_a_configured_upstream_for_a_provider_nobody_declares_is_refused_at_start(start_gateway, tiny):
+    from lore_core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"upstream\.gemini: unknown key"):
+        start_gateway(config={"upstream": {"gemini": tiny.url}})

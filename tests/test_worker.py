@@ -475,7 +475,7 @@ def test_config_api_key_alone_goes_to_the_providers_default_upstream(fake_upstre
 
     worker = WorkerClient(
         WorkerConfig(api_key=KEY, model="claude-haiku-x"),
-        UpstreamConfig(anthropic=fake_upstream.url, openai="http://127.0.0.1:9"),
+        UpstreamConfig(urls={"anthropic": fake_upstream.url, "openai": "http://127.0.0.1:9"}),
     )
     assert run(call_and_close(worker, "sys", "p")).api == "anthropic-messages"
     assert fake_upstream.api_requests()[0].header("x-api-key") == KEY

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lore_core import hookimpl
-from lore_core.interfaces import Codec, EditPolicy, RecallCall, RecallWire, RoundResult
+from lore_core.interfaces import Codec, EditPolicy, Provider, RecallCall, RecallWire, RoundResult
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, AssistantMessage, Block, Message, RequestView, Usage
 from lore_core.wire.turns import call_ids, markers_end, scale_factor, sse
 
@@ -271,3 +271,35 @@ class TinyChatPlugin:
     @hookimpl
     def lore_register_codecs(self, register: Any) -> None:
         register(TinyChatCodec())
+
+
+class TinyGeminiCodec(TinyChatCodec):
+    """The same API for a provider the kernel has never heard of ("gemini"), under a path of
+    its own."""
+
+    api = "tiny-gemini"
+    provider = "gemini"
+    paths = ("/tiny/v1/gemini",)
+
+
+class TinyGeminiPlugin:
+    """A codec and the provider it speaks, declared by the plugin alone. The provider has no
+    default upstream: ``upstream.gemini`` or ``LORE_UPSTREAM_GEMINI`` must name one."""
+
+    @hookimpl
+    def lore_register_codecs(self, register: Any) -> None:
+        register(TinyGeminiCodec())
+
+    @hookimpl
+    def lore_register_providers(self, register: Any) -> None:
+        register(Provider("gemini"))
+
+
+class UndeclaredProviderPlugin:
+    """A codec naming a provider that no plugin declares."""
+
+    @hookimpl
+    def lore_register_codecs(self, register: Any) -> None:
+        codec = TinyGeminiCodec()
+        codec.api, codec.provider, codec.paths = "tiny-nowhere", "nowhere", ("/tiny/v1/nowhere",)
+        register(codec)

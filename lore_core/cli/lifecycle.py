@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lore_core.config import ENV_OVERRIDES, LoreConfig, ServerConfig, default_data_dir
+from lore_core.config import FLAT_KEY, LoreConfig, ServerConfig, default_data_dir, env_overrides
 from lore_core.plugins import LorePluginManager
 
 if TYPE_CHECKING:
@@ -115,22 +115,22 @@ def describe_worker(config: LoreConfig) -> str:
     )
 
 
-def _env_overrides(env: Mapping[str, str] | None = None) -> list[str]:
+def _env_overrides(config: LoreConfig, env: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if env is None else env
-    return [name for name in ENV_OVERRIDES if env.get(name)]
+    return [name for name in env_overrides(config.upstream.urls) if env.get(name)]
 
 
 def _config_files_text(config: LoreConfig) -> str:
     files = ", ".join(config.sources) if config.sources else "no file (defaults)"
     if os.environ.get("LORE_CONFIG"):
         files += " (LORE_CONFIG)"
-    overrides = _env_overrides()
+    overrides = _env_overrides(config)
     return files + (f"; environment: {', '.join(overrides)}" if overrides else "")
 
 
 def _upstreams_text(config: LoreConfig) -> str:
     upstream = config.upstream
-    parts = [f"anthropic {upstream.anthropic}", f"openai {upstream.openai}"]
+    parts = [f"{provider} {url}" for provider, url in upstream.urls.items()]
     parts += [f"{prefix}* {url}" for prefix, url in sorted(upstream.by_model_prefix.items())]
     return ", ".join(parts)
 
@@ -540,7 +540,8 @@ def effective_settings(config: LoreConfig, env: Mapping[str, str] | None = None)
         label = f"{source} (LORE_CONFIG)" if explicit else source
         for path in _raw_paths(raw):
             set_by_file[path] = label
-    set_by_env = {f"{section}.{key}": var for var, (section, key) in ENV_OVERRIDES.items() if env.get(var)}
+    overrides = env_overrides(config.upstream.urls)
+    set_by_env = {f"{section}.{key}": var for var, (section, key) in overrides.items() if env.get(var)}
 
     sections = {key: getattr(config, key) for key in CORE_SECTIONS}
     sections.update(config.plugin_sections)
@@ -561,8 +562,10 @@ def _leaves(value: Any, path: str, secret: bool = False) -> Iterator[tuple[str, 
     """``(key.path, value, secret)`` of every leaf, keys as written in ``.lore.json``."""
     if attrs.has(type(value)):
         for field in attrs.fields(type(value)):
+            # A flat field's keys sit beside the section's own (upstream.<provider>).
+            key = path if field.metadata.get(FLAT_KEY) else f"{path}.{_camel(field.name)}"
             # repr=False marks a secret (server.token, worker.apiKey): never printed.
-            yield from _leaves(getattr(value, field.name), f"{path}.{_camel(field.name)}", not field.repr)
+            yield from _leaves(getattr(value, field.name), key, not field.repr)
     elif isinstance(value, Mapping) and value:
         for key, item in value.items():
             yield from _leaves(item, f"{path}.{key}", secret)

@@ -222,8 +222,7 @@ def origin_allowed(origin: str | None, host_header: str | None, config: LoreConf
 def allowed_upstreams(config: LoreConfig) -> tuple[str, ...]:
     """Base URLs a client may name and keep its memory: the configured ones."""
     urls = [
-        config.upstream.anthropic,
-        config.upstream.openai,
+        *config.upstream.urls.values(),
         *config.upstream.by_model_prefix.values(),
         *config.upstream.allowed_urls,
         config.worker.upstream,

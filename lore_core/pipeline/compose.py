@@ -13,7 +13,7 @@ from lore_core.interfaces import CompositionContext
 from lore_core.model import RequestView
 from lore_core.pipeline.answers import ClientError
 from lore_core.pipeline.turn import Spans, Turn
-from lore_core.pipeline.upstream import BadUpstreamURL, forward_headers, join_url, upstream_path
+from lore_core.pipeline.upstream import BadUpstreamURL, NoUpstream, forward_headers, join_url, upstream_path
 from lore_core.recall.memory import inject_tool
 from lore_core.wire.jsonbody import append_to_array
 
@@ -25,7 +25,8 @@ log = logging.getLogger("lore.pipeline")
 
 async def prepare(gateway: Gateway, turn: Turn) -> None:
     """Once per request: earlier recalls restored, the upstream chosen. Raises
-    :class:`ClientError` for a bad ``X-Lore-Upstream-URL``."""
+    :class:`ClientError` for a bad ``X-Lore-Upstream-URL`` (400) and a provider without an
+    upstream (502)."""
     codec = turn.codec
     # Markers of earlier recalls become the real tool call + result again (cache-stable).
     turn.client_view = await gateway.recall_memory.restore(codec, turn.view, turn.session_id)
@@ -33,6 +34,9 @@ async def prepare(gateway: Gateway, turn: Turn) -> None:
         turn.base = gateway.upstream.resolve(codec.provider, turn.client_view.model, turn.headers)
     except BadUpstreamURL as exc:
         raise ClientError(400, f"X-Lore-Upstream-URL: {exc}") from None
+    except NoUpstream as exc:
+        log.warning("%s request refused (502): %s", codec.api, exc.reason)
+        raise ClientError(502, exc.reason) from None
     turn.url = join_url(turn.base, upstream_path(turn.path), turn.query)
     gateway.session_seen(
         turn.session_id, codec.api, codec.provider, turn.base, turn.headers, turn.client_view.model

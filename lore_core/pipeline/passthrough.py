@@ -16,6 +16,7 @@ from lore_core.pipeline.answers import ClientError, error_response
 from lore_core.pipeline.parse import check_decoded_size, client_headers, read_body
 from lore_core.pipeline.upstream import (
     BadUpstreamURL,
+    NoUpstream,
     UpstreamError,
     forward_headers,
     join_url,
@@ -25,6 +26,7 @@ from lore_core.pipeline.upstream import (
 
 if TYPE_CHECKING:
     from lore_core.gateway import Gateway
+    from lore_core.plugins import Registry
 
 log = logging.getLogger("lore.pipeline")
 
@@ -46,11 +48,15 @@ async def passthrough(
         except ClientError as exc:
             return error_response(None, exc.status, exc.message)
     headers = {k.lower(): v for k, v in request.headers.items()}
-    provider = provider or _guess_provider(path, headers)
+    provider = provider or _guess_provider(gateway.registry, path, headers)
+    codec = gateway.registry.codec_of_provider(provider)  # the shape of its errors
     try:
         base = gateway.upstream.resolve(provider, model, headers)
     except BadUpstreamURL as exc:
-        return error_response(None, 400, f"X-Lore-Upstream-URL: {exc}", provider)
+        return error_response(codec, 400, f"X-Lore-Upstream-URL: {exc}")
+    except NoUpstream as exc:
+        log.warning("request for %s refused (502): %s", path, exc.reason)
+        return error_response(codec, 502, exc.reason)
     url = join_url(base, upstream_path(path), request.query_string.decode("latin-1"))
     try:
         upstream = await gateway.upstream.send(
@@ -58,9 +64,7 @@ async def passthrough(
         )
     except UpstreamError as exc:
         gateway.stats["upstream_errors"] += 1
-        return error_response(
-            None, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}", provider
-        )
+        return error_response(codec, 502, f"Lore could not reach the upstream {exc.upstream}: {exc.reason}")
 
     async def relay() -> AsyncIterator[bytes]:
         try:
@@ -78,7 +82,13 @@ async def passthrough(
     return response
 
 
-def _guess_provider(path: str, headers: dict[str, str]) -> str:
-    if "/messages" in path or "anthropic-version" in headers or "x-api-key" in headers:
-        return "anthropic"
-    return "openai"
+def _guess_provider(registry: Registry, path: str, headers: dict[str, str]) -> str | None:
+    """The provider of a request no codec owns: the first whose paths or headers it has
+    (:attr:`Provider.request_paths`, :attr:`~Provider.request_headers`), else the default."""
+    for provider in registry.providers.values():
+        if any(part in path for part in provider.request_paths) or any(
+            name in headers for name in provider.request_headers
+        ):
+            return provider.name
+    default = registry.default_provider()
+    return default.name if default else None

@@ -59,7 +59,7 @@ async def _handle(gateway: Gateway, codec: Codec, path: str, watch: RequestWatch
         return error_response(codec, exc.status, exc.message)
     except Unparsed as unparsed:
         began = clock()
-        relayed = await passthrough(gateway, path, body=unparsed.body)
+        relayed = await passthrough(gateway, path, body=unparsed.body, provider=codec.provider)
         watch.waited(began)
         return relayed
 

@@ -14,7 +14,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from lore_core.config import UpstreamConfig
+from lore_core.config import UpstreamConfig, upstream_env_var
 
 log = logging.getLogger("lore.proxy")
 
@@ -53,6 +53,23 @@ class UpstreamError(Exception):
 
 class BadUpstreamURL(ValueError):
     pass
+
+
+class NoUpstream(LookupError):
+    """Nothing says where a request goes: its provider has no upstream configured (or no
+    plugin declares it), and neither a model prefix nor ``X-Lore-Upstream-URL`` names one."""
+
+    def __init__(self, provider: str | None) -> None:
+        if provider:
+            reason = (
+                f"Lore has no upstream for the provider {provider!r}: set upstream.{provider} in "
+                f".lore.json or {upstream_env_var(provider)} (or send X-Lore-Upstream-URL)"
+            )
+        else:
+            reason = "Lore cannot tell which provider this request is for: send X-Lore-Upstream-URL"
+        super().__init__(reason)
+        self.provider = provider
+        self.reason = reason
 
 
 def forward_headers(
@@ -150,10 +167,8 @@ class UpstreamClient:
             ((prefix, validate_base_url(url)) for prefix, url in config.by_model_prefix.items()),
             key=lambda item: -len(item[0]),
         )
-        self.defaults = {
-            "anthropic": validate_base_url(config.anthropic),
-            "openai": validate_base_url(config.openai),
-        }
+        # Provider name -> its upstream (declared defaults and configured ones: load_config).
+        self.urls = {name: validate_base_url(url) for name, url in config.urls.items()}
         # Origin -> why its last request failed, until one succeeds again (for /health).
         self.failing: dict[str, str] = {}
 
@@ -194,9 +209,10 @@ class UpstreamClient:
             await self._client.aclose()
             self._client = None
 
-    def resolve(self, provider: str, model: str | None, headers: Mapping[str, str]) -> str:
+    def resolve(self, provider: str | None, model: str | None, headers: Mapping[str, str]) -> str:
         """The base URL: the request's ``X-Lore-Upstream-URL``, else the longest matching
-        model prefix, else the provider's default."""
+        model prefix, else the provider's upstream; :class:`NoUpstream` when there is none
+        (:class:`BadUpstreamURL` for a malformed header)."""
         override = headers.get(UPSTREAM_URL_HEADER)
         if override:
             return validate_base_url(override)
@@ -204,7 +220,10 @@ class UpstreamClient:
             for prefix, url in self.by_model_prefix:
                 if model.startswith(prefix):
                     return url
-        return self.defaults[provider]
+        found = self.urls.get(provider) if provider else None
+        if found is None:
+            raise NoUpstream(provider)
+        return found
 
     async def send(
         self, method: str, url: str, headers: list[tuple[str, str]], body: bytes | None

@@ -44,13 +44,14 @@ import attrs
 import httpx
 
 from lore_core.config import UpstreamConfig, WorkerConfig
-from lore_core.interfaces import Codec
+from lore_core.interfaces import Codec, Provider
 from lore_core.model import Usage
 from lore_core.pipeline.upstream import join_url, validate_base_url
 from lore_core.storage.records import mask_secrets
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 from lore_core.wire.openai_chat.codec import OpenAIChatCodec
 from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
+from lore_core.wire.providers import BUILTIN_PROVIDERS
 from lore_core.worker.errors import CircuitOpen, NoWorker, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.worker")
@@ -85,6 +86,8 @@ CREDENTIAL_HEADERS = frozenset(
 CODECS: dict[str, Codec] = {
     codec.api: codec for codec in (AnthropicMessagesCodec(), OpenAIChatCodec(), OpenAIResponsesCodec())
 }
+#: ... and the providers those speak, by name.
+PROVIDERS: dict[str, Provider] = {provider.name: provider for provider in BUILTIN_PROVIDERS}
 
 PriceFor = Callable[[str, Usage], float]
 
@@ -245,15 +248,19 @@ class WorkerClient:
         sleep: Callable[[float], Any] = asyncio.sleep,
         transport: httpx.AsyncBaseTransport | None = None,
         codecs: Mapping[str, Codec] | None = None,
+        providers: Mapping[str, Provider] | None = None,
     ) -> None:
         self.config = config or WorkerConfig()
+        self.providers = PROVIDERS if providers is None else providers
         # The APIs the worker can speak: those whose codec renders a one-turn request.
         self.codecs = {
             api: codec
             for api, codec in (CODECS if codecs is None else codecs).items()
             if codec.worker_request("model", "", "", 1) is not None
         }
-        self.upstream = upstream or UpstreamConfig()
+        self.upstream = upstream or UpstreamConfig(
+            urls={p.name: p.upstream for p in self.providers.values() if p.upstream}
+        )
         self.price_for = price_for or default_price_for
         self._clock = clock
         self._sleep = sleep
@@ -345,13 +352,17 @@ class WorkerClient:
             if api not in self.codecs:
                 raise NoWorker(f"worker.api {api!r}: no codec for it can make worker requests")
             provider = self.codecs[api].provider
-            url = validate_base_url(cfg.upstream or getattr(self.upstream, provider))
+            base = cfg.upstream or self.upstream.urls.get(provider, "")
+            if not base:
+                raise NoWorker(
+                    f"no upstream for the provider {provider!r}: set worker.upstream or upstream.{provider}"
+                )
+            url = validate_base_url(base)
             headers: dict[str, str] = {}
             if cfg.api_key:
-                if provider == "anthropic":
-                    headers["x-api-key"] = cfg.api_key
-                else:
-                    headers["authorization"] = f"Bearer {cfg.api_key}"
+                # How the provider takes a key (x-api-key, or Authorization: Bearer).
+                declared = self.providers.get(provider) or Provider(provider)
+                headers[declared.key_header] = declared.key_prefix + cfg.api_key
             return _Target(api, provider, url, model, headers, "configured")
         if creds is None:
             if session_id and self._sessions:
@@ -377,9 +388,14 @@ class WorkerClient:
         return next((api for api, c in self.codecs.items() if c.worker_default), next(iter(self.codecs)))
 
     def _guess_api(self, model: str) -> str:
-        """The API for a configured upstream with no ``worker.api``: Anthropic's for Claude
-        models, else the OpenAI default (Chat Completions: what local servers speak)."""
-        return self._default_api("anthropic" if model.lower().startswith("claude") else "openai")
+        """The API for a configured upstream with no ``worker.api``: that of the provider
+        whose :attr:`~Provider.model_prefixes` the model has (``claude*``: Anthropic's),
+        else of the default provider (OpenAI's Chat Completions: what local servers speak)."""
+        name = model.lower()
+        providers = self.providers.values()
+        claimed = next((p for p in providers if name.startswith(p.model_prefixes)), None)
+        chosen = claimed or next((p for p in providers if p.default), None)
+        return self._default_api(chosen.name if chosen else "")
 
     # -- the call ----------------------------------------------------------------------------
 

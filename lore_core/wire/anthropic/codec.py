@@ -33,6 +33,7 @@ from lore_core.wire.fields import (
     status_error_kind,
     well_formed,
 )
+from lore_core.wire.providers import ANTHROPIC
 from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
 
 
@@ -121,7 +122,7 @@ def parse_usage(raw: Any) -> Usage:
 
 class AnthropicMessagesCodec(Codec):
     api = "anthropic-messages"
-    provider = "anthropic"
+    provider = ANTHROPIC.name
     paths = ("/v1/messages",)
     worker_default = True
     worker_headers = (("anthropic-version", "2023-06-01"),)

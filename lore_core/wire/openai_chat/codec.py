@@ -32,6 +32,7 @@ from lore_core.wire.fields import (
 )
 from lore_core.wire.openai_chat.editor import ChatBufferedEditor, ChatStreamEditor
 from lore_core.wire.openai_chat.recall import ChatRecall
+from lore_core.wire.providers import OPENAI
 from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
 
 
@@ -118,7 +119,7 @@ def parse_usage(raw: Any) -> Usage:
 
 class OpenAIChatCodec(Codec):
     api = "openai-chat"
-    provider = "openai"
+    provider = OPENAI.name
     paths = ("/chat/completions",)
     worker_default = True
     request_path = "/v1/chat/completions"

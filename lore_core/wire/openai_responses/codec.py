@@ -33,6 +33,7 @@ from lore_core.wire.fields import (
 )
 from lore_core.wire.openai_responses.editor import ResponsesBufferedEditor, ResponsesStreamEditor
 from lore_core.wire.openai_responses.recall import ResponsesRecall
+from lore_core.wire.providers import OPENAI
 from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
@@ -137,7 +138,7 @@ def _output_blocks(items: list[Any]) -> list[Block]:
 
 class OpenAIResponsesCodec(Codec):
     api = "openai-responses"
-    provider = "openai"
+    provider = OPENAI.name
     paths = ("/responses",)
     request_path = "/v1/responses"
 
