@@ -132,6 +132,22 @@ def lore_register_harnesses(register: Callable[[Harness], None]) -> None:
     """
 
 
+@_hookspec
+def lore_tool_kinds() -> dict[str, str] | None:
+    """Declare what a client's tools do: tool name -> kind, one of
+    :class:`lore_core.toolkinds.ToolKind`'s values (``{"str_replace_based_edit_tool":
+    "edit"}``); names match in any case.
+
+    The kernel's own table (``DEFAULT_TOOL_KINDS``) names the tools of the clients it knows;
+    what a plugin declares is added to it, for every rule that asks a tool's kind: the event
+    tags of passages (``#fileedited``, ``#subagent``, ``#codesearch``, ...) and the extractive
+    observer's reads, searches and edits. Called once per plugin in ``Registry.collect``;
+    ``bootstrap`` installs the merged table for the process. A kind that is not a
+    ``ToolKind``, or a tool given another kind than the kernel's or another plugin's, is a
+    ``PluginError`` naming the plugins.
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # Storage
 # ---------------------------------------------------------------------------------------------

@@ -726,7 +726,7 @@ class Store(Protocol):
     async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Bring the full-text index fully up to date now and return the items it indexed;
         ``progress(done, total)`` as it goes. After the passage or tag rules changed
-        (:data:`lore_core.storage.passages.FULLTEXT_RULES`) this is the rebuild (``lore reindex``)."""
+        (:func:`lore_core.storage.passages.fulltext_rules`) this is the rebuild (``lore reindex``)."""
 
     # -- forgetting (lore_core.storage.forget) ---------------------------------------------
 

@@ -38,6 +38,9 @@ from lore_core.interfaces import (
     RequestHandler,
     StoreFactory,
 )
+from lore_core.toolkinds import DEFAULT_TOOL_KINDS, ToolKind, ToolKindError
+from lore_core.toolkinds import install as install_tool_kinds
+from lore_core.toolkinds import merge as merge_tool_kinds
 
 log = logging.getLogger("lore.plugins")
 
@@ -237,6 +240,8 @@ class Registry:
     embedders: dict[str, EmbedderFactory] = attrs.field(factory=dict)
     prompt_layers: list[PromptLayer] = attrs.field(factory=list)
     request_handlers: list[RequestHandler] = attrs.field(factory=list)
+    # The one tool-kind table: the kernel's defaults and the plugins' lore_tool_kinds.
+    tool_kinds: dict[str, ToolKind] = attrs.field(factory=lambda: dict(DEFAULT_TOOL_KINDS))
     # kind -> name -> factory
     curators: dict[str, dict[str, CuratorFactory]] = attrs.field(factory=dict)
     commands: dict[str, Command] = attrs.field(factory=dict)
@@ -260,6 +265,7 @@ class Registry:
             reg.providers[provider.name] = provider
         for harness in collect("lore_register_harnesses", lambda h: ("harness", h.name)):
             reg.harnesses[harness.name] = harness
+        reg.tool_kinds = _tool_kinds(pm)
         for store in collect("lore_register_stores", lambda s: ("store", s.name)):
             reg.stores[store.name] = store
         for embedder in collect("lore_register_embedders", lambda e: ("embedder", e.name)):
@@ -386,7 +392,26 @@ def bootstrap(
     pm = make_plugin_manager(load_entrypoints=load_entrypoints, extra=extra_plugins, env=env)
     config = load_config(config_sections(pm), env=env, cwd=cwd, providers=declared_providers(pm))
     pm.hook.lore_configure(config=config)
-    return Bootstrapped(pm, config, Registry.collect(pm))
+    registry = Registry.collect(pm)
+    # The stores cut passages (and the observer reads calls) where no registry reaches.
+    install_tool_kinds(registry.tool_kinds)
+    return Bootstrapped(pm, config, registry)
+
+
+def _tool_kinds(pm: pluggy.PluginManager) -> dict[str, ToolKind]:
+    """The tool-kind table with what each plugin declares through ``lore_tool_kinds``."""
+    declared: dict[str, dict[str, str]] = {}
+    for plugin, call in _calls_by_plugin(pm, "lore_tool_kinds"):
+        for result in call():
+            if not isinstance(result, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in result.items()
+            ):
+                raise PluginError(f"plugin {plugin}: lore_tool_kinds must return tool name -> kind (str)")
+            declared.setdefault(plugin, {}).update(result)
+    try:
+        return merge_tool_kinds(declared)
+    except ToolKindError as exc:
+        raise PluginError(str(exc)) from None
 
 
 def declared_providers(pm: pluggy.PluginManager) -> list[Provider]:

@@ -54,6 +54,7 @@ from lore_core.distill.facts import (
 from lore_core.distill.inputs import DistillInput
 from lore_core.distill.render import SKIPPED_ROLES, clean, tool_names_of
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
+from lore_core.toolkinds import ToolKind, tool_kind
 
 # Longest line kept; longer ones are cut (the head of an error or a sentence says most).
 MAX_LINE_CHARS = 240
@@ -75,20 +76,16 @@ MAX_COMMIT_LINES = 8
 MAX_IDS_PER_OUTPUT = 60
 MAX_PATHS_PER_OUTPUT = 120
 
-# Kinds of tools, by name (harnesses name the same thing differently).
-SHELL_TOOLS = frozenset(
-    {"Bash", "bash", "shell", "exec_command", "local_shell", "local_shell_call", "run_terminal_cmd"}
-)
-# Tools whose output is file content the agent looked at, not an event: an "error" in the
-# code it read is not an error that happened, and it can read the file again.
-READ_TOOLS = frozenset({"Read", "read", "read_file", "View", "view", "NotebookRead", "cat"})
-SEARCH_TOOLS = frozenset({"Grep", "Glob", "grep", "glob", "LS", "ls", "list_files", "search_files"})
-EDIT_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit", "edit", "write", "write_file"})
-PATCH_TOOLS = frozenset({"apply_patch"})
-# To-do lists and plans, resent whole at every change: only the changed items are news.
-PLAN_TOOLS = frozenset({"TodoWrite", "update_plan"})
+# What a tool does comes from the one tool-kind table (lore_core/storage/toolkinds.py:
+# harnesses name the same thing differently). A read's output is file content the agent
+# looked at, not an event: an "error" in the code it read is not an error that happened, and
+# it can read the file again. A to-do list (ToolKind.TODO) is resent whole at every change:
+# only the changed items are news.
+_EDIT_KINDS = (ToolKind.EDIT, ToolKind.WRITE)
 # Reports of another model (a subagent, a web page digest): their conclusion is kept.
-REPORT_TOOLS = frozenset({"Task", "Agent", "wait_agent", "close_agent", "WebFetch", "WebSearch"})
+_REPORT_KINDS = (ToolKind.AGENT, ToolKind.AGENT_RESULT, ToolKind.WEB)
+# "-> Tool: " in an earlier log line: the call a line tells of.
+_CALLED = re.compile(r"-> ([^\s:]+): ")
 # Shell commands that only print a file or search files: handled as reads and searches.
 _PRINT_FILE = re.compile(r"^\s*(?:cat|nl|head|bat|less|more|sed\s+-n)\b[^|;&]*$")
 _SEARCH_COMMAND = re.compile(r"^\s*(?:rg|grep|egrep|fgrep|ag|find|fd|ls|tree|git\s+grep)\b")
@@ -181,9 +178,9 @@ class _Log:
             body = line.split("] ", 1)[-1].strip()
             if body.startswith("note: " + _ROOT_NOTE):
                 self.root = body.split(_ROOT_NOTE, 1)[1].strip()
-            for marker in (f"-> {tool}: " for tool in PLAN_TOOLS):
-                if marker in body:
-                    items = body.split(marker, 1)[1].split(" => ", 1)[0]
+            for tool in dict.fromkeys(_CALLED.findall(body)):
+                if tool_kind(tool) is ToolKind.TODO:
+                    items = body.split(f"-> {tool}: ", 1)[1].split(" => ", 1)[0]
                     self.seen.update(_key(f"plan: {item}") for item in items.split("; "))
             if body and not body.startswith("## "):
                 who, _, said = body.partition(": ")
@@ -486,17 +483,18 @@ def plan_items(items: Any) -> list[str]:
 def call_gist(tool: str, tool_input: object) -> str:
     """``$ pytest -q`` / ``Edit src/app.py (+3 -1)`` / ``Read src/app.py``: what a call did,
     in one short line."""
-    if isinstance(tool_input, str) and tool in PATCH_TOOLS:
+    kind = tool_kind(tool)
+    if isinstance(tool_input, str) and kind is ToolKind.PATCH:
         return _patch_gist(tool_input)
     if not isinstance(tool_input, dict):
         return tool
     args: dict[str, Any] = tool_input
     command = _command_of(args)
-    if command and (tool in SHELL_TOOLS or tool not in EDIT_TOOLS):
+    if command and (kind is ToolKind.SHELL or kind not in _EDIT_KINDS):
         return "$ " + _clip(clean(command), MAX_COMMAND_CHARS)
-    if tool in EDIT_TOOLS:
+    if kind in _EDIT_KINDS:
         return _edit_gist(tool, args)
-    if tool in READ_TOOLS:
+    if kind is ToolKind.READ:
         path = clean(str(args.get("file_path") or args.get("path") or "?"))
         return f"Read {path}"
     if tool in ("Grep", "grep"):
@@ -513,7 +511,7 @@ def call_gist(tool: str, tool_input: object) -> str:
         )
     if tool in ("spawn_agent", "send_input"):
         return f"{tool}: {_first_sentence(args.get('message'))}"
-    if tool in PLAN_TOOLS:
+    if kind is ToolKind.TODO:
         return f"{tool}: " + "; ".join(plan_items(args.get("todos") or args.get("plan")))
     if tool == "TaskCreate":
         return f"TaskCreate: {_clip(clean(str(args.get('subject') or '')), 160)}"
@@ -593,13 +591,14 @@ def parse_output(text: str, is_error: bool) -> _Output:
 
 
 def _kind(tool: str, command: str) -> str:
-    if tool in READ_TOOLS or (command and _PRINT_FILE.match(command)):
+    kind = tool_kind(tool)
+    if kind is ToolKind.READ or (command and _PRINT_FILE.match(command)):
         return "read"
-    if tool in SEARCH_TOOLS or (command and _SEARCH_COMMAND.match(command)):
+    if kind is ToolKind.SEARCH or (command and _SEARCH_COMMAND.match(command)):
         return "search"
-    if tool in EDIT_TOOLS or tool in PATCH_TOOLS:
+    if kind in _EDIT_KINDS or kind is ToolKind.PATCH:
         return "edit"
-    if tool in REPORT_TOOLS:
+    if kind in _REPORT_KINDS:
         return "report"
     return "run"
 
@@ -735,7 +734,7 @@ def extractive_observe(
             elif block.type == TOOL_CALL:
                 tool = block.tool_name or "tool"
                 index: int | None = None
-                if tool in PLAN_TOOLS and isinstance(block.tool_input, dict):
+                if tool_kind(tool) is ToolKind.TODO and isinstance(block.tool_input, dict):
                     gist = tool
                     args = block.tool_input
                     changed = [
@@ -830,7 +829,7 @@ def _result(
     if call is not None and line is not None and index is not None:
         again = log.outcomes.get(call.gist)
         log.outcomes[call.gist] = note
-        if len(log.lines) == before and call.tool not in PLAN_TOOLS:
+        if len(log.lines) == before and tool_kind(call.tool) is not ToolKind.TODO:
             if again == note or (again is not None and kind == "read" and not failed):
                 # Run before with the same outcome, nothing new in its output (a file read
                 # before): the log says it already.

@@ -30,6 +30,7 @@ and friends).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import OrderedDict
@@ -41,6 +42,7 @@ import attrs
 from lore_core.distill.facts import prose_sentences, states_decision
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
 from lore_core.storage.housekeeping import strip_housekeeping
+from lore_core.toolkinds import DEFAULT_TOOL_KINDS, ToolKind, installed, tool_kind
 
 #: Names the passage rules: where passages are cut, their numbering and their text. Stores
 #: keep it beside their indexes; a different value means the indexes were cut by other
@@ -59,6 +61,19 @@ FULLTEXT_RULES = f"{PASSAGE_RULES}.{TAG_RULES}"
 #: same passages, so recall searches it until the new one has caught up.
 FACET_RULES = "f2"
 VECTOR_RULES = f"{PASSAGE_RULES}.{FACET_RULES}"
+
+
+def fulltext_rules() -> str:
+    """What a full-text index keeps: :data:`FULLTEXT_RULES`, and a digest of the tools the
+    plugins added to the tool-kind table (``lore_tool_kinds``), whose tags the index holds:
+    installing or removing such a plugin rebuilds the full-text index (vectors stay)."""
+    added = sorted(
+        (name, kind.value) for name, kind in installed().items() if DEFAULT_TOOL_KINDS.get(name) != kind
+    )
+    if not added:
+        return FULLTEXT_RULES
+    return f"{FULLTEXT_RULES}.k{hashlib.sha256(json.dumps(added).encode()).hexdigest()[:8]}"
+
 
 #: A passage grows line by line to about this many characters ...
 TARGET_CHARS = 700
@@ -237,21 +252,11 @@ _COMMIT_RESULT = re.compile(r"^\[[^\]\s]+(?: \([^)]*\))? [0-9a-f]{7,40}\] ", re.
 _DIFFSTAT = re.compile(r"\b\d+ files? changed\b")
 # A test function's name where it is defined: Go, Python, Rust (#[test] fn is not matched).
 _TEST_NAME = re.compile(r"\bfunc (?:\([^)]*\)\s*)?(Test\w+|Benchmark\w+|Fuzz\w+)\(|\bdef (test_\w+)\(")
-_EDIT_TOOLS = frozenset(
-    {"edit", "multiedit", "str_replace", "str_replace_editor", "edit_file", "notebookedit"}
-)
-_WRITE_TOOLS = frozenset({"write", "create_file", "write_file"})
-_PLAN_TOOLS = frozenset({"todowrite", "update_plan", "exitplanmode", "taskcreate", "todo_write"})
-_AGENT_TOOLS = frozenset({"task", "agent", "spawn_agent", "dispatch_agent"})
-_WEB_TOOLS = frozenset({"websearch", "webfetch", "web_search", "web_fetch", "fetch"})
-_SEARCH_TOOLS = frozenset({"grep", "glob", "search", "find", "codebase_search", "grep_search", "ls"})
-_READ_TOOLS = frozenset({"read", "read_file", "view", "notebookread", "cat"})
 _GIT_COMMIT = re.compile(r"\bgit\b[^|;&\n]*\bcommit\b")
 _PR_CREATE = re.compile(r"\bgh pr create\b|\bhub pull-request\b")
 _NEW_BRANCH = re.compile(r"\bgit (?:checkout|switch) (?:-b|-c|--create)\b|\bgit branch (?!-)[\w./-]+")
 # Codex prints the command a still-running session belongs to at the top of its output.
 _RAN_COMMAND = re.compile(r"\ACommand: (.+)")
-_POLL_TOOLS = frozenset({"write_stdin"})
 _SHELL_SEARCH = re.compile(r"(?:^|[;&|(]\s*)(?:rg|grep|ag|ack|git grep)\s")
 
 
@@ -281,19 +286,20 @@ def _test_names(code: str) -> set[str]:
 def _action_tags(tool: str, tool_input: Any, source: str | None) -> list[str]:
     """What a tool call did (tags of its first passage)."""
     name = tool.lower()
-    patch = tool_input if isinstance(tool_input, str) and name == "apply_patch" else ""
+    kind = tool_kind(name)
+    patch = tool_input if isinstance(tool_input, str) and kind is ToolKind.PATCH else ""
     tags: list[str] = []
-    if name in _WRITE_TOOLS or "*** Add File" in patch:
+    if kind is ToolKind.WRITE or "*** Add File" in patch:
         tags += [FILE_CREATED, FILE_EDITED]  # creating a file is editing it, too
-    elif name in _EDIT_TOOLS or "*** Update File" in patch:
+    elif kind is ToolKind.EDIT or "*** Update File" in patch:
         tags.append(FILE_EDITED)
-    if name in _PLAN_TOOLS:
+    if kind in (ToolKind.PLAN, ToolKind.TODO):
         tags.append(TASK_PLAN)
-    if name in _AGENT_TOOLS:
+    if kind is ToolKind.AGENT:
         tags.append(SUBAGENT)
-    if name in _WEB_TOOLS or "web_search" in name:
+    if kind is ToolKind.WEB or "web_search" in name:
         tags.append(WEB_LOOKUP)
-    if name in _SEARCH_TOOLS:
+    if kind is ToolKind.SEARCH:
         tags.append(CODE_SEARCH)
     if _creates_ticket(name):
         tags.append(TICKET)
@@ -340,8 +346,7 @@ def _evidence_tags(part: _Part, text: str) -> list[str]:
             tags.append(DECISION)
     elif part.kind == TOOL_RESULT:
         command = (part.source or "").lower()
-        tool = (part.tool or "").lower()
-        if tool in _READ_TOOLS or tool in _SEARCH_TOOLS or _SHELL_SEARCH.search(command):
+        if tool_kind(part.tool) in (ToolKind.READ, ToolKind.SEARCH) or _SHELL_SEARCH.search(command):
             return tags  # file contents and search hits show code, not events
         # Each pattern behind a cheap test of a substring it needs: cutting runs on every
         # stored message (the regexes alone were three quarters of the cost).
@@ -571,7 +576,7 @@ def _parts(role: str, blocks: Sequence[Mapping[str, Any]], calls: Mapping[str, C
                 continue
             source = b.get("tool_source") or (call.source if call else None)
             ran = _RAN_COMMAND.match(body)
-            if ran and (not source or result_tool in _POLL_TOOLS):
+            if ran and (not source or tool_kind(result_tool) is ToolKind.POLL):
                 source = _one_line(ran.group(1))  # a poll of a running command says which
             is_error = bool(b.get("is_error"))
             code = exit_code(body)

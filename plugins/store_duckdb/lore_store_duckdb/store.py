@@ -60,7 +60,7 @@ from lore_core.storage.knowledge import (
     canonical_order,
     normalize_title,
 )
-from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, cut_text, message_passages
+from lore_core.storage.passages import CallMemo, cut_text, fulltext_rules, message_passages
 from lore_core.storage.private import tighten
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
@@ -1802,17 +1802,18 @@ class _Index:
             db = lance.connect(self.path)
             tables = set(db.list_tables().tables)
             stale = [t for t in _OLD_INDEX_TABLES if t in tables]
-            if _INDEX_TABLE in tables and (rules is None or rules[0] != FULLTEXT_RULES):
+            current = fulltext_rules()
+            if _INDEX_TABLE in tables and (rules is None or rules[0] != current):
                 stale.append(_INDEX_TABLE)
             if stale:
                 # Cut by other rules (or an older layout): rebuilt from DuckDB.
-                log.info("full-text index at %s: rebuilding it (passage rules %s)", self.path, FULLTEXT_RULES)
+                log.info("full-text index at %s: rebuilding it (passage rules %s)", self.path, current)
                 for name in stale:
                     db.drop_table(name)
                 tables -= set(stale)
                 watermark = 0
                 self._set_meta("fts_watermark", "0")
-            self._set_meta("fts_rules", FULLTEXT_RULES)
+            self._set_meta("fts_rules", current)
             if _INDEX_TABLE in tables:
                 table = db.open_table(_INDEX_TABLE)
                 # A crash between an append and saving the watermark leaves rows past it.

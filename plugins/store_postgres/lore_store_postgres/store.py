@@ -52,7 +52,7 @@ from lore_core.storage.knowledge import (
     canonical_order,
     normalize_title,
 )
-from lore_core.storage.passages import FULLTEXT_RULES, CallMemo, Passage, cut_text, message_passages
+from lore_core.storage.passages import CallMemo, Passage, cut_text, fulltext_rules, message_passages
 from lore_core.storage.records import (
     DISTILLATION_PREFIX,
     DISTILLATION_ROLE,
@@ -392,7 +392,7 @@ class PostgresStore(Store):
     def _check_fulltext_rules(self, con: Conn) -> None:
         """Rebuild the passages when the kernel's rules or the text search configuration
         changed since they were cut (``lore reindex`` does the same on demand)."""
-        rules = f"{FULLTEXT_RULES}/{self._config}"
+        rules = f"{fulltext_rules()}/{self._config}"
         row = con.execute("SELECT value FROM lore_meta WHERE key = 'fts_rules'").fetchone()
         if row and row[0] == rules:
             return
