@@ -14,7 +14,11 @@ name. The rules:
    plugin package (outside its ``tests/``) does either;
 4. no branch on a built-in wire API name outside the wire packages: the names below appear as
    string constants only under ``lore_core/wire/`` (and where ``lore_core/config.py`` declares
-   a setting's accepted values). Tests and the test kit are exempt.
+   a setting's accepted values). Tests and the test kit are exempt;
+5. no closed vocabulary in the kernel: a built-in provider's name appears as a string
+   constant only under ``lore_core/wire/`` (where ``providers.py`` declares them, as any
+   plugin declares its own), and no module of the kernel but ``lore_core/toolkinds.py`` keeps
+   a table of tool names (a set, tuple or list of them given a name). The test kit is exempt.
 
 Plugin packages are discovered from the folders: every top-level package in ``plugins/*/``
 (or ``plugins/*/src/``).
@@ -40,6 +44,11 @@ WIRE = KERNEL / "wire"
 TEST_KIT_MODULE = "lore_core.testing"
 TEST_LIBRARIES = ("pytest", "_pytest", "hypothesis")
 WIRE_API_NAMES = frozenset({"anthropic-messages", "openai-chat", "openai-responses"})
+#: The built-in providers' names (``lore_core/wire/providers.py``; a test below keeps the two
+#: lists equal).
+PROVIDER_NAMES = frozenset({"anthropic", "openai"})
+#: The one tool-kind table.
+TOOL_KIND_TABLE = KERNEL / "toolkinds.py"
 WIRE_NAME_ALLOWED = {
     # ``WorkerAPI = Literal["", "anthropic-messages", ...]`` declares the values the
     # ``worker.api`` setting accepts: validating a setting is not a branch on the API, and the
@@ -269,5 +278,90 @@ def test_no_branch_on_a_wire_api_name_outside_the_wire_packages():
                 violations.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     check(
         "a wire API name outside lore_core/wire (move the per-API logic into the codec's package)",
+        violations,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# No closed vocabularies in the kernel (provider names, tool kinds)
+# ---------------------------------------------------------------------------------------------
+
+
+def kernel_product_files() -> list[Path]:
+    return [p for p in python_files(KERNEL) if not under(p, TEST_KIT)]
+
+
+def test_the_provider_names_are_the_built_in_declarations():
+    from lore_core.wire.providers import BUILTIN_PROVIDERS
+
+    assert {p.name for p in BUILTIN_PROVIDERS} == PROVIDER_NAMES
+
+
+def test_no_provider_name_outside_the_wire_packages():
+    """The kernel knows a provider only from its declaration (``lore_register_providers``):
+    a codec with a provider of its own gets what the built-in ones get."""
+    violations = []
+    for path in kernel_product_files():
+        if under(path, WIRE):
+            continue
+        tree, _ = parsed(path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in PROVIDER_NAMES:
+                violations.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    check(
+        "a provider's name outside lore_core/wire (declare what the kernel needs on "
+        "interfaces.Provider and read it from the registry's providers)",
+        violations,
+    )
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The strings of a set, tuple or list literal, or of ``frozenset``/``set``/``tuple`` of one."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+        if node.func.id in {"frozenset", "set", "tuple", "list"}:
+            return _strings(node.args[0])
+    if isinstance(node, ast.Set | ast.Tuple | ast.List):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def tool_name_tables(tree: ast.AST) -> list[tuple[int, list[str]]]:
+    """Collections of two or more tool names (as the table knows them) given a name."""
+    from lore_core.toolkinds import DEFAULT_TOOL_KINDS
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            names = [s for s in _strings(node.value) if s.lower() in DEFAULT_TOOL_KINDS]
+            if len(names) >= 2:
+                found.append((node.lineno, names))
+    return found
+
+
+def test_the_tool_table_finder_finds_the_old_tables():
+    code = textwrap.dedent(
+        """
+        _EDIT_TOOLS = frozenset({"edit", "multiedit", "str_replace"})
+        READ_TOOLS: frozenset[str] = frozenset({"Read", "read_file"})
+        SHELL = ("Bash", "exec_command")
+        NOT_TOOLS = ("command", "path")
+        ONE = ["Read"]
+        """
+    )
+    assert [line for line, _ in tool_name_tables(ast.parse(code))] == [2, 3, 4]
+
+
+def test_no_tool_name_table_outside_the_tool_kind_table():
+    """What a tool does is read from ``lore_core/toolkinds.py`` (extended by plugins through
+    ``lore_tool_kinds``), never from a list of names of its own."""
+    violations = []
+    for path in kernel_product_files():
+        if path == TOOL_KIND_TABLE:
+            continue
+        tree, _ = parsed(path)
+        for line, names in tool_name_tables(tree):
+            violations.append(f"{path.relative_to(ROOT)}:{line}: {', '.join(names)}")
+    check(
+        "a table of tool names outside lore_core/toolkinds.py (ask tool_kind(name) instead)",
         violations,
     )
