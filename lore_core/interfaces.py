@@ -212,6 +212,10 @@ class Provider:
     #: :attr:`key_prefix`.
     key_header: str = "authorization"
     key_prefix: str = "Bearer "
+    #: Request headers (lower case) that go with a client's credentials besides
+    #: ``Authorization`` and :attr:`key_header` (an API version, a beta flag, an
+    #: organisation): the worker keeps them with the key for a session's background calls.
+    credential_headers: tuple[str, ...] = ()
     #: Request headers (lower case) only its clients send, and fragments of its API's paths:
     #: a request outside every codec's paths (a models list, a file upload) that has one goes
     #: to this provider's upstream.

@@ -479,3 +479,34 @@ def test_config_api_key_alone_goes_to_the_providers_default_upstream(fake_upstre
     )
     assert run(call_and_close(worker, "sys", "p")).api == "anthropic-messages"
     assert fake_upstream.api_requests()[0].header("x-api-key") == KEY
+
+
+def test_a_session_keeps_the_credential_headers_its_provider_declares(fake_upstream):
+    """What the worker keeps of a session's headers comes from its provider's declaration
+    (interfaces.Provider), for the built-in providers and a plugin's alike."""
+    from lore_core.interfaces import Provider
+    from lore_core.worker.client import PROVIDERS
+
+    gemini = Provider("gemini", key_header="x-goog-api-key", credential_headers=("x-goog-user-project",))
+    worker = WorkerClient(providers={**PROVIDERS, "gemini": gemini})
+    assert worker.credential_headers("gemini") == {"authorization", "x-goog-api-key", "x-goog-user-project"}
+    assert worker.credential_headers("anthropic") == {
+        "authorization",
+        "x-api-key",
+        "anthropic-version",
+        "anthropic-beta",
+    }
+    assert "openai-organization" in worker.credential_headers("openai")
+    assert worker.credential_headers("undeclared") == {"authorization"}
+
+    worker.remember_credentials(
+        "s1",
+        "anthropic",
+        fake_upstream.url,
+        {"X-Api-Key": KEY, "anthropic-version": "2023-06-01", "cookie": "c", "user-agent": "claude-cli"},
+        model="claude-haiku-x",
+    )
+    assert run(call_and_close(worker, "sys", "p", session_id="s1")).api == "anthropic-messages"
+    sent = fake_upstream.api_requests()[0]
+    assert sent.header("x-api-key") == KEY and sent.header("anthropic-version") == "2023-06-01"
+    assert sent.header("cookie") is None

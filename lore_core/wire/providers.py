@@ -12,6 +12,7 @@ ANTHROPIC = Provider(
     upstream="https://api.anthropic.com",
     key_header="x-api-key",
     key_prefix="",
+    credential_headers=("anthropic-version", "anthropic-beta"),
     request_headers=("anthropic-version", "x-api-key"),
     request_paths=("/messages",),
     model_prefixes=("claude",),
@@ -19,6 +20,12 @@ ANTHROPIC = Provider(
 
 #: OpenAI: Chat Completions and Responses (``lore_core/wire/openai_chat``,
 #: ``openai_responses``). The default: what local servers and most gateways speak.
-OPENAI = Provider(name="openai", upstream="https://api.openai.com", default=True)
+OPENAI = Provider(
+    name="openai",
+    upstream="https://api.openai.com",
+    # Azure's key header, organisation and project, ChatGPT sign-in's account (Codex).
+    credential_headers=("api-key", "openai-organization", "openai-project", "chatgpt-account-id"),
+    default=True,
+)
 
 BUILTIN_PROVIDERS = (ANTHROPIC, OPENAI)

@@ -66,20 +66,6 @@ MAX_RETRY_AFTER_SECONDS = 60.0
 MAX_REMEMBERED_SESSIONS = 256
 # Answers that blame the request, not the target: they never open a breaker.
 REQUEST_ERROR_STATUSES = frozenset({400, 413, 422})
-# Headers kept from a session: what authenticates the call, plus what the provider needs
-# to accept those credentials (API version, OAuth beta flag, organisation/project/account).
-CREDENTIAL_HEADERS = frozenset(
-    {
-        "authorization",
-        "x-api-key",
-        "api-key",
-        "anthropic-version",
-        "anthropic-beta",
-        "openai-organization",
-        "openai-project",
-        "chatgpt-account-id",
-    }
-)
 
 #: The wire APIs a worker speaks when the gateway does not hand it the registered codecs
 #: (tools and tests building a client alone), by API name.
@@ -313,11 +299,13 @@ class WorkerClient:
     ) -> None:
         """Keep a session's credentials in memory so its background work can use them.
 
-        Only :data:`CREDENTIAL_HEADERS` are kept; nothing is logged or stored. ``api`` is the
-        session's wire API (default: the provider's usual one), ``model`` its model.
+        Only the credential headers of the session's provider are kept
+        (:meth:`credential_headers`); nothing is logged or stored. ``api`` is the session's
+        wire API (default: the provider's usual one), ``model`` its model.
         """
         items = headers.items() if isinstance(headers, Mapping) else headers
-        kept = {k.lower(): v for k, v in items if k.lower() in CREDENTIAL_HEADERS}
+        wanted = self.credential_headers(provider)
+        kept = {k.lower(): v for k, v in items if k.lower() in wanted}
         if api not in self.codecs:
             api = self._default_api(provider)
         self._sessions[session_id] = _Credentials(
@@ -331,6 +319,14 @@ class WorkerClient:
         self._sessions.move_to_end(session_id)
         while len(self._sessions) > MAX_REMEMBERED_SESSIONS:
             self._sessions.popitem(last=False)
+
+    def credential_headers(self, provider: str) -> frozenset[str]:
+        """The headers kept from a session of ``provider``: what authenticates the call
+        (``Authorization``, the key header the provider declares), and what the provider needs
+        to accept those credentials (API version, OAuth beta flag, organisation, project,
+        account: :attr:`Provider.credential_headers`)."""
+        declared = self.providers.get(provider) or Provider(provider)
+        return frozenset({"authorization", declared.key_header, *declared.credential_headers})
 
     def forget_credentials(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
