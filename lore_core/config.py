@@ -442,6 +442,12 @@ ENV_OVERRIDES: dict[str, tuple[str, str]] = {
 }
 
 
+def upstream_settings() -> frozenset[str]:
+    """The upstream section's own keys (``maxRetries``, ...): names no provider may take, as
+    ``upstream.<provider>`` sits beside them."""
+    return frozenset(_camel(f.name) for f in attrs.fields(UpstreamConfig) if not f.metadata.get(FLAT_KEY))
+
+
 def upstream_env_var(provider: str) -> str:
     """The environment variable that sets a provider's upstream: ``LORE_UPSTREAM_<PROVIDER>``,
     the name upper-cased with every run of other characters than letters and digits as

@@ -25,7 +25,7 @@ import attrs
 import pluggy
 
 from lore_core import hookspecs
-from lore_core.config import LoreConfig, load_config
+from lore_core.config import LoreConfig, load_config, upstream_settings
 from lore_core.interfaces import (
     Codec,
     Command,
@@ -261,8 +261,7 @@ class Registry:
 
         for codec in collect("lore_register_codecs", lambda c: ("codec", c.api)):
             reg.codecs[codec.api] = codec
-        for provider in collect("lore_register_providers", lambda p: ("provider", p.name)):
-            reg.providers[provider.name] = provider
+        reg.providers = {p.name: p for p in _providers(pm, reg.owners)}
         for harness in collect("lore_register_harnesses", lambda h: ("harness", h.name)):
             reg.harnesses[harness.name] = harness
         reg.tool_kinds = _tool_kinds(pm)
@@ -417,7 +416,19 @@ def _tool_kinds(pm: pluggy.PluginManager) -> dict[str, ToolKind]:
 def declared_providers(pm: pluggy.PluginManager) -> list[Provider]:
     """The providers the plugins declare (read before the configuration, which checks
     ``upstream.<name>`` against them); one name declared twice is an error naming both."""
-    return _collect(pm, "lore_register_providers", lambda p: ("provider", p.name), {})
+    return _providers(pm, {})
+
+
+def _providers(pm: pluggy.PluginManager, owners: dict[str, str]) -> list[Provider]:
+    """The declared providers; ``upstream.<name>`` sits beside the upstream section's own
+    keys, so a name may not be one of them."""
+    found: list[Provider] = _collect(pm, "lore_register_providers", lambda p: ("provider", p.name), owners)
+    for provider in found:
+        if provider.name in upstream_settings():
+            owner = owners[f"provider {provider.name!r}"]
+            setting = f"upstream.{provider.name} is a setting"
+            raise PluginError(f"plugin {owner} declares the provider {provider.name!r}: {setting}")
+    return found
 
 
 def config_sections(pm: pluggy.PluginManager) -> dict[str, type]:

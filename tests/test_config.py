@@ -279,3 +279,20 @@ def test_lore_serve_with_a_port_out_of_range_says_so_without_a_traceback(tmp_pat
         done.stderr.strip()
         == "lore: configuration error: server.port: must be between 1 and 65535, got 99999"
     )
+
+
+def test_a_provider_may_not_take_the_name_of_an_upstream_setting(tmp_path):
+    from lore_core import hookimpl
+    from lore_core.plugins import PluginError, bootstrap
+
+    class Clash:
+        @hookimpl
+        def lore_register_providers(self, register):
+            register(Provider("maxRetries"))
+
+    (tmp_path / ".lore.json").write_text("{}")
+    env = {"LORE_CONFIG": str(tmp_path / ".lore.json"), "HOME": str(tmp_path)}
+    with pytest.raises(
+        PluginError, match=r"declares the provider 'maxRetries': upstream\.maxRetries is a setting"
+    ):
+        bootstrap(env=env, cwd=tmp_path, load_entrypoints=False, extra_plugins=(Clash(),))

@@ -247,3 +247,37 @@ def test_a_configured_upstream_for_a_provider_nobody_declares_is_refused_at_star
 
     with pytest.raises(ConfigError, match=r"upstream\.gemini: unknown key"):
         start_gateway(config={"upstream": {"gemini": tiny.url}})
+
+
+def test_a_request_no_codec_owns_goes_to_the_provider_its_marks_name(start_gateway):
+    """Passthrough (a models list, count_tokens) finds the provider from what the providers
+    declare (request headers, path fragments), else the default one; a provider without an
+    upstream gets a 502 in its codec's shape."""
+    from lore_core.testing.fake_upstream import FakeUpstream
+
+    with FakeUpstream() as anthropic, FakeUpstream() as openai, FakeUpstream() as gemini:
+        env = {
+            "LORE_UPSTREAM_ANTHROPIC": anthropic.url,
+            "LORE_UPSTREAM_OPENAI": openai.url,
+            "LORE_UPSTREAM_GEMINI": gemini.url,
+        }
+        server = start_gateway(env=env, extra_plugins=(TinyGeminiPlugin(),))
+        cases = [
+            ("GET", "/v1/models", {"x-api-key": "k", "anthropic-version": "2023-06-01"}, anthropic),
+            ("POST", "/v1/messages/count_tokens", {"authorization": "Bearer k"}, anthropic),
+            ("GET", "/v1/models", {"authorization": "Bearer k"}, openai),
+            ("GET", "/v1/models", {"x-tiny-key": "k"}, gemini),
+        ]
+        for method, path, headers, expected in cases:
+            before = len(expected.requests)
+            answer = httpx.request(
+                method, server.url + path, headers=headers, json={} if method == "POST" else None
+            )
+            assert answer.status_code == 200, (path, headers, answer.text)
+            assert len(expected.requests) == before + 1, (path, headers)
+        assert sum(len(u.requests) for u in (anthropic, openai, gemini)) == len(cases)
+
+    bare = start_gateway(extra_plugins=(TinyGeminiPlugin(),))
+    refused = httpx.get(bare.url + "/v1/models", headers={"x-tiny-key": "k"}, timeout=10)
+    assert refused.status_code == 502
+    assert refused.json()["status"] == 502 and "LORE_UPSTREAM_GEMINI" in refused.json()["error"]

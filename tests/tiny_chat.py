@@ -292,7 +292,7 @@ class TinyGeminiPlugin:
 
     @hookimpl
     def lore_register_providers(self, register: Any) -> None:
-        register(Provider("gemini"))
+        register(Provider("gemini", request_headers=("x-tiny-key",)))
 
 
 class UndeclaredProviderPlugin:
