@@ -1066,10 +1066,10 @@ class Dashboard(Mount):
             params = {"run": run, "limit": str(EVENTS_PER_PAGE), "project": project}
             if before:
                 params["before"] = before
-            code, body = await self._get("/lore/api/runs/events", params)
-            if code == 200 and isinstance(body, dict):
-                chosen = body
-                shown = body.get("events") or []
+            code, found = await self._get("/lore/api/runs/events", params)
+            if code == 200 and isinstance(found, dict):
+                chosen = found
+                shown = found.get("events") or []
                 if shown and int(shown[-1].get("seq") or 0) > 1:
                     query_args = {"project": project, "run": run, "before": str(shown[-1]["seq"])}
                     older = "?" + urllib.parse.urlencode({k: v for k, v in query_args.items() if v})
