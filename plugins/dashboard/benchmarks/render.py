@@ -61,13 +61,15 @@ async def build_store(env: dict[str, str], cwd: Path, total: int, seed: int) -> 
     return time.perf_counter() - started
 
 
-async def open_store(db: Path) -> float:
-    """Open the store once, as the gateway will (a file of an older schema is migrated
-    then); the seconds it took."""
-    from lore_store_duckdb.store import DuckDBStore
+async def open_store(env: dict[str, str], cwd: Path) -> float:
+    """Open the configured store once, found through the plugin registry as the gateway
+    finds it (a file of an older schema is migrated then); the seconds it took."""
+    from lore_core.plugins import bootstrap
+    from lore_core.storage.writer import choose_store
 
+    boot = bootstrap(env=env, cwd=cwd)
     started = time.perf_counter()
-    store = DuckDBStore(db)
+    store = choose_store(boot.config, boot.registry.stores)
     await store.open()
     await store.close()
     return time.perf_counter() - started
@@ -117,7 +119,8 @@ def main() -> None:
     os.environ.update(env)
     if db.exists():
         print(f"using the store in {db}", flush=True)
-        print(f"opened (and migrated when it was older) in {asyncio.run(open_store(db)):.1f} s", flush=True)
+        seconds = asyncio.run(open_store(dict(os.environ), work))
+        print(f"opened (and migrated when it was older) in {seconds:.1f} s", flush=True)
     else:
         seconds = asyncio.run(build_store(dict(os.environ), work, args.messages, args.seed))
         print(f"stored {args.messages:,} messages in {seconds:.0f} s", flush=True)
