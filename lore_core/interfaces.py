@@ -41,10 +41,12 @@ if TYPE_CHECKING:
         PassageRef,
         Project,
         ProjectSummary,
+        SchemaMigration,
         SearchHit,
         Session,
         StoredDistillation,
         StoredMessage,
+        StoreInventory,
         WriteBatch,
     )
 
@@ -625,6 +627,10 @@ class Store(Protocol):
     #: Beside the store's own files; ``None`` for a store that keeps nothing across a
     #: restart (then there is nothing to protect).
     journal_dir: Path | None
+    #: Set by :meth:`open` in a store with versioned schema migrations: the version it found
+    #: and the version it left (``lore store migrate`` reports both); ``None``: a store
+    #: without versioned migrations (nothing to migrate).
+    migration: SchemaMigration | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -1028,6 +1034,19 @@ class Store(Protocol):
         """Runs with events past their checkpoint (``last_seq > covered_seq``), oldest
         update first: what the consolidation pipeline resumes after a restart."""
         raise _not_implemented(self, "the event log")
+
+    # -- copying a whole store (lore_core.storage.copy, ``lore store copy``) -----------------
+
+    async def inventory(self) -> StoreInventory:
+        """The keys no other read lists: session ids with state, event-log runs, projects
+        with a team binding, teams with a policy. ``lore store copy`` walks them (with the
+        reads above) to copy every tier through this protocol."""
+        raise _not_implemented(self, "inventory")
+
+    async def set_knowledge_metrics(self, metrics: Sequence[KnowledgeMetric]) -> int:
+        """Set these entries' metrics to exactly these values (a copy of another store's
+        register), in one transaction; returns how many were written."""
+        raise _not_implemented(self, "knowledge metrics copy")
 
     async def stats(self) -> dict[str, Any]:
         """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,

@@ -55,6 +55,7 @@ from lore_core.storage.records import (
     Session,
     StoredDistillation,
     StoredMessage,
+    StoreInventory,
     VectorDimensionError,
     WriteBatch,
     count_branches,
@@ -721,6 +722,19 @@ class MemoryStore(Store):
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         behind = [s for s in self._runs.values() if s.last_seq > s.covered_seq]
         return sorted(behind, key=lambda s: (s.updated_at, s.project, s.run))[:limit]
+
+    async def inventory(self) -> StoreInventory:
+        return StoreInventory(
+            state_sessions=tuple(sorted({s for s, _ in self._state})),
+            runs=tuple(sorted(self._runs)),
+            bound_projects=tuple(sorted(self._bindings)),
+            policy_teams=tuple(sorted(self._team_policies)),
+        )
+
+    async def set_knowledge_metrics(self, metrics: Sequence[KnowledgeMetric]) -> int:
+        for metric in metrics:
+            self._metrics[metric.logical_id] = attrs.evolve(metric)
+        return len(metrics)
 
     async def stats(self) -> dict[str, Any]:
         return {

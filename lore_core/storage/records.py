@@ -295,6 +295,33 @@ class VectorDimensionError(ValueError):
     """Vectors of another size than the model's index holds: an index never mixes sizes."""
 
 
+@attrs.frozen
+class SchemaMigration:
+    """What a store's :meth:`~lore_core.interfaces.Store.open` found and left: its schema
+    version before (0: a new store) and after. ``lore store migrate`` reports it."""
+
+    before: int
+    after: int
+
+    @property
+    def applied(self) -> list[int]:
+        """The versions this open applied, in order."""
+        return list(range(self.before + 1, self.after + 1))
+
+
+@attrs.frozen
+class StoreInventory:
+    """The keys of what a store holds that no other read lists (``lore store copy`` walks
+    them): every session id with state (``""``, the gateway's own, and pseudo-sessions
+    included), every run of the event log, every project with a team binding, every team
+    with a team-wide policy."""
+
+    state_sessions: tuple[str, ...] = ()
+    runs: tuple[tuple[str, str], ...] = ()
+    bound_projects: tuple[str, ...] = ()
+    policy_teams: tuple[str, ...] = ()
+
+
 @attrs.define
 class WriteBatch:
     """What the writer hands a store in one call; the store applies it in one transaction.

@@ -1878,6 +1878,38 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
+    # -- copying a whole store (lore store copy) --------------------------------------------
+
+    def test_copy_every_tier_in_and_out(self, make_store: Callable[[], Store]) -> None:
+        """``inventory`` and ``set_knowledge_metrics`` let :func:`~lore_core.storage.copy.copy_store`
+        carry every tier through the protocol: a full memory copied into this store reads
+        back the same, a second copy adds nothing, and this store copied out again equals it."""
+        from lore_core.builtin.memory_store import MemoryStore
+        from lore_core.storage.copy import copy_store
+        from lore_core.testing.copying import fill_every_tier, picture
+
+        async def body(store: Store) -> None:
+            source = MemoryStore()
+            await source.open()
+            await fill_every_tier(source)
+            expected = await picture(source)
+            report = await copy_store(source, store)
+            assert report.ok, report.as_dict()
+            assert {t.tier: t.written for t in report.tiers}["messages"] == len(expected["messages"])
+            assert await picture(store) == expected
+            again = await copy_store(source, store, merged=True)
+            assert again.ok
+            added = {t.tier: t.written for t in again.tiers}
+            assert (added["messages"], added["distillations"], added["knowledge versions"]) == (0, 0, 0)
+            assert (added["decisions"], added["events"]) == (0, 0)
+            assert await picture(store) == expected
+            out = MemoryStore()
+            await out.open()
+            assert (await copy_store(store, out)).ok
+            assert await picture(out) == expected
+
+        self.run(make_store, body)
+
 
 async def _both(store: Store, *steps: Callable[[Store], Awaitable[None]]) -> None:
     for step in steps:

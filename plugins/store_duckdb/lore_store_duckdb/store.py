@@ -72,10 +72,12 @@ from lore_core.storage.records import (
     PassageRef,
     Project,
     ProjectSummary,
+    SchemaMigration,
     SearchHit,
     Session,
     StoredDistillation,
     StoredMessage,
+    StoreInventory,
     StoreUnavailable,
     WriteBatch,
 )
@@ -422,7 +424,7 @@ class DuckDBStore(Store):
         try:
             setup = con.cursor()
             try:
-                migrate(setup)
+                self.migration = SchemaMigration(migrate(setup), SCHEMA_VERSION)
                 # The limit a trim gives back: DuckDB's own (80 % of RAM) or memoryLimitMb.
                 fetched = setup.execute("SELECT current_setting('memory_limit')").fetchone()
                 self._default_memory_limit = str(fetched[0]) if fetched else "80%"
@@ -1016,6 +1018,44 @@ class DuckDBStore(Store):
             index = self._index
         assert index is not None
         return await asyncio.to_thread(index.search, query, session_id, project, limit)
+
+    async def inventory(self) -> StoreInventory:
+        def run() -> StoreInventory:
+            return StoreInventory(
+                state_sessions=tuple(
+                    str(r[0]) for r in self._query("SELECT DISTINCT session_id FROM session_state ORDER BY 1")
+                ),
+                runs=tuple(
+                    (str(p), str(r))
+                    for p, r in self._query("SELECT project, run FROM event_runs ORDER BY 1, 2")
+                ),
+                bound_projects=tuple(
+                    str(r[0]) for r in self._query("SELECT project FROM team_bindings ORDER BY 1")
+                ),
+                policy_teams=tuple(
+                    str(r[0]) for r in self._query("SELECT team FROM team_policies ORDER BY 1")
+                ),
+            )
+
+        return await asyncio.to_thread(run)
+
+    async def set_knowledge_metrics(self, metrics: Sequence[KnowledgeMetric]) -> int:
+        rows = list({m.logical_id: m for m in metrics}.values())  # one row per id for the upsert
+        if not rows:
+            return 0
+
+        def run() -> int:
+            with self._transaction() as cur:
+                cur.executemany(
+                    """INSERT INTO knowledge_metrics (logical_id, confidence, last_reinforced_at)
+                    VALUES (?, ?, ?)
+                    ON CONFLICT (logical_id) DO UPDATE SET confidence = excluded.confidence,
+                      last_reinforced_at = excluded.last_reinforced_at""",
+                    [(m.logical_id, m.confidence, m.last_reinforced_at) for m in rows],
+                )
+            return len(rows)
+
+        return await asyncio.to_thread(run)
 
     async def stats(self) -> dict[str, Any]:
         def run() -> dict[str, Any]:

@@ -63,10 +63,12 @@ from lore_core.storage.records import (
     PassageRef,
     Project,
     ProjectSummary,
+    SchemaMigration,
     SearchHit,
     Session,
     StoredDistillation,
     StoredMessage,
+    StoreInventory,
     StoreUnavailable,
     VectorDimensionError,
     WriteBatch,
@@ -325,7 +327,7 @@ class PostgresStore(Store):
         con = first_connection(self.dsn, kwargs, self.settings.connect_attempts)
         try:
             try:
-                migrate(con)
+                self.migration = SchemaMigration(migrate(con), SCHEMA_VERSION)
             except SchemaTooNew as exc:
                 raise StoreUnavailable(f"{self.location}: {exc}") from None
             except psycopg.Error as exc:
@@ -1328,6 +1330,28 @@ class PostgresStore(Store):
 
         return await self._call(run)
 
+    async def set_knowledge_metrics(self, metrics: Sequence[KnowledgeMetric]) -> int:
+        rows = [
+            (m.logical_id, m.confidence, m.last_reinforced_at)
+            for m in {m.logical_id: m for m in metrics}.values()  # an upsert may not touch a row twice
+            if "\x00" not in m.logical_id
+        ]
+        if not rows:
+            return 0
+
+        def run(con: Conn) -> int:
+            with con.cursor() as cur:
+                cur.executemany(
+                    """INSERT INTO knowledge_metrics (logical_id, confidence, last_reinforced_at)
+                    VALUES (%s, %s, %s)
+                    ON CONFLICT (logical_id) DO UPDATE SET confidence = excluded.confidence,
+                      last_reinforced_at = excluded.last_reinforced_at""",
+                    rows,
+                )
+            return len(rows)
+
+        return await self._call(run)
+
     async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
         return await self._call(
             lambda con: (
@@ -1609,6 +1633,23 @@ class PostgresStore(Store):
             (limit,),
         )
         return [RunState(*row) for row in rows]
+
+    # -- copying a whole store ---------------------------------------------------------------
+
+    async def inventory(self) -> StoreInventory:
+        def run(con: Conn) -> StoreInventory:
+            def column(query: str) -> tuple[str, ...]:
+                return tuple(str(r[0]) for r in con.execute(query).fetchall())  # type: ignore[arg-type]
+
+            runs = con.execute("SELECT project, run FROM event_runs ORDER BY 1, 2").fetchall()
+            return StoreInventory(
+                state_sessions=column("SELECT DISTINCT session_id FROM session_state ORDER BY 1"),
+                runs=tuple((str(p), str(r)) for p, r in runs),
+                bound_projects=column("SELECT project FROM team_bindings ORDER BY 1"),
+                policy_teams=column("SELECT team FROM team_policies ORDER BY 1"),
+            )
+
+        return await self._call(run)
 
     # -- status ------------------------------------------------------------------------------
 
