@@ -2184,6 +2184,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     from lore_core.cli.spend import add_commands as add_spend_commands
 
     add_spend_commands(sub)
+    # lore store migrate|copy (lore_core/cli/store.py).
+    from lore_core.cli.store import add_commands as add_store_commands
+
+    add_store_commands(sub)
     named = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     # `lore --version` needs no plugin (loading them costs most of a second).
     if argv is not None and named not in sub.choices and "--version" not in argv:

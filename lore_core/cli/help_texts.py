@@ -209,6 +209,34 @@ HELP: dict[str, tuple[str, list[str]]] = {
             "lore import --from claude-code --since 30d --dry-run",
         ],
     ),
+    "store": (
+        "Operations on a whole store: apply its pending schema migrations, or copy an existing\n"
+        "memory into another store (a DuckDB file into a team's PostgreSQL database).",
+        ["lore store migrate", "lore store copy --to postgresql://lore@db.internal/lore"],
+    ),
+    "store migrate": (
+        "Open the configured store, which applies its pending schema migrations, and report the\n"
+        "schema version it had and has now. A gateway applies them at its start as well; a\n"
+        "DuckDB file held by a running gateway cannot be opened (stop it first).",
+        ["lore store migrate", "lore store migrate --json"],
+    ),
+    "store copy": (
+        "Copy every tier of one store into another through the store interface of both (any\n"
+        "pair of backends): messages with their sessions and projects, session state and spend,\n"
+        "distillations, knowledge with every version and death certificate and its metrics,\n"
+        "contradictions, entities, team bindings and policies, decisions, and the event log.\n"
+        "The destination cuts its own full-text passages; vectors are embedded again by its\n"
+        "indexer. Counts every tier on both sides at the end (exit 1 on a mismatch). Refuses a\n"
+        "destination that holds data unless --merge; a second copy adds nothing, so a copy cut\n"
+        "short goes on when run again with --merge. A store is a DSN, BACKEND:LOCATION, a\n"
+        "backend name, a .json configuration file or a DuckDB file (docs/storage.md).",
+        [
+            "lore store copy --from ~/.local/share/lore/lore.duckdb --to postgresql://lore@db.internal/lore",
+            "lore store copy --to postgres            # the configured store into store-postgres's DSN",
+            "lore store copy --from duckdb --to duckdb:/backup/lore.duckdb --json",
+            "lore store copy --from old.duckdb --to postgresql://lore@db/lore --merge  # go on after Ctrl-C",
+        ],
+    ),
     "status": (
         "Is the gateway up; the store's path, size and counts; worker, spend and throttling.",
         ["lore status", "lore status --json"],
