@@ -74,6 +74,8 @@ SPEND_SAVE_SECONDS = 5.0
 MAX_THROTTLED_SESSIONS = 10_000
 #: How long a forget waits for the store to write what it was given before.
 FORGET_SETTLE_SECONDS = 30.0
+#: How long an answer on a shared store waits at most for its exchange's commit.
+SETTLE_SECONDS = 2.0
 
 
 class ForgetFailed(Exception):
@@ -573,6 +575,20 @@ class Gateway:
                 report.seconds,
             )
             return report
+
+    async def settled(self, timeout: float = SETTLE_SECONDS) -> None:
+        """On a shared store (``Store.shared``), wait until the exchanges finished so far
+        are committed, so a reader on another gateway reads them once the client has its
+        answer; at most ``timeout`` seconds, and not at all while the store fails (the
+        journal keeps what was acknowledged either way)."""
+        if not self.store.shared or self.writer.degraded:
+            return
+        try:
+            await self.writer.wait_idle(timeout)
+        except TimeoutError:
+            log.warning(
+                "store: an answered exchange was not committed within %.0f s; answered anyway", timeout
+            )
 
     def exchange_finished(self, exchange: Exchange) -> None:
         """Hand a finished exchange to the plugins (they only enqueue work). Runs before the

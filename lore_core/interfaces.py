@@ -631,6 +631,12 @@ class Store(Protocol):
     #: and the version it left (``lore store migrate`` reports both); ``None``: a store
     #: without versioned migrations (nothing to migrate).
     migration: SchemaMigration | None = None
+    #: Other processes (gateways on other machines or ports, ``lore`` commands) write this
+    #: store at the same time: a server database. A gateway on a shared store commits each
+    #: answered exchange before the answer's last event goes out (a reader on another
+    #: gateway reads its writes), and checks what it caches of the store (the knowledge the
+    #: prompt carries) against the store. ``False`` (a file one process holds): neither.
+    shared: bool = False
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -78,12 +78,16 @@ class Relay:
         finished: Callable[[Exchange], None],
         broke: Callable[[str, str], None],
         rounds: RecallRounds | None = None,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.codec = codec
         self.exchange = exchange
         self.finished = finished
         self.broke = broke
         self.rounds = rounds
+        #: Awaited after the exchange finished and before a stream's terminal event goes
+        #: out: a gateway on a shared store commits the exchange there (Gateway.settled).
+        self.settle = settle
 
     # -- streamed ----------------------------------------------------------------------------
 
@@ -129,6 +133,8 @@ class Relay:
                             decoder = None  # the record of it stops; the relay goes on
                         elif assembler.done:
                             finish()
+                            if self.settle is not None:
+                                await self.settle()
                     yield piece
         except asyncio.CancelledError:
             exchange.client_disconnected = True
@@ -217,6 +223,8 @@ class Relay:
                 # The stream ends as the upstream's did, without the events the editor held.
                 log.warning("%s: the upstream's stream could not be closed (%s)", self.codec.api, exc)
                 closing = b""
+            if self.settle is not None:
+                await self.settle()
             yield closing
             if self.rounds is not None:
                 await self.rounds.remember(editor.final_text())

@@ -164,6 +164,7 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch
         finished=finished,
         broke=gateway.upstream_broke,
         rounds=rounds,
+        settle=gateway.settled if gateway.store.shared else None,
     )
     headers = response_headers(upstream.headers)
     if is_sse:
@@ -186,6 +187,8 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch
         return upstream_failed(
             gateway, turn, f"the upstream {turn.exchange.upstream} broke off its response: {exc}"
         )
+    if gateway.store.shared:
+        await gateway.settled()
     if new_headers is None:
         return Response(body, status=status, headers=Headers(headers))
     kept = [

@@ -27,10 +27,13 @@ def make_store(config: LoreConfig) -> Store:
         # environment variable suits a container or a CI job; the section wins when set.
         settings = attrs.evolve(settings, dsn=config.store.path)
     # The kernel's journal holds what this gateway acknowledged and has not committed: it
-    # belongs to the machine, one per database (named by a digest of the DSN, which is
-    # not secret but need not appear in a file name).
+    # belongs to the gateway, not to the database: one per database (named by a digest of
+    # the DSN, which is not secret but need not appear in a file name) and per port, so two
+    # gateways of one machine on one database each keep (and claim) their own, and a
+    # gateway restarted on its port replays what it left.
     digest = hashlib.sha256(settings.dsn.encode()).hexdigest()[:12]
-    return PostgresStore(settings, journal_dir=default_data_dir() / f"postgres-{digest}.journal")
+    name = f"postgres-{digest}-{config.server.port}.journal"
+    return PostgresStore(settings, journal_dir=default_data_dir() / name)
 
 
 def _settings(config: LoreConfig) -> PostgresConfig:

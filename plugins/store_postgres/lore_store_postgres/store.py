@@ -287,6 +287,8 @@ def _table_name(model: str) -> str:
 
 class PostgresStore(Store):
     name = "postgres"
+    #: Several gateways and lore commands on one database (lore_core.interfaces.Store.shared).
+    shared = True
 
     def __init__(
         self,
