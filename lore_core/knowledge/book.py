@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from lore_core.interfaces import Store
+from lore_core.knowledge.shared import mark_changed
 from lore_core.storage.knowledge import (
     AUTHOR_USER,
     CATEGORIES,
@@ -383,6 +384,7 @@ class KnowledgeBook:
             return WriteResult(REFUSED, None, f"changed by someone else meanwhile ({reason}); try again")
         version = attrs.evolve(version, is_current=True)
         log.info("knowledge %s: k:%s %r (%s)", status, version.logical_id, version.title, version.updated_by)
+        await mark_changed(self.store)
         for listener in self.listeners:
             try:
                 listener(version)

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from lore_core.interfaces import Store
+from lore_core.knowledge.shared import mark_changed
 from lore_core.storage.entities import (
     ENTITY_KINDS,
     ENTITY_PREFIX,
@@ -419,6 +420,7 @@ class EntityBook:
             ]
             await self.store.delete_entities(sorted(gone), updated)
             self.generation += 1
+            await mark_changed(self.store)
             log.info(
                 "entity deleted: %s %r (%s), %d redirects", entity.ref, entity.name, author, len(gone) - 1
             )
@@ -468,6 +470,7 @@ class EntityBook:
     async def _write(self, status: str, entities: list[Entity]) -> EntityResult:
         await self.store.write_entities(entities)
         self.generation += 1
+        await mark_changed(self.store)
         first = entities[0]
         log.info("entity %s: %s %r (%s)", status, first.ref, first.name, first.updated_by)
         for listener in self.listeners:

@@ -35,6 +35,7 @@ from lore_core.config import KnowledgeConfig
 from lore_core.knowledge.book import KnowledgeBook
 from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.prompt import baseline_text, choose_context, context_text, delta_text
+from lore_core.knowledge.shared import MARK_REFRESH_SECONDS, read_mark
 from lore_core.model import TEXT, Block, Message
 from lore_core.storage.entities import Entity
 from lore_core.storage.knowledge import KnowledgeMetric, KnowledgeVersion
@@ -132,6 +133,10 @@ class KnowledgeInjector:
         # entry is written, no project needs a read: the common case, and every load test).
         self._store_empty_at: int | None = None
         self._store_checked_at: int | None = None
+        # On a shared store: the other gateways' change mark last seen, and when it was read
+        # (lore_core.knowledge.shared).
+        self._mark: Any = None
+        self._mark_read_at = float("-inf")
         book.listeners.append(self._changed)
         if entities is not None:
             entities.listeners.append(self._changed)
@@ -146,6 +151,28 @@ class KnowledgeInjector:
             return await self.entity_book.entities(project)
         except NotImplementedError:  # a store without entities
             return []
+
+    def _mark_due(self, session_id: str) -> bool:
+        """On a shared store: is the change mark to be read before this request (a new
+        session, or the last read is older than MARK_REFRESH_SECONDS)?"""
+        if not self.store.shared:
+            return False
+        return session_id not in self._pins or self._clock() - self._mark_read_at >= MARK_REFRESH_SECONDS
+
+    async def _check_mark(self, session_id: str) -> None:
+        """Another gateway wrote knowledge or entities since the mark was last read: read
+        the entries again (a new generation)."""
+        if not self._mark_due(session_id):
+            return
+        self._mark_read_at = self._clock()
+        try:
+            mark = await read_mark(self.store)
+        except Exception as exc:
+            log.warning("knowledge: could not read the other gateways' change mark: %s", exc)
+            return
+        if mark != self._mark:
+            self._mark = mark
+            self._generation += 1
 
     def forget(self, session_id: str) -> None:
         self._pins.pop(session_id, None)
@@ -210,6 +237,8 @@ class KnowledgeInjector:
         ``None``: call :meth:`for_request`."""
         if not self.config.enabled:
             return Injection()
+        if self._mark_due(session_id):
+            return None
         if self._store_empty_at == self._generation:
             self._pin_empty(session_id, self._generation)
             return Injection()
@@ -236,6 +265,7 @@ class KnowledgeInjector:
         message ids, in order (deltas are anchored to them)."""
         if not self.config.enabled:
             return Injection()
+        await self._check_mark(session_id)
         current = await self._project_entries(project)
         if not current.entries and not current.entities and session_id not in self._pins:
             self._pin_empty(session_id, current.generation)
