@@ -1,0 +1,151 @@
+"""Two gateway processes (real ``lore serve``, on one machine, one PostgreSQL database)
+driven by real sockets: a history resent through both at once is stored once, a turn
+answered by one is listed and found by the other right away, and knowledge added through
+one gateway's API is in the next new session's prompt on the other."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lore_core.testing.fake_upstream import FakeUpstream, echo_responder
+from lore_core.testing.fake_worker import request_texts
+from lore_core.testing.net import (
+    api_headers,
+    free_port,
+    get_json,
+    spawn_logged,
+    stop_process,
+    wait_until_serving,
+)
+
+API_KEY = "sk-ant-api03-ManyGateways-" + "Qw7e" * 8
+
+
+@pytest.fixture
+def serve(tmp_path: Path, lore_env: dict[str, str], pg_dsn: str) -> Iterator[Callable[[str], str]]:
+    """``serve(name)``: a ``lore serve`` process on the test database; its URL."""
+    Path(lore_env["LORE_CONFIG"]).write_text(
+        json.dumps({"store": {"backend": "postgres", "flushIntervalMs": 50}})
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str) -> str:
+        port = free_port()
+        env = {**lore_env, "LORE_DB_PATH": pg_dsn, "LORE_PORT": str(port)}
+        log = tmp_path / f"gateway-{name}.log"
+        proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=tmp_path)
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_until_serving(proc, url + "/health", log)
+        return url
+
+    yield start
+    for proc in procs:
+        stop_process(proc)
+
+
+def body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "model": "claude-test",
+        "max_tokens": 50,
+        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "tools": [{"name": "Bash", "description": "run a command", "input_schema": {"type": "object"}}],
+        "messages": messages,
+    }
+
+
+def send(url: str, messages: list[dict[str, Any]], session: str, project: Path) -> str:
+    headers = {
+        "anthropic-version": "2023-06-01",
+        "x-session-id": session,
+        "x-lore-project": str(project),
+        "x-api-key": API_KEY,
+    }
+    resp = httpx.post(url + "/v1/messages", json=body(messages), headers=headers, timeout=30)
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()["content"][0]["text"]
+    assert isinstance(answer, str)
+    return answer
+
+
+def conversation(turns: int, tag: str) -> list[list[dict[str, Any]]]:
+    """The requests of a ``turns``-turn conversation, each resending the history (the
+    answers are the echo responder's, so every gateway gets the same ones)."""
+    history: list[dict[str, Any]] = []
+    requests = []
+    for t in range(turns):
+        history = [*history, {"role": "user", "content": f"{tag} question {t} about the heron deploy"}]
+        requests.append(list(history))
+        history = [
+            *history,
+            {"role": "assistant", "content": f"answer to {tag} question {t} about the heron deploy"},
+        ]
+    return requests
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "shop"
+    root.mkdir()
+    return root
+
+
+def test_two_gateways_share_one_database(
+    serve: Callable[[str], str], fake_upstream: FakeUpstream, project: Path
+) -> None:
+    fake_upstream.responder = echo_responder()
+    a, b = serve("a"), serve("b")
+    assert get_json(a + "/health")["store"]["backend"] == "postgres"
+
+    # The same history resent through both gateways at once: every message stored once.
+    requests = conversation(6, "shared")
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(
+            pool.map(
+                lambda job: send(job[0], job[1], "s-shared", project),
+                [(g, r) for r in requests for g in (a, b)],
+            )
+        )
+    assert all(x.startswith("answer to shared question") for x in answers)
+    for url in (a, b):
+        detail = get_json(url + "/lore/api/sessions/s-shared?branches=all")
+        ids = [m["id"] for m in detail["messages"]]
+        assert len(ids) == len(set(ids)) == 12, detail["messages"]
+        assert detail["session"]["branch_count"] == 1
+
+    # Read-your-writes across gateways: what A answered, B lists and finds at once.
+    for t in range(5):
+        text = f"kestrel turn {t} on gateway a"
+        send(a, [{"role": "user", "content": text}], f"s-ryw-{t}", project)
+        detail = get_json(b + f"/lore/api/sessions/s-ryw-{t}")
+        assert [m["role"] for m in detail["messages"]] == ["user", "assistant"], detail
+        hits = get_json(b + f"/lore/api/search?q=kestrel&session=s-ryw-{t}")
+        assert {h["session"] for h in hits} == {f"s-ryw-{t}"}
+
+    # Knowledge: B serves a session first (it has seen the store without knowledge), then an
+    # entry is added through A's API; B's next new session carries it in its prompt.
+    send(b, [{"role": "user", "content": "warm up gateway b"}], "s-b-before", project)
+    with httpx.Client(base_url=a, headers=api_headers(), timeout=30) as client:
+        added = client.post(
+            "/lore/api/knowledge",
+            json={
+                "project": str(project),
+                "category": "gotcha",
+                "title": "Deploy with make ship",
+                "content": "The heron service deploys with make ship, never by hand.",
+            },
+        )
+    assert added.status_code == 201, added.text
+    fake_upstream.requests.clear()
+    send(b, [{"role": "user", "content": "how do I deploy the heron service"}], "s-b-after", project)
+    prompts = [request_texts(r.json)[0] for r in fake_upstream.api_requests()]
+    assert any("Deploy with make ship" in p for p in prompts), prompts
