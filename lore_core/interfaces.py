@@ -608,8 +608,11 @@ class Store(Protocol):
     (:func:`lore_core.storage.records.message_id`), never by a backend, so every backend agrees.
 
     Methods are coroutines and must not block the event loop (run blocking I/O in a thread).
-    Only one gateway writes at a time; all writes arrive through :meth:`write` from the
-    kernel's writer queue (:mod:`lore_core.storage.writer`), except :meth:`set_state`.
+    One gateway writes at a time, unless the store is :attr:`shared` (a server database:
+    several gateways and ``lore`` commands at once; each write is then idempotent under
+    concurrent writers, and :meth:`claim_lease` gives a piece of work to one of them). Messages
+    arrive through :meth:`write` from the kernel's writer queue
+    (:mod:`lore_core.storage.writer`).
 
     Later tiers (distillations, knowledge versions, entities, the event log) add their own
     methods here together with a schema migration; a backend that does not implement them
@@ -1040,6 +1043,21 @@ class Store(Protocol):
         """Runs with events past their checkpoint (``last_seq > covered_seq``), oldest
         update first: what the consolidation pipeline resumes after a restart."""
         raise _not_implemented(self, "the event log")
+
+    # -- leases: one gateway at a time on a piece of work (a shared store) -------------------
+
+    async def claim_lease(self, key: str, holder: str, seconds: float) -> bool:
+        """Claim (or renew) the lease ``key`` for ``holder`` until ``seconds`` from now:
+        ``True`` when it was free, expired or ``holder``'s already; ``False`` while another
+        holder's lease runs. A lease is stored, so it outlives a crashed holder until it
+        expires. The distillation scheduler claims ``distill:<session>`` around a session's
+        distillation and curation. By default every claim is granted: a store one process
+        holds at a time has nobody to share with; a :attr:`shared` store implements them."""
+        return True
+
+    async def release_lease(self, key: str, holder: str) -> None:
+        """End ``holder``'s lease ``key`` (nothing when it is not ``holder``'s)."""
+        return None
 
     # -- copying a whole store (lore_core.storage.copy, ``lore store copy``) -----------------
 

@@ -112,6 +112,8 @@ class MemoryStore(Store):
         self._events: dict[tuple[str, str], list[RunEvent]] = {}
         self._runs: dict[tuple[str, str], RunState] = {}
         self._snapshots: dict[tuple[str, str], WorkingSnapshot] = {}
+        # Leases: key -> (holder, expires at).
+        self._leases: dict[str, tuple[str, float]] = {}
         self._open = False
 
     async def open(self) -> None:
@@ -722,6 +724,18 @@ class MemoryStore(Store):
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         behind = [s for s in self._runs.values() if s.last_seq > s.covered_seq]
         return sorted(behind, key=lambda s: (s.updated_at, s.project, s.run))[:limit]
+
+    async def claim_lease(self, key: str, holder: str, seconds: float) -> bool:
+        now = time.time()
+        current = self._leases.get(key)
+        if current is not None and current[0] != holder and current[1] > now:
+            return False
+        self._leases[key] = (holder, now + seconds)
+        return True
+
+    async def release_lease(self, key: str, holder: str) -> None:
+        if self._leases.get(key, ("", 0.0))[0] == holder:
+            del self._leases[key]
 
     async def inventory(self) -> StoreInventory:
         return StoreInventory(

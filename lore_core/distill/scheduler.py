@@ -48,6 +48,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -97,6 +100,21 @@ MAX_TRACKED_SESSIONS = 10_000
 RETRY_SECONDS = (30.0, 60.0, 120.0, 300.0)
 #: At most one warning this often about sessions dropped from tracking.
 UNTRACKED_LOG_EVERY_SECONDS = 300.0
+#: How long a session's lease (``distill:<session>``, Store.claim_lease) runs before it is
+#: renewed (after each segment) or, its holder gone, free for another gateway.
+LEASE_SECONDS = 300.0
+#: The note of a run that found the session claimed by another gateway (a shared store).
+CLAIMED_ELSEWHERE = "claimed by another gateway: it distils and curates the session now"
+
+
+def lease_key(session_id: str) -> str:
+    return f"distill:{session_id}"
+
+
+def new_holder() -> str:
+    """This process's name as a lease holder: unique among the gateways on one store."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
 
 Progress = Callable[[int, int], None]
 
@@ -306,6 +324,9 @@ class DistillScheduler:
         self._loop_task: asyncio.Task[None] | None = None
         self.counts: Counter[str] = Counter()
         self.last_error: str | None = None
+        # Who this scheduler is when it claims a session's lease (a shared store: one
+        # gateway at a time distils and curates a session).
+        self.holder = new_holder()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -529,20 +550,34 @@ class DistillScheduler:
         call that was attempted and failed raises :class:`~lore_core.worker.client.WorkerError`
         after what was written before it stays written."""
         async with self._lock(session_id):
-            backlog = self._backlog.get(session_id)
-            if backlog is not None:
-                # What the store holds now is read below: count anew what arrives from here
-                # on (an exchange landing during the read is counted twice: towards running).
-                backlog.tokens = 0
+            key = lease_key(session_id)
+            if not await self.store.claim_lease(key, self.holder, LEASE_SECONDS):
+                self.counts["claimed_elsewhere"] += 1
+                return DistillReport(session_id, notes=[CLAIMED_ELSEWHERE])
             try:
-                report, tail = await self._distill(session_id, reason, progress)
-            except BaseException:
-                if backlog is not None:
-                    backlog.tokens = None
-                raise
-            if backlog is not None and backlog.tokens is not None:
-                backlog.tokens += tail
-            return report
+                return await self._leased(session_id, reason, progress)
+            finally:
+                try:
+                    await self.store.release_lease(key, self.holder)
+                except Exception as exc:  # it runs out by itself
+                    log.warning("the lease of session %s could not be released: %s", session_id, exc)
+
+    async def _leased(self, session_id: str, reason: str, progress: Progress | None) -> DistillReport:
+        """:meth:`distill_session` under the session's lock and lease."""
+        backlog = self._backlog.get(session_id)
+        if backlog is not None:
+            # What the store holds now is read below: count anew what arrives from here
+            # on (an exchange landing during the read is counted twice: towards running).
+            backlog.tokens = 0
+        try:
+            report, tail = await self._distill(session_id, reason, progress)
+        except BaseException:
+            if backlog is not None:
+                backlog.tokens = None
+            raise
+        if backlog is not None and backlog.tokens is not None:
+            backlog.tokens += tail
+        return report
 
     async def _distill(
         self, session_id: str, reason: str, progress: Progress | None
@@ -590,6 +625,14 @@ class DistillScheduler:
                         report.notes.append(note)
             if progress is not None:
                 progress(index + 1, total)
+            if index + 1 < total and not await self.store.claim_lease(
+                lease_key(session_id), self.holder, LEASE_SECONDS
+            ):
+                # The lease ran out and another gateway holds it now: it goes on from what
+                # is written (the undistilled part is derived from the store).
+                # It consolidates and curates too.
+                report.notes.append(CLAIMED_ELSEWHERE)
+                return report, 0
         covered = {i for s in segments for i in s.ids}
         report.remaining_messages = sum(1 for m in todo if m.id not in covered)
         await self._reflect(session_id, project, live, report)

@@ -1878,6 +1878,39 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
+    # -- leases ------------------------------------------------------------------------------
+
+    def test_leases_one_holder_at_a_time_until_expiry(self, make_store: Callable[[], Store]) -> None:
+        """A store that implements leases grants a key to one holder at a time, renews it for
+        that holder, frees it on release or expiry, and keeps it across a reopen (a crashed
+        holder's lease runs out, it does not vanish); the default grants every claim."""
+        implemented: list[bool] = []
+
+        async def body(store: Store) -> None:
+            implemented.append(type(store).claim_lease is not Store.claim_lease)
+            if not implemented[0]:
+                assert await store.claim_lease("k", "gw-a", 60) and await store.claim_lease("k", "gw-b", 60)
+                return
+            assert await store.claim_lease("distill:s", "gw-a", 60)
+            assert not await store.claim_lease("distill:s", "gw-b", 60)
+            assert await store.claim_lease("distill:s", "gw-a", 60)  # renewed
+            assert await store.claim_lease("distill:t", "gw-b", 60)  # another key
+            await store.release_lease("distill:s", "gw-b")  # not gw-b's: it stays
+            assert not await store.claim_lease("distill:s", "gw-b", 60)
+            await store.release_lease("distill:s", "gw-a")
+            assert await store.claim_lease("distill:s", "gw-b", 60)
+            assert await store.claim_lease("short", "gw-a", 0.3)
+            assert not await store.claim_lease("short", "gw-b", 60)
+            await asyncio.sleep(0.5)
+            assert await store.claim_lease("short", "gw-b", 60)  # expired
+
+        async def after(store: Store) -> None:
+            assert not await store.claim_lease("distill:t", "gw-a", 60)  # gw-b's still
+
+        self.run(make_store, body)
+        if implemented[0] and self.persistent:
+            self.reopen(make_store, after)
+
     # -- copying a whole store (lore store copy) --------------------------------------------
 
     def test_copy_every_tier_in_and_out(self, make_store: Callable[[], Store]) -> None:

@@ -227,8 +227,19 @@ V1 = [
     )""",
 ]
 
+# Version 2: leases (Store.claim_lease): which gateway distils and curates a session now.
+# A row per lease with its holder and expiry (the server's clock, seconds since the epoch),
+# so a lease outlives a crashed holder until it expires.
+V2 = [
+    """CREATE TABLE leases (
+        key TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1]
+MIGRATIONS: list[list[str]] = [V1, V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: pg_advisory_xact_lock keys: the migration, and writes that draw from item_seq.
 MIGRATION_LOCK = 0x4C4F5245_0001

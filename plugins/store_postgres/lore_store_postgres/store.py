@@ -1636,6 +1636,28 @@ class PostgresStore(Store):
         )
         return [RunState(*row) for row in rows]
 
+    # -- leases --------------------------------------------------------------------------------
+
+    async def claim_lease(self, key: str, holder: str, seconds: float) -> bool:
+        # The server's clock: gateways on several machines agree on when a lease expires.
+        def run(con: Conn) -> bool:
+            row = con.execute(
+                """INSERT INTO leases AS l (key, holder, expires_at)
+                VALUES (%(key)s, %(holder)s, extract(epoch FROM clock_timestamp()) + %(seconds)s)
+                ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+                WHERE l.holder = excluded.holder OR l.expires_at <= extract(epoch FROM clock_timestamp())
+                RETURNING holder""",
+                {"key": key, "holder": holder, "seconds": seconds},
+            ).fetchone()
+            return row is not None
+
+        return await self._call(run)
+
+    async def release_lease(self, key: str, holder: str) -> None:
+        await self._call(
+            lambda con: con.execute("DELETE FROM leases WHERE key = %s AND holder = %s", (key, holder))
+        )
+
     # -- copying a whole store ---------------------------------------------------------------
 
     async def inventory(self) -> StoreInventory:

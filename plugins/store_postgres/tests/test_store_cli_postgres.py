@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from lore_store_postgres.config import PostgresConfig
-from lore_store_postgres.schema import SCHEMA_VERSION
+from lore_store_postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from lore_store_postgres.store import PostgresStore
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -93,6 +93,18 @@ def test_migrate_on_postgres_reports_the_versions(tmp_path: Path, pg_dsn: str) -
     }
     again = lore(tmp_path, config, "store", "migrate")
     assert again.returncode == 0 and f"up to date: schema version {SCHEMA_VERSION}" in again.stdout
+
+
+def test_migrate_applies_what_a_version_1_database_lacks(tmp_path: Path, pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as con:
+        con.execute("CREATE TABLE lore_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for statement in MIGRATIONS[0]:
+            con.execute(statement)  # type: ignore[arg-type]  # the plugin's literal SQL
+        con.execute("INSERT INTO lore_meta VALUES ('schema_version', '1')")
+    done = lore(tmp_path, {"backend": "postgres", "path": pg_dsn}, "store", "migrate")
+    assert done.returncode == 0, done.stderr
+    applied = ", ".join(str(v) for v in range(2, SCHEMA_VERSION + 1))
+    assert f"migrated from schema version 1 to {SCHEMA_VERSION} (applied {applied})" in done.stdout
 
 
 def test_copy_duckdb_file_into_postgres(tmp_path: Path, pg_dsn: str) -> None:
