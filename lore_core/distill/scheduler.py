@@ -629,8 +629,8 @@ class DistillScheduler:
                 lease_key(session_id), self.holder, LEASE_SECONDS
             ):
                 # The lease ran out and another gateway holds it now: it goes on from what
-                # is written (the undistilled part is derived from the store).
-                # It consolidates and curates too.
+                # is written (the undistilled part is derived from the store), consolidates
+                # and curates.
                 report.notes.append(CLAIMED_ELSEWHERE)
                 return report, 0
         covered = {i for s in segments for i in s.ids}
