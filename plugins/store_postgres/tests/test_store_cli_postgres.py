@@ -22,7 +22,9 @@ from lore_store_postgres.store import PostgresStore
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from lore_core.config import LoreConfig
 from lore_core.interfaces import Store
+from lore_core.plugins import Registry, make_plugin_manager
 from lore_core.testing.copying import fill_every_tier, picture
 from lore_core.testing.net import free_port, refusing_url
 
@@ -108,11 +110,15 @@ def test_migrate_applies_what_a_version_1_database_lacks(tmp_path: Path, pg_dsn:
 
 
 def test_copy_duckdb_file_into_postgres(tmp_path: Path, pg_dsn: str) -> None:
-    pytest.importorskip("lore_store_duckdb")
-    from lore_store_duckdb.store import DuckDBStore
-
+    # The DuckDB store through the plugin registry, as lore opens it: a plugin never imports
+    # another plugin (tests/test_import_rules.py), and this one must run installed alone.
+    stores = Registry.collect(make_plugin_manager()).stores
+    if "duckdb" not in stores:
+        pytest.skip("lore-store-duckdb is not installed")
     source = tmp_path / "lore.duckdb"
-    expected = with_store(lambda: DuckDBStore(source), fill)
+    config = LoreConfig()
+    config.store.backend, config.store.path = "duckdb", str(source)
+    expected = with_store(lambda: stores["duckdb"](config), fill)
     done = lore(tmp_path, {"path": str(source)}, "store", "copy", "--to", f"postgres:{pg_dsn}", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
