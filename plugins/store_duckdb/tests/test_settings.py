@@ -125,9 +125,11 @@ def table_pages_held(store: DuckDBStore) -> float:
 def test_the_page_cache_bound_keeps_table_pages_from_growing_with_the_store(tmp_path: Path) -> None:
     unbounded = table_pages_held(DuckDBStore(tmp_path / "a", DuckDBConfig(page_cache_mb=0)))
     bounded = table_pages_held(DuckDBStore(tmp_path / "b", DuckDBConfig(page_cache_mb=16)))
-    # Without the trim DuckDB keeps every page it read; with it, ~16 MiB beyond what it
-    # cannot evict (the primary-key index, rows not yet checkpointed).
-    assert unbounded > 40
+    # Without the trim DuckDB keeps the pages it read (40-70 MiB here; 32.5 once in a CI run,
+    # as DuckDB checkpointed differently): well past the bound, so the bound is what
+    # holds the trimmed store down; with it, ~16 MiB beyond what it cannot evict (the
+    # primary-key index, rows not yet checkpointed).
+    assert unbounded > 16 + 8
     assert bounded <= 16 + 2
 
 
