@@ -1,5 +1,7 @@
-"""The running gateway: configuration, plugins, the upstream client and the pipeline steps
-that sit between the HTTP routes (``app.py``) and the upstream (``proxy.py``)."""
+"""The running gateway: what one gateway process holds (configuration, plugins, the store and
+its writer, the upstream client, the background workers), built, started, stopped and
+reported on here. The request path itself is :mod:`lore_core.pipeline`, whose phases read
+what they need from the gateway."""
 
 from __future__ import annotations
 
@@ -12,35 +14,29 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pluggy
 
 from lore_core import __version__
-from lore_core.builtin.harness_support import fingerprint_session
 from lore_core.config import ConfigError, LoreConfig, default_data_dir, upstream_env_var
-from lore_core.context.commands import SlashCommand, help_text, status_text
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
-from lore_core.context.overflow import Overflow, next_min_layer, overflow_in_stream_error
 from lore_core.context.pricing import PriceTable
 from lore_core.context.spend import SpendBook
 from lore_core.distill.scheduler import DistillScheduler, build_curators
 from lore_core.events.log import EventLog
-from lore_core.http.access import MemoryAccess, SessionOwners, TokenKeeper, allowed_upstreams, owner_key
+from lore_core.http.access import SessionOwners, TokenKeeper, allowed_upstreams, owner_key
 from lore_core.http.metrics import Metrics, opentelemetry_tracer
 from lore_core.http.peers import PeerUsers
 from lore_core.interfaces import (
     Codec,
-    CompositionContext,
     CuratorContext,
     EditPolicy,
     Embedder,
     EmbedderFactory,
-    Harness,
-    RequestContext,
     Store,
 )
 from lore_core.knowledge.book import KnowledgeBook
@@ -49,10 +45,9 @@ from lore_core.knowledge.curation import KnowledgeUpkeep
 from lore_core.knowledge.curator import KnowledgeCurator
 from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.inject import KnowledgeInjector
-from lore_core.model import Exchange, RequestView
+from lore_core.pipeline.send import Pacer
 from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, bootstrap
-from lore_core.projects import project_root
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.memory import RecallMemory
 from lore_core.recall.sources import StoreSessionDirectory, vector_index_name
@@ -62,7 +57,6 @@ from lore_core.storage.amnesia import Amnesia
 from lore_core.storage.forget import ForgetReport, forget_stored_session
 from lore_core.storage.journal import Journal
 from lore_core.storage.private import private_directory
-from lore_core.storage.records import logical_messages
 from lore_core.storage.writer import StoreWriter, choose_store
 from lore_core.worker.client import WorkerClient
 
@@ -70,12 +64,8 @@ log = logging.getLogger("lore.gateway")
 
 #: How often new spend is written to the store (a restart loses at most this much).
 SPEND_SAVE_SECONDS = 5.0
-#: Sessions whose last upstream call the spend throttle remembers (most recent ones).
-MAX_THROTTLED_SESSIONS = 10_000
 #: How long a forget waits for the store to write what it was given before.
 FORGET_SETTLE_SECONDS = 30.0
-#: How long an answer on a shared store waits at most for its exchange's commit.
-SETTLE_SECONDS = 2.0
 
 
 class ForgetFailed(Exception):
@@ -109,7 +99,8 @@ class Gateway:
         if config.server.trace_requests:
             self.metrics.tracer = opentelemetry_tracer()
         self.cwd = os.getcwd()
-        self._harnesses = sorted(registry.harnesses.values(), key=lambda h: h.name)
+        #: Every harness, by name: the one that recognises a request best identifies it.
+        self.harnesses = sorted(registry.harnesses.values(), key=lambda h: h.name)
         # The store is opened in start(); every finished exchange is queued to it.
         self.store = choose_store(config, registry.stores)
         journal_dir = self.store.journal_dir
@@ -133,7 +124,7 @@ class Gateway:
         self.spend = SpendBook(self.costs, self.store)
         self._spend_saver: asyncio.Task[None] | None = None
         self.throttle = Throttle(config.budget.max_delay_seconds)
-        self._last_upstream_at: dict[str, float] = {}
+        self.pacer = Pacer(self.costs, self.throttle, self.price_table)
         # /lore:amnesia: conversation positions of a session the store must not keep; and
         # what `lore forget` forgot, which the writer drops when a client resends it.
         self.amnesia = Amnesia(self.store)
@@ -248,7 +239,7 @@ class Gateway:
             self.store,
             config.distill,
             self.worker,
-            settle=self._settle_writes,
+            settle=self.settle_writes,
             observer=observer,
             reflector=reflector,
             after_run=self.knowledge_upkeep.after_distill,
@@ -321,6 +312,17 @@ class Gateway:
                 except Exception:
                     log.exception("closing the embedding provider failed")
 
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run a small job of the request path in the background (held so it is not
+        collected); dropped when no loop runs (a synchronous caller)."""
+        try:
+            task = asyncio.get_running_loop().create_task(work)
+        except RuntimeError:
+            work.close()
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     def stop_budget_seconds(self) -> float:
         """How long :meth:`stop` may take at most: the indexer's and the writer's grace, and a
         margin for the rest (closing the store, a checkpoint)."""
@@ -338,7 +340,7 @@ class Gateway:
                 log.exception("saving spend failed (tried again)")
             await asyncio.sleep(SPEND_SAVE_SECONDS)
 
-    async def _settle_writes(self, timeout: float = 5.0) -> None:
+    async def settle_writes(self, timeout: float = 5.0) -> None:
         """Let exchanges already queued reach the store before distillation (or a status
         report) reads it."""
         try:
@@ -346,7 +348,7 @@ class Gateway:
         except TimeoutError:
             pass
 
-    # -- pipeline steps, in the order a request meets them ----------------------------------
+    # -- recall ------------------------------------------------------------------------------
 
     def _serving_vector_index(self) -> str:
         """The vector index recall searches: the indexer's choice (the index a new one
@@ -354,178 +356,6 @@ class Gateway:
         if self.indexer is not None:
             return self.indexer.serving_index()
         return vector_index_name(self.embedder) if self.embedder is not None else ""
-
-    def context_limit(self, model: str | None) -> int:
-        """The model's context window in tokens (0 when unknown)."""
-        try:
-            return self.price_table.lookup(model).context_window
-        except Exception:
-            return 0
-
-    def upstream_broke(self, upstream: str, message: str) -> None:
-        """An upstream broke off an answer mid-way (``/health`` reports it degraded)."""
-        self.stats["upstream_errors"] += 1
-        self.upstream.note_failure(upstream, message)
-
-    def identify(self, ctx: RequestContext) -> tuple[Harness, str, str]:
-        """Which client sent this, which session and which project it belongs to."""
-        score, harness = max(((_safe_score(h, ctx), h) for h in self._harnesses), key=lambda pair: pair[0])
-        if score[0] <= 0:
-            # Nobody recognised it: the generic harness, not whichever name sorts last.
-            harness = self.registry.harnesses.get("generic", harness)
-        session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
-        project = _safe_call(harness.project, ctx) or self.cwd
-        # Every harness's project is stored normalised (no ".." survives, review F16) and
-        # as its repository root, so a subdirectory is not a project of its own.
-        project = project_root(project)
-        return harness, session, project
-
-    def note_stranger(self, access: MemoryAccess) -> None:
-        """A model request that may not reach memory was relayed untouched: counted on
-        ``/health`` by reason, logged once per reason (never the request's content)."""
-        self.stats["memory_refused"] += 1
-        key = f"memory_refused: {access.why_not}"
-        if key not in self.stats:
-            log.warning("relaying a model request without memory: %s", access.why_not)
-        self.stats[key] += 1
-
-    def session_seen(
-        self,
-        session_id: str,
-        api: str,
-        provider: str,
-        upstream: str,
-        headers: Mapping[str, str],
-        model: str | None,
-    ) -> None:
-        """Remember the session's credentials (in memory only) for its background work."""
-        try:
-            self.worker.remember_credentials(session_id, provider, upstream, headers, model=model, api=api)
-        except Exception:
-            log.exception("could not remember a session's worker target")
-
-    async def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
-        """The context manager chooses the turn's layer, then the prompt layers run in
-        priority order. A failing layer is skipped (fail open)."""
-        try:
-            return await self.context.compose(view, ctx)
-        except Exception:
-            self.stats["layer_errors"] += 1
-            log.exception("prompt composition failed; sending the request unchanged")
-            return view
-
-    async def throttle_upstream(self, session_id: str, model: str | None) -> float:
-        """Wait before an upstream call while spend is projected past the daily budget
-        (never so long that the session's prompt cache expires); returns the seconds waited."""
-        last = self._last_upstream_at.get(session_id)
-        now = time.time()
-        delay = 0.0
-        if self.costs.daily_budget_usd > 0:
-            delay = self.throttle.delay(
-                self.costs.pressure(now),
-                ttl_seconds=self.price_table.lookup(model).cache_ttl_seconds,
-                idle_seconds=None if last is None else now - last,
-            )
-            if delay > 0:
-                await asyncio.sleep(delay)
-        self._last_upstream_at.pop(session_id, None)  # most recent last
-        self._last_upstream_at[session_id] = time.time()
-        if len(self._last_upstream_at) > MAX_THROTTLED_SESSIONS:
-            # The least recently called session: at worst its next call waits as a new one's.
-            del self._last_upstream_at[next(iter(self._last_upstream_at))]
-        return delay
-
-    async def context_overflow(
-        self, session_id: str, overflow: Overflow, refused: Exchange | None = None
-    ) -> int:
-        """The upstream refused the session's prompt as too long: raise the session's
-        persisted ``forceMinLayer`` (2 or 3 by overshoot); returns the new value.
-        ``refused``: the refused exchange, not finished yet: the context manager calibrates
-        the session from the refusal."""
-        layer = next_min_layer(self.context.session(session_id).force_min_layer, overflow)
-        self.stats["context_overflows"] += 1
-        if refused is not None:
-            try:
-                self.context.overflowed(refused, overflow.tokens)
-            except Exception:
-                log.exception("could not learn from the overflow of session %s", session_id)
-        log.warning(
-            "session %s: the upstream refused the prompt as too long (%s); its turns start at layer %d now",
-            session_id,
-            overflow.message[:200],
-            layer,
-        )
-        try:
-            await self.context.force_min_layer(session_id, layer)
-        except Exception:
-            log.exception("could not raise forceMinLayer of session %s", session_id)
-        return layer
-
-    async def answer_command(self, command: SlashCommand, session_id: str, view: RequestView) -> str:
-        """The text answer to a ``/lore:`` command in the last user message."""
-        # The command is the last message; the gateway's answer will be the next one.
-        position = len(logical_messages(view.messages)) - 1
-        if command.name == "status":
-            return status_text(await self.session_status(session_id))
-        if command.name == "amnesia":
-            arg = command.args[0].lower() if command.args else ""
-            if arg == "on":
-                changed = await self.amnesia.turn_on(session_id, position)
-                return (
-                    "Lore amnesia is ON: from this message on, this session is not stored "
-                    "(no history, distillation or recall). Send /lore:amnesia off to resume."
-                    if changed
-                    else "Lore amnesia was already on for this session."
-                )
-            if arg == "off":
-                changed = await self.amnesia.turn_off(session_id, position + 2)
-                return (
-                    "Lore amnesia is OFF: this session is stored again from the next message. "
-                    "What was said while it was on is never stored."
-                    if changed
-                    else "Lore amnesia was not on for this session; nothing changed."
-                )
-            if arg == "":
-                state = "ON" if self.amnesia.is_on(session_id) else "OFF"
-                return f"Lore amnesia is {state} for this session. Use /lore:amnesia on|off."
-            return help_text(f"/lore:amnesia takes 'on' or 'off', not {command.args[0]!r}.")
-        if command.name == "help":
-            return help_text()
-        return help_text(f"Unknown Lore command /lore:{command.name}.")
-
-    async def session_status(self, session_id: str) -> dict[str, Any]:
-        """What ``/lore:status`` reports about one session."""
-        try:
-            await self.spend.load_session(session_id)
-        except Exception as exc:
-            log.warning("could not read the saved spend of session %s: %s", session_id, exc)
-        now = time.time()
-        pressure = self.costs.pressure(now)
-        status: dict[str, Any] = {
-            "session_id": session_id,
-            "amnesia": self.amnesia.is_on(session_id),
-            "spend": {
-                "session_usd": self.costs.session_cost(session_id),
-                "today_usd": self.costs.day_cost(now),
-                "projected_today_usd": pressure.projected,
-                "daily_budget_usd": self.costs.daily_budget_usd,
-            },
-            "throttle": self.throttle.counters(),
-        }
-        try:
-            status["context"] = self.context.session_status(session_id)
-        except Exception:
-            log.exception("the context manager could not report on a session")
-        # The session's last exchanges may still wait in the writer's queue (a write starts
-        # at most every store.flushIntervalMs): count them too.
-        await self._settle_writes(timeout=1.0)
-        try:
-            session = await self.store.get_session(session_id)
-            status["stored_messages"] = session.message_count if session else 0
-            status["distillations"] = len(await self.store.list_distillations(session_id))
-        except Exception as exc:
-            log.warning("could not read the store for /lore:status: %s", exc)
-        return status
 
     async def forget_session(self, session_id: str) -> ForgetReport | None:
         """``lore forget``: remove the session from the store and from what the gateway holds
@@ -575,80 +405,6 @@ class Gateway:
                 report.seconds,
             )
             return report
-
-    async def settled(self, timeout: float = SETTLE_SECONDS) -> None:
-        """On a shared store (``Store.shared``), wait until the exchanges finished so far
-        are committed, so a reader on another gateway reads them once the client has its
-        answer; at most ``timeout`` seconds, and not at all while the store fails (the
-        journal keeps what was acknowledged either way)."""
-        if not self.store.shared or self.writer.degraded:
-            return
-        try:
-            await self.writer.wait_idle(timeout)
-        except TimeoutError:
-            log.warning(
-                "store: an answered exchange was not committed within %.0f s; answered anyway", timeout
-            )
-
-    def exchange_finished(self, exchange: Exchange) -> None:
-        """Hand a finished exchange to the plugins (they only enqueue work). Runs before the
-        client has the response's last byte: what makes the exchange durable (the context
-        manager restores the client's request, the writer journals the records) is done here;
-        the bookkeeping that nothing acknowledged depends on runs once the response is out."""
-        exchange.finished_at = time.time()
-        try:
-            # First: it also puts the client's own request back in place of the composed one.
-            self.context.exchange_finished(exchange)
-        except Exception:
-            log.exception("could not tell the context manager about an exchange")
-        exchange.forget_positions = list(self.amnesia.ranges(exchange.session_id))
-        try:
-            self.writer.submit(exchange)
-        except Exception:
-            log.exception("could not queue an exchange for the store")
-        try:
-            # Not on the request path: at c=1 this is a tenth of the gateway's added latency.
-            asyncio.get_running_loop().call_soon(self._after_exchange, exchange)
-        except RuntimeError:  # no running loop (a synchronous caller): now
-            self._after_exchange(exchange)
-
-    def _after_exchange(self, exchange: Exchange) -> None:
-        """The rest of finishing an exchange: counters, spend, distillation, knowledge upkeep,
-        the plugins' ``lore_exchange_complete``."""
-        self.stats["exchanges"] += 1
-        if exchange.client_disconnected:
-            self.stats["client_disconnects"] += 1
-        response = exchange.response
-        if response is not None and response.error and not response.complete:
-            overflow = overflow_in_stream_error(response.error)
-            if overflow is not None:
-                # The stream failed as too long after it was relayed (app.py catches it
-                # before that when it comes right after the opening events): too late to
-                # send it again, but the next turn starts at the raised layer.
-                with contextlib.suppress(RuntimeError):  # no running loop: nothing to schedule on
-                    task = asyncio.get_running_loop().create_task(
-                        self.context_overflow(exchange.session_id, overflow)
-                    )
-                    self._background.add(task)
-                    task.add_done_callback(self._background.discard)
-        if response is not None and exchange.status == 200:
-            try:
-                model = response.model or exchange.request.model
-                usd = self.costs.record(exchange.session_id, model, response.usage)
-                # By model for /lore/api/metrics, by day, model and session for `lore spend`.
-                self.metrics.exchange(model, response.usage, usd)
-                self.spend.note(exchange.session_id, model, response.usage, usd)
-            except Exception:
-                log.exception("could not price an exchange's usage")
-        try:
-            self.distiller.exchange_finished(exchange)
-        except Exception:
-            log.exception("could not tell the distillation scheduler about an exchange")
-        self.knowledge_upkeep.note_turn(exchange.session_id, exchange.project)
-        try:
-            self.pm.hook.lore_exchange_complete(app=self.app, exchange=exchange)
-        except Exception:
-            log.exception("an exchange_complete hook failed")
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -741,22 +497,6 @@ def _embedder_health(embedder: Embedder | None) -> dict[str, Any]:
         return {"provider": embedder.name, **embedder.health()}
     except Exception as exc:
         return {"provider": embedder.name, "ok": False, "detail": f"health check failed: {exc}"}
-
-
-def _safe_score(harness: Harness, ctx: RequestContext) -> tuple[int, str]:
-    try:
-        return (int(harness.recognise(ctx)), harness.name)
-    except Exception:
-        log.exception("harness %s failed to recognise a request", harness.name)
-        return (-1, harness.name)
-
-
-def _safe_call(fn: Any, ctx: RequestContext) -> str | None:
-    try:
-        return fn(ctx)
-    except Exception:
-        log.exception("harness hook %s failed", getattr(fn, "__qualname__", fn))
-        return None
 
 
 class GatewayApp:

@@ -10,6 +10,7 @@ import pytest
 
 from lore_core import hookimpl, hookspecs
 from lore_core.interfaces import Harness, PromptLayer
+from lore_core.pipeline.parse import identify
 from lore_core.plugins import PluginError, Registry, make_plugin_manager
 
 
@@ -116,5 +117,5 @@ def test_generic_harness_wins_when_nobody_recognises_a_request(tmp_path):
     (tmp_path / "lore.json").write_text("{}")
     env = {"LORE_CONFIG": str(tmp_path / "lore.json")}
     gw = Gateway.load(env=env, load_entrypoints=False, extra_plugins=[Plugin()])
-    harness, session, _ = gw.identify(RequestContext("/v1/messages", {"x-session-id": "s-1"}, None))
+    harness, session, _ = identify(gw, RequestContext("/v1/messages", {"x-session-id": "s-1"}, None))
     assert harness.name == "generic" and session == "s-1"

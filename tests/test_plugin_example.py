@@ -46,6 +46,7 @@ def test_example_harness_plugin_installs_and_is_used(tmp_path):
         import json, sys
         from lore_core.gateway import Gateway
         from lore_core.interfaces import RequestContext
+        from lore_core.pipeline.parse import identify
         from lore_core.wire.openai_chat.codec import OpenAIChatCodec
         body = {"model": "gpt-5", "messages": [
             {"role": "system", "content": "Current working directory: /home/dev/shop"},
@@ -53,7 +54,7 @@ def test_example_harness_plugin_installs_and_is_used(tmp_path):
         view = OpenAIChatCodec().parse(body, json.dumps(body).encode())
         gw = Gateway.load()
         ctx = RequestContext("/v1/chat/completions", {"user-agent": "aider/0.86"}, view)
-        harness, session, project = gw.identify(ctx)
+        harness, session, project = identify(gw, ctx)
         plan = gw.registry.harnesses["aider"].launch("http://127.0.0.1:9", ["--yes"])
         print(json.dumps([harness.name, session.startswith("fp-"), project, plan.env]))
         """

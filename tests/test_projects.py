@@ -1,6 +1,6 @@
 """The project memory is filed under is the repository root (lore_core/projects.py): the
 nearest folder holding ``.git``, ``.lore.md`` or ``.lore.json``, whatever subdirectory the
-client names, for every harness (``Gateway.identify``), the gateway's own working directory,
+client names, for every harness (``pipeline.parse.identify``), the gateway's own working directory,
 the local API, ``lore --project`` and the history import; a path that does not exist on this
 machine is kept as given."""
 

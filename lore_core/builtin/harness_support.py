@@ -64,5 +64,5 @@ def find_project(view: RequestView | None, patterns: Iterable[re.Pattern[str]]) 
 def resolve_project(ctx: RequestContext, patterns: Iterable[re.Pattern[str]] = ()) -> str:
     """Header first, then the prompt, then the gateway's working directory. The gateway then
     maps whatever a harness returns to its repository root
-    (:func:`lore_core.projects.project_root`, in ``Gateway.identify``)."""
+    (:func:`lore_core.projects.project_root`, in :func:`lore_core.pipeline.parse.identify`)."""
     return header_project(ctx) or find_project(ctx.view, patterns) or ctx.gateway_cwd

@@ -58,6 +58,7 @@ from lore_core.context.economics import (
     decide_compression,
     layer0_cap,
 )
+from lore_core.context.overflow import Overflow, next_min_layer
 from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
 from lore_core.interfaces import CompositionContext, PromptLayer, Store
@@ -350,6 +351,28 @@ class ContextManager:
         if tokens is None:
             tokens = self.prices.lookup(refused.request.model).max_input_tokens + 1
         state.calibration.at_least(sent.estimate, tokens)
+
+    async def refused_as_too_long(
+        self, session_id: str, overflow: Overflow, refused: Exchange | None = None
+    ) -> int:
+        """The upstream refused the session's prompt as too long: raise the session's
+        persisted ``forceMinLayer`` (2 or 3 by overshoot); returns the new value.
+        ``refused``: the refused exchange, not finished yet: the session is calibrated from
+        the refusal."""
+        layer = next_min_layer(self.session(session_id).force_min_layer, overflow)
+        if refused is not None:
+            try:
+                self.overflowed(refused, overflow.tokens)
+            except Exception:
+                log.exception("could not learn from the overflow of session %s", session_id)
+        log.warning(
+            "session %s: the upstream refused the prompt as too long (%s); its turns start at layer %d now",
+            session_id,
+            overflow.message[:200],
+            layer,
+        )
+        await self.force_min_layer(session_id, layer)  # never raises for the store
+        return layer
 
     async def force_min_layer(self, session_id: str, layer: int) -> bool:
         """Make the session's turns start at ``layer`` (0-4) or above, from its next turn;

@@ -463,7 +463,7 @@ def exposition(gateway: Gateway) -> str:
     reasons = _refusal_reasons()
     refused: Counter[str] = Counter()
     for key, count in gateway.stats.items():
-        if key.startswith("memory_refused: "):  # gateway.note_stranger counts them by why_not
+        if key.startswith("memory_refused: "):  # ownership.note_stranger counts them by why_not
             refused[reasons.get(key.removeprefix("memory_refused: "), "other")] += count
     for reason, count in sorted(refused.items()):
         out.sample("lore_memory_refused_total", count, reason=reason)

@@ -38,9 +38,19 @@ async def prepare(gateway: Gateway, turn: Turn) -> None:
         log.warning("%s request refused (502): %s", codec.api, exc.reason)
         raise ClientError(502, exc.reason) from None
     turn.url = join_url(turn.base, upstream_path(turn.path), turn.query)
-    gateway.session_seen(
-        turn.session_id, codec.api, codec.provider, turn.base, turn.headers, turn.client_view.model
-    )
+    try:
+        # Background work (distillation, curation) borrows the session's credentials, held in
+        # memory only.
+        gateway.worker.remember_credentials(
+            turn.session_id,
+            codec.provider,
+            turn.base,
+            turn.headers,
+            model=turn.client_view.model,
+            api=codec.api,
+        )
+    except Exception:
+        log.exception("could not remember a session's worker target")
 
 
 async def compose(gateway: Gateway, turn: Turn) -> None:
@@ -48,7 +58,14 @@ async def compose(gateway: Gateway, turn: Turn) -> None:
     codec = turn.codec
     assert turn.client_view is not None
     turn.composing = CompositionContext(turn.session_id, turn.project, turn.harness_name, codec)
-    view = await gateway.compose(turn.client_view, turn.composing)
+    try:
+        # The context manager chooses the turn's layer, then the prompt layers run in
+        # priority order (a failing layer is skipped inside).
+        view = await gateway.context.compose(turn.client_view, turn.composing)
+    except Exception:
+        gateway.stats["layer_errors"] += 1
+        log.exception("prompt composition failed; sending the request unchanged")
+        view = turn.client_view
     composed = view.modified
     turn.recall_on = inject_tool(codec, view, gateway.config.recall.tool)
     turn.out_headers = forward_headers(turn.client_headers)

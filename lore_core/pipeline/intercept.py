@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from quart import Response
 
 from lore_core.model import TEXT, AssistantMessage, Block, Exchange
+from lore_core.pipeline.finish import finish
 from lore_core.pipeline.turn import Turn
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ async def intercept(gateway: Gateway, turn: Turn) -> Response | None:
         view = turn.view
         body, content_type = turn.codec.render_response(answer.text, view.model, view.stream)
         if answer.store:
-            gateway.exchange_finished(
+            finish(
+                gateway,
                 Exchange(
                     api=turn.codec.api,
                     path=turn.path,
@@ -41,7 +43,7 @@ async def intercept(gateway: Gateway, turn: Turn) -> Response | None:
                     response=AssistantMessage(
                         blocks=[Block(TEXT, text=answer.text)], model=view.model, complete=True
                     ),
-                )
+                ),
             )
         return Response(body, status=200, content_type=content_type)
     return None

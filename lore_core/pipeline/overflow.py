@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
 from lore_core.context.overflow import OVERFLOW_STATUSES, Overflow, overflow_in_error, parse_overflow
+from lore_core.pipeline.finish import finish
 from lore_core.pipeline.relay import MAX_READ_ANSWER_BYTES
-from lore_core.pipeline.send import upstream_failed
+from lore_core.pipeline.send import Answered, Relayed, Retry, upstream_failed
 from lore_core.pipeline.turn import Turn
+from lore_core.pipeline.upstream import UpstreamAnswer
 from lore_core.wire.encoding import UnsupportedEncoding, decode_body
 from lore_core.wire.turns import EventSplitter
 
@@ -28,16 +30,11 @@ log = logging.getLogger("lore.pipeline")
 PEEK_MAX_BYTES = 65_536
 
 
-class Retry:
-    """The refused attempt is finished; compose and send again."""
-
-
-RETRY = Retry()
-
-
-async def check(gateway: Gateway, turn: Turn, upstream: httpx.Response, retry_above: int | None) -> Any:
+async def check(
+    gateway: Gateway, turn: Turn, upstream: UpstreamAnswer, retry_above: int | None
+) -> Relayed | Answered | Retry:
     """The upstream response to relay (possibly with what was read of it already),
-    :data:`RETRY`, or a :class:`Response` (the upstream broke off while it was read).
+    :class:`Retry`, or :class:`Answered` (the upstream broke off while it was read).
 
     ``retry_above``: the layer the attempt was composed at; ``None`` for the last attempt
     (an overflow then only raises the layer of the session's next turns)."""
@@ -54,25 +51,27 @@ async def check(gateway: Gateway, turn: Turn, upstream: httpx.Response, retry_ab
         except asyncio.CancelledError:
             await asyncio.shield(upstream.aclose())
             turn.exchange.client_disconnected = True
-            gateway.exchange_finished(turn.exchange)
+            finish(gateway, turn.exchange)
             raise
         if overflow is not None and await _refused_as_too_long(gateway, turn, overflow, retry_above):
             await upstream.aclose()
-            return RETRY
-        return peeked
+            return Retry()
+        return Relayed(peeked)
     if is_sse or upstream.status_code not in OVERFLOW_STATUSES:
-        return upstream
+        return Relayed(upstream)
     # An error answer: read it whole to see whether it is an overflow.
     try:
         raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
     except httpx.HTTPError as exc:
         gateway.upstream.note_failure(turn.exchange.upstream, f"a response broke off: {exc}")
-        return upstream_failed(
-            gateway, turn, f"the upstream {turn.exchange.upstream} broke off its response: {exc}"
+        return Answered(
+            upstream_failed(
+                gateway, turn, f"the upstream {turn.exchange.upstream} broke off its response: {exc}"
+            )
         )
     except asyncio.CancelledError:
         turn.exchange.client_disconnected = True
-        gateway.exchange_finished(turn.exchange)
+        finish(gateway, turn.exchange)
         raise
     finally:
         await upstream.aclose()
@@ -84,8 +83,8 @@ async def check(gateway: Gateway, turn: Turn, upstream: httpx.Response, retry_ab
     except (ValueError, UnsupportedEncoding):
         overflow = None
     if overflow is not None and await _refused_as_too_long(gateway, turn, overflow, retry_above):
-        return RETRY
-    return _Peeked(upstream, [raw], _nothing())
+        return Retry()
+    return Relayed(_Peeked(upstream, [raw], _nothing()))
 
 
 async def _refused_as_too_long(
@@ -94,10 +93,11 @@ async def _refused_as_too_long(
     """The session's next turns start at a higher layer. True (and the refused exchange
     finished) when that layer is above ``retry_above``: compose and send once more."""
     assert turn.exchange is not None
-    layer = await gateway.context_overflow(turn.session_id, overflow, turn.exchange)
+    gateway.stats["context_overflows"] += 1
+    layer = await gateway.context.refused_as_too_long(turn.session_id, overflow, turn.exchange)
     if retry_above is None or layer <= retry_above:
         return False
-    gateway.exchange_finished(turn.exchange)
+    finish(gateway, turn.exchange)
     gateway.stats["overflow_retries"] += 1
     return True
 
@@ -106,7 +106,7 @@ class _Peeked:
     """An upstream response whose first raw chunks were read already: :meth:`aiter_raw`
     yields them again, then the rest (and raises what reading them raised)."""
 
-    def __init__(self, upstream: httpx.Response, held: list[bytes], rest: AsyncIterator[bytes]) -> None:
+    def __init__(self, upstream: UpstreamAnswer, held: list[bytes], rest: AsyncIterator[bytes]) -> None:
         self._upstream = upstream
         self.held = held
         self._rest = rest
@@ -131,7 +131,7 @@ async def _nothing() -> AsyncIterator[bytes]:
     yield b""  # an async generator that yields nothing
 
 
-async def _peek_stream(turn: Turn, upstream: httpx.Response) -> tuple[Any, Overflow | None]:
+async def _peek_stream(turn: Turn, upstream: UpstreamAnswer) -> tuple[_Peeked, Overflow | None]:
     """Read a started stream up to its first event past the opening ones: an upstream that
     fails an input past the context window does so right there, and seen before anything
     was relayed, the request can still be composed again. Otherwise the events read are

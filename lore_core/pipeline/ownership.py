@@ -47,6 +47,16 @@ UNKNOWN_USER = MemoryAccess(False, "the kernel could not say which OS user runs 
 OTHER_OWNER = MemoryAccess(False, "the session belongs to other credentials")
 
 
+def note_stranger(gateway: Gateway, access: MemoryAccess) -> None:
+    """A model request that may not reach memory was relayed untouched: counted on
+    ``/health`` by reason, logged once per reason (never the request's content)."""
+    gateway.stats["memory_refused"] += 1
+    key = f"memory_refused: {access.why_not}"
+    if key not in gateway.stats:
+        log.warning("relaying a model request without memory: %s", access.why_not)
+    gateway.stats[key] += 1
+
+
 async def decide(gateway: Gateway, turn: Turn) -> MemoryAccess:
     """Whether ``turn`` may reach memory (the rules above, in order)."""
     headers = turn.headers

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from quart import request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from lore_core.interfaces import Codec, RequestContext
+from lore_core.builtin.harness_support import fingerprint_session
+from lore_core.interfaces import Codec, Harness, RequestContext
 from lore_core.pipeline.answers import ClientError
 from lore_core.pipeline.turn import Spans, Turn
+from lore_core.projects import project_root
 from lore_core.wire.encoding import BodyTooLarge, decode_body
 from lore_core.wire.jsonbody import loads_object, may_hold_lone_surrogates, replace_lone_surrogates
 
@@ -56,9 +58,39 @@ async def parse(gateway: Gateway, codec: Codec, path: str) -> Turn:
         view=view,
     )
     turn.ctx = RequestContext(path=path, headers=headers, view=view, gateway_cwd=gateway.cwd)
-    turn.harness, turn.session_id, turn.project = gateway.identify(turn.ctx)
+    turn.harness, turn.session_id, turn.project = identify(gateway, turn.ctx)
     await gateway.amnesia.load(turn.session_id)  # cached after the session's first request
     return turn
+
+
+def identify(gateway: Gateway, ctx: RequestContext) -> tuple[Harness, str, str]:
+    """Which client sent this (the harness that recognises it best), which session and
+    which project it belongs to."""
+    score, harness = max(((_safe_score(h, ctx), h) for h in gateway.harnesses), key=lambda pair: pair[0])
+    if score[0] <= 0:
+        # Nobody recognised it: the generic harness, not whichever name sorts last.
+        harness = gateway.registry.harnesses.get("generic", harness)
+    session = _safe_call(harness.session_id, ctx) or fingerprint_session(ctx.view)
+    project = _safe_call(harness.project, ctx) or gateway.cwd
+    # Every harness's project is stored normalised (no ".." survives, review F16) and as its
+    # repository root, so a subdirectory is not a project of its own.
+    return harness, session, project_root(project)
+
+
+def _safe_score(harness: Harness, ctx: RequestContext) -> tuple[int, str]:
+    try:
+        return (int(harness.recognise(ctx)), harness.name)
+    except Exception:
+        log.exception("harness %s failed to recognise a request", harness.name)
+        return (-1, harness.name)
+
+
+def _safe_call(fn: Callable[[RequestContext], str | None], ctx: RequestContext) -> str | None:
+    try:
+        return fn(ctx)
+    except Exception:
+        log.exception("harness hook %s failed", getattr(fn, "__qualname__", fn))
+        return None
 
 
 async def read_body(gateway: Gateway) -> bytes:

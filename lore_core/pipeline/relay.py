@@ -32,6 +32,7 @@ from lore_core.interfaces import (
     StreamEditor,
 )
 from lore_core.model import AssistantMessage, Exchange
+from lore_core.pipeline.upstream import UpstreamAnswer
 from lore_core.recall.rounds import RecallRounds
 from lore_core.wire.encoding import BodyTooLarge, Decoder, UnsupportedEncoding, decode_body, decoder_for
 from lore_core.wire.turns import EventSplitter
@@ -86,12 +87,13 @@ class Relay:
         self.broke = broke
         self.rounds = rounds
         #: Awaited after the exchange finished and before a stream's terminal event goes
-        #: out: a gateway on a shared store commits the exchange there (Gateway.settled).
+        #: out: a gateway on a shared store commits the exchange there
+        #: (:func:`lore_core.pipeline.finish.settled`).
         self.settle = settle
 
     # -- streamed ----------------------------------------------------------------------------
 
-    async def stream(self, upstream: httpx.Response, editor: StreamEditor | None) -> AsyncIterator[bytes]:
+    async def stream(self, upstream: UpstreamAnswer, editor: StreamEditor | None) -> AsyncIterator[bytes]:
         if editor is None:
             async for chunk in self._stream_bytes(upstream):
                 yield chunk
@@ -99,7 +101,7 @@ class Relay:
             async for chunk in self._stream_edited(upstream, editor):
                 yield chunk
 
-    async def _stream_bytes(self, upstream: httpx.Response) -> AsyncIterator[bytes]:
+    async def _stream_bytes(self, upstream: UpstreamAnswer) -> AsyncIterator[bytes]:
         """The upstream's own bytes; the assembler reads a decoded copy beside them."""
         exchange = self.exchange
         assembler = self.codec.assembler()
@@ -147,7 +149,7 @@ class Relay:
             await asyncio.shield(upstream.aclose())
             finish()
 
-    async def _stream_edited(self, upstream: httpx.Response, editor: StreamEditor) -> AsyncIterator[bytes]:
+    async def _stream_edited(self, upstream: UpstreamAnswer, editor: StreamEditor) -> AsyncIterator[bytes]:
         """The answer through the editor, over as many upstream rounds as recall needs."""
         exchange = self.exchange
         response = upstream
@@ -234,7 +236,7 @@ class Relay:
 
     # -- buffered ----------------------------------------------------------------------------
 
-    async def buffered(self, upstream: httpx.Response, editor: BufferedEditor | None) -> Buffered:
+    async def buffered(self, upstream: UpstreamAnswer, editor: BufferedEditor | None) -> Buffered:
         """The whole answer: the upstream's bytes, or the editor's answer over the rounds.
         Raises :class:`httpx.HTTPError` when the first answer broke off."""
         exchange = self.exchange
@@ -296,7 +298,7 @@ class Relay:
 
     # -- shared --------------------------------------------------------------------------------
 
-    def _payload(self, response: httpx.Response, raw: bytes) -> dict[str, Any] | None:
+    def _payload(self, response: UpstreamAnswer, raw: bytes) -> dict[str, Any] | None:
         try:
             payload = json.loads(
                 decode_body(raw, response.headers.get("content-encoding"), MAX_READ_ANSWER_BYTES)
@@ -314,7 +316,7 @@ class Relay:
             return None
         return payload if isinstance(payload, dict) else None
 
-    async def _read_all(self, response: httpx.Response, exchange: Exchange) -> bytes:
+    async def _read_all(self, response: UpstreamAnswer, exchange: Exchange) -> bytes:
         try:
             return b"".join([c async for c in response.aiter_raw()])
         except httpx.HTTPError:

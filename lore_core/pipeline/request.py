@@ -20,13 +20,14 @@ from lore_core.model import Exchange
 from lore_core.pipeline import overflow, ownership
 from lore_core.pipeline.answers import ClientError, error_response
 from lore_core.pipeline.compose import compose, prepare
+from lore_core.pipeline.finish import finish, settled
 from lore_core.pipeline.intercept import intercept
 from lore_core.pipeline.parse import Unparsed, parse
 from lore_core.pipeline.passthrough import passthrough
 from lore_core.pipeline.relay import Relay
-from lore_core.pipeline.send import send, upstream_failed
+from lore_core.pipeline.send import Answered, Relayed, Retry, send, upstream_broke, upstream_failed
 from lore_core.pipeline.turn import Turn
-from lore_core.pipeline.upstream import response_headers
+from lore_core.pipeline.upstream import UpstreamAnswer, response_headers
 from lore_core.recall.rounds import RecallRounds, run_for
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ async def _handle(gateway: Gateway, codec: Codec, path: str, watch: RequestWatch
     if not turn.access.allowed:
         # Not the memory's owner: the provider gets the request as it came, and nothing of
         # it is stored, distilled or learned from.
-        gateway.note_stranger(turn.access)
+        ownership.note_stranger(gateway, turn.access)
         model = turn.view.model
         began = clock()
         relayed = await passthrough(gateway, path, body=turn.body, provider=codec.provider, model=model)
@@ -88,7 +89,6 @@ async def _handle(gateway: Gateway, codec: Codec, path: str, watch: RequestWatch
 
     # A prompt the upstream refuses as too long is composed again, once, at the layer the
     # overflow raised the session to.
-    upstream: Any = None
     for attempt in (1, 2):
         began = clock()
         await compose(gateway, turn)
@@ -96,31 +96,33 @@ async def _handle(gateway: Gateway, codec: Codec, path: str, watch: RequestWatch
         began = clock()
         sent = await send(gateway, turn)
         watch.waited(began)
-        if isinstance(sent, Response):
-            return sent
+        if isinstance(sent, Answered):
+            return sent.response
         retry_above = None
         if attempt == 1:
             plan = turn.composing.composition if turn.composing is not None else None
             retry_above = plan.layer if plan is not None else 0
         began = clock()
-        upstream = await overflow.check(gateway, turn, sent, retry_above)
+        checked = await overflow.check(gateway, turn, sent.upstream, retry_above)
         watch.waited(began)  # it reads an error answer, or the stream's opening events
-        if upstream is overflow.RETRY:
-            continue
-        if isinstance(upstream, Response):
-            return upstream
-        break
-    watch.relaying()
-    return await relay(gateway, turn, upstream, watch)
+        match checked:
+            case Answered(response):
+                return response
+            case Relayed(upstream):
+                watch.relaying()
+                return await relay(gateway, turn, upstream, watch)
+            case Retry():
+                continue
+    raise AssertionError("the second attempt is never retried")
 
 
-async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch) -> Response:
+async def relay(gateway: Gateway, turn: Turn, upstream: UpstreamAnswer, watch: RequestWatch) -> Response:
     """The answer, through the one relay; the codec's editor rewrites it when the gateway
     owns a recall tool in the request or the usage the client sees must be scaled."""
     assert turn.sent is not None and turn.exchange is not None and turn.client_view is not None
     codec, view = turn.codec, turn.sent
     is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
-    limit = gateway.context_limit(view.model)
+    limit = _context_limit(gateway, view.model)
     share = gateway.config.budget.client_usage_share
     policy = None
     server_state = turn.exchange.server_state  # the codec said so when the exchange began
@@ -154,7 +156,7 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch
     first = turn.exchange
 
     def finished(exchange: Exchange) -> None:
-        gateway.exchange_finished(exchange)
+        finish(gateway, exchange)
         if exchange is first:  # recall follow-ups are exchanges of the same request
             gateway.metrics.finish(watch, exchange.status, exchange)
 
@@ -162,9 +164,9 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch
         codec=codec,
         exchange=turn.exchange,
         finished=finished,
-        broke=gateway.upstream_broke,
+        broke=lambda upstream, message: upstream_broke(gateway, upstream, message),
         rounds=rounds,
-        settle=gateway.settled if gateway.store.shared else None,
+        settle=(lambda: settled(gateway)) if gateway.store.shared else None,
     )
     headers = response_headers(upstream.headers)
     if is_sse:
@@ -188,13 +190,21 @@ async def relay(gateway: Gateway, turn: Turn, upstream: Any, watch: RequestWatch
             gateway, turn, f"the upstream {turn.exchange.upstream} broke off its response: {exc}"
         )
     if gateway.store.shared:
-        await gateway.settled()
+        await settled(gateway)
     if new_headers is None:
         return Response(body, status=status, headers=Headers(headers))
     kept = [
         (k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length", "content-type")
     ]
     return Response(body, status=status, headers=Headers(kept + new_headers))
+
+
+def _context_limit(gateway: Gateway, model: str | None) -> int:
+    """The model's context window in tokens (0 when unknown)."""
+    try:
+        return gateway.price_table.lookup(model).context_window
+    except Exception:
+        return 0
 
 
 def _counted(gateway: Gateway, run: Callable[[Any], Awaitable[str]]) -> Callable[[Any], Awaitable[str]]:

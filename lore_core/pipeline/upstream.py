@@ -6,8 +6,8 @@ import asyncio
 import functools
 import logging
 import random
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -40,6 +40,18 @@ LORE_HEADER_PREFIX = "x-lore-"
 UPSTREAM_URL_HEADER = "x-lore-upstream-url"
 RETRY_STATUSES = frozenset({502, 503, 504})
 MAX_FAILING_ORIGINS = 32
+
+
+class UpstreamAnswer(Protocol):
+    """An upstream's answer, headers read and the body not yet (or partly: the overflow check
+    may have read a stream's opening events, which :meth:`aiter_raw` yields again)."""
+
+    status_code: int
+    headers: httpx.Headers
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class UpstreamError(Exception):

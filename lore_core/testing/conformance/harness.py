@@ -32,7 +32,7 @@ a client sets ``launches = False``: ``launch`` must then raise ``NotImplementedE
 
 The session checked is the one the gateway files a request under: ``session_id(ctx)``, or the
 kernel's fingerprint of the first user message when that is ``None``
-(:meth:`lore_core.gateway.Gateway.identify`).
+(:func:`lore_core.pipeline.parse.identify`).
 """
 
 from __future__ import annotations
