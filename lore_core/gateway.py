@@ -21,6 +21,7 @@ from typing import Any
 import pluggy
 
 from lore_core import __version__
+from lore_core.builtin.handlers import builtin_handlers
 from lore_core.config import ConfigError, LoreConfig, default_data_dir, upstream_env_var
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
@@ -205,8 +206,6 @@ class Gateway:
         self.app = GatewayApp(self)
         #: The tool whose calls the relay holds back and the gateway runs.
         self.recall_tool_name = TOOL_NAME
-        #: Requests the gateway answers itself, in the order they are asked.
-        self.request_handlers = sorted(registry.request_handlers, key=lambda h: (h.priority, h.name))
         _report_codec_features(registry.codecs.values())
         _report_codec_upstreams(registry, config)
         # Distillation runs in the background on idle sessions (never on the request path).
@@ -243,6 +242,10 @@ class Gateway:
             observer=observer,
             reflector=reflector,
             after_run=self.knowledge_upkeep.after_distill,
+        )
+        #: Requests the gateway answers itself, in the order they are asked.
+        self.request_handlers = sorted(
+            [*builtin_handlers(self), *registry.request_handlers], key=lambda h: (h.priority, h.name)
         )
 
     @classmethod

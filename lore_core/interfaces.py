@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     import argparse
 
     from lore_core.config import LoreConfig
-    from lore_core.pipeline.turn import Turn
     from lore_core.storage.entities import Entity
     from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
     from lore_core.storage.forget import ForgetReport
@@ -416,11 +415,32 @@ class HandlerAnswer:
     store: bool = False
 
 
+@attrs.frozen
+class RequestInfo:
+    """What a request handler sees of a model request (read-only)."""
+
+    #: The wire API (the codec's ``api``) and the path it came to.
+    api: str
+    path: str
+    #: The request's headers, lower-cased.
+    headers: Mapping[str, str]
+    #: The request as the codec parsed it.
+    view: RequestView
+    #: The harness that recognised it (``None`` if none did), and what it was shown.
+    harness: Harness | None
+    context: RequestContext | None
+    session_id: str
+    project: str
+    #: Whether the request may reach the session's memory (docs/security.md, "Memory follows
+    #: its owner"); ``False`` only reaches a handler with ``answers_strangers``.
+    may_reach_memory: bool
+
+
 class RequestHandler:
     """Answers some model requests before they go upstream (the built-ins: ``/lore:``
     commands, compaction answers). Handlers run in ascending ``priority``; the first answer
-    wins. ``turn`` is the request (:class:`lore_core.pipeline.turn.Turn`: its codec, view,
-    headers, harness, session and project); ``app`` the running gateway as plugins see it."""
+    wins. ``request`` is what a handler sees of the request; ``app`` the running gateway as
+    plugins see it."""
 
     name: str = ""
     priority: int = 500
@@ -430,7 +450,7 @@ class RequestHandler:
     #: By default it does not: those requests go upstream untouched.
     answers_strangers: bool = False
 
-    async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
+    async def answer(self, request: RequestInfo, app: LoreApp) -> HandlerAnswer | None:
         """The answer, or ``None`` to let the request go on."""
         return None
 

@@ -48,14 +48,15 @@ DISABLE_ENV = "LORE_DISABLE_PLUGINS"
 TRACE_ENV = "LORE_TRACE_PLUGINS"
 
 # Core's own features go through the same door as third-party plugins (as in pytest), but
-# are registered directly: they cannot be uninstalled separately from the kernel.
+# are registered directly: they cannot be uninstalled separately from the kernel. (The
+# built-in request handlers are the exception: they act on the gateway's own parts, so the
+# gateway builds them with those, lore_core/builtin/handlers.py.)
 BUILTIN_PLUGINS = (
     "lore_core.builtin.codecs",
     "lore_core.builtin.generic_harness",
     "lore_core.builtin.curators",
     "lore_core.builtin.memory_store",
     "lore_core.builtin.context_layers",
-    "lore_core.builtin.handlers",
 )
 CORE_DISTRIBUTION = "lore-core"
 

@@ -19,7 +19,7 @@ import pytest
 
 from lore_core.testing.net import api_headers
 from lore_core.testing.poll import poll
-from tests.tiny_chat import TinyChatPlugin, TinyGeminiPlugin, UndeclaredProviderPlugin
+from tests.tiny_chat import API, TinyChatPlugin, TinyGeminiPlugin, UndeclaredProviderPlugin
 
 MODEL = "claude-sonnet-4-5"  # a 200K context: usage past 100K is reported scaled (share 0.5)
 CLIENT_TOOL = {"name": "shell", "description": "run a command", "schema": {"type": "object"}}
@@ -150,13 +150,14 @@ class PingHandler:
 
     @hookimpl
     def lore_register_request_handlers(self, register: Any) -> None:
-        from lore_core.interfaces import HandlerAnswer, RequestHandler
+        from lore_core.interfaces import HandlerAnswer, LoreApp, RequestHandler, RequestInfo
 
         class Ping(RequestHandler):
             name, priority = "ping", 50
 
-            async def answer(self, turn: Any, app: Any) -> HandlerAnswer | None:
-                last = turn.view.messages[-1].text if turn.view.messages else ""
+            async def answer(self, request: RequestInfo, app: LoreApp) -> HandlerAnswer | None:
+                assert request.api == API and request.may_reach_memory
+                last = request.view.messages[-1].text if request.view.messages else ""
                 return HandlerAnswer("pong") if last.strip() == "ping" else None
 
         register(Ping())

@@ -1,5 +1,7 @@
-"""The built-in request handlers: requests the gateway answers itself, registered through
-the same hook as a plugin's (:func:`lore_core.hookspecs.lore_register_request_handlers`).
+"""The built-in request handlers: requests the gateway answers itself. They are the kernel's
+own features (session owners, amnesia, the distiller), so the gateway builds them with what
+they use (:func:`builtin_handlers`) and runs them with the handlers plugins register through
+:func:`lore_core.hookspecs.lore_register_request_handlers`, in one priority order:
 
 * ``/lore:`` commands in the last user message (the model never sees them), acted on only
   for a request that may reach the session's memory (:mod:`lore_core.pipeline.ownership`);
@@ -11,17 +13,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from lore_core.context.commands import SlashCommand, find_command, help_text, status_text
-from lore_core.hookspecs import hookimpl
-from lore_core.interfaces import HandlerAnswer, LoreApp, RequestHandler
+from lore_core.interfaces import HandlerAnswer, LoreApp, RequestHandler, RequestInfo
 from lore_core.model import RequestView
 from lore_core.storage.records import logical_messages
 
 if TYPE_CHECKING:
-    from lore_core.gateway import Gateway, GatewayApp
-    from lore_core.pipeline.turn import Turn
+    from lore_core.gateway import Gateway
 
 log = logging.getLogger("lore.handlers")
 
@@ -32,29 +34,27 @@ COMMAND_REFUSED = (
 )
 
 
-def _kernel(app: LoreApp) -> Gateway:
-    """The gateway behind ``app``: these handlers are the kernel's own features (session
-    owners, amnesia, the distiller), which a plugin's handler never reaches."""
-    return cast("GatewayApp", app).gateway
-
-
 class SlashCommands(RequestHandler):
     # It sees every request, to refuse the commands of one that may not reach memory (they
     # would go upstream to the model otherwise).
     name, priority, answers_strangers = "slash-commands", 100, True
 
-    async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
-        gateway = _kernel(app)
-        command = find_command(turn.view)
+    def __init__(
+        self, answer: Callable[[SlashCommand, str, RequestView], Awaitable[str]], stats: Counter[str]
+    ):
+        self._answer = answer
+        self._stats = stats
+
+    async def answer(self, request: RequestInfo, app: LoreApp) -> HandlerAnswer | None:
+        command = find_command(request.view)
         if command is None:
             return None
-        # Only the session's owner may change or read it (any process can name a session):
-        # turn.access says whether this request is the owner's.
-        if command.name == "help" or turn.access.allowed:
-            gateway.stats["commands_answered"] += 1
-            text = await answer_command(gateway, command, turn.session_id, turn.view)
+        # Only the session's owner may change or read it (any process can name a session).
+        if command.name == "help" or request.may_reach_memory:
+            self._stats["commands_answered"] += 1
+            text = await self._answer(command, request.session_id, request.view)
         else:
-            gateway.stats["commands_refused"] += 1
+            self._stats["commands_refused"] += 1
             text = COMMAND_REFUSED
         return HandlerAnswer(text, store=False)
 
@@ -131,29 +131,34 @@ async def session_status(gateway: Gateway, session_id: str) -> dict[str, Any]:
 class CompactionAnswers(RequestHandler):
     name, priority = "compaction-answers", 200
 
-    async def answer(self, turn: Turn, app: LoreApp) -> HandlerAnswer | None:
-        gateway = _kernel(app)
-        if turn.harness is None or turn.ctx is None:
+    def __init__(self, summary: Callable[[str], Awaitable[str | None]], stats: Counter[str]):
+        self._summary = summary
+        self._stats = stats
+
+    async def answer(self, request: RequestInfo, app: LoreApp) -> HandlerAnswer | None:
+        if request.harness is None or request.context is None:
             return None
         try:
-            compaction = turn.harness.compaction_request(turn.ctx)
+            compaction = request.harness.compaction_request(request.context)
         except Exception:
-            log.exception("harness %s failed to check for a compaction request", turn.harness.name)
+            log.exception("harness %s failed to check for a compaction request", request.harness.name)
             return None
         if not compaction:
             return None
-        summary = await gateway.distiller.compaction_summary(turn.session_id)
+        summary = await self._summary(request.session_id)
         if summary is None:
             return None  # nothing distilled yet: the upstream summarises
-        gateway.stats["compactions_answered"] += 1
+        self._stats["compactions_answered"] += 1
         # Stored like any exchange: the request's messages and the summary it got.
         return HandlerAnswer(f"<summary>\n{summary}\n</summary>", store=True)
 
 
-HANDLERS = (SlashCommands(), CompactionAnswers())
-
-
-@hookimpl
-def lore_register_request_handlers(register: Any) -> None:
-    for handler in HANDLERS:
-        register(handler)
+def builtin_handlers(gateway: Gateway) -> list[RequestHandler]:
+    """The kernel's own request handlers, bound to the gateway's parts they use."""
+    return [
+        SlashCommands(
+            lambda command, session_id, view: answer_command(gateway, command, session_id, view),
+            gateway.stats,
+        ),
+        CompactionAnswers(gateway.distiller.compaction_summary, gateway.stats),
+    ]
