@@ -257,7 +257,7 @@ def wait_until_indexed(server: ThreadedServer, timeout: float = 7200.0) -> None:
         indexer = gateway.indexer
         if indexer is None:
             return
-        stats = server.call(gateway.store.vector_stats(), timeout=60)
+        stats = server.call(indexer.vectors.vector_stats(), timeout=60)
         pending = sum(int(v.get("pending") or 0) for v in stats.values()) if stats else 0
         if pending == 0 and indexer.state not in ("starting", "indexing"):
             return

@@ -53,7 +53,7 @@ import numpy as np
 from lore_store_duckdb import vectors as duckdb_vectors
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.interfaces import Embedder, Store
+from lore_core.interfaces import Embedder, Store, VectorStore, require_tier
 from lore_core.recall.indexer import embedded_passages, embedded_texts, item_passages
 from lore_core.recall.sources import vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
@@ -200,11 +200,12 @@ async def build(
     # Vectors: in the indexer's order, with the ANN index built once at the end (as a
     # backfill leaves it) rather than rebuilt at every growth step on the way.
     started = time.perf_counter()
+    vectors = require_tier(store, VectorStore)
     vrng = np.random.default_rng(seed)
     saved = duckdb_vectors.ANN_MIN_ROWS
     duckdb_vectors.ANN_MIN_ROWS = 1 << 62
     try:
-        while items := await store.pending_embeddings(INDEX, limit=20_000):
+        while items := await vectors.pending_embeddings(INDEX, limit=20_000):
             # What the gateway's indexer would embed (passages and their facets), each its
             # vector under its passage's index.
             chosen = [
@@ -217,12 +218,12 @@ async def build(
             for item, indexes in zip(items, chosen, strict=True):
                 done.append(ItemVectors(item, list(v[at : at + len(indexes)]), indexes))
                 at += len(indexes)
-            await store.write_vectors(INDEX, DIMS, done)
+            await vectors.write_vectors(INDEX, DIMS, done)
     finally:
         duckdb_vectors.ANN_MIN_ROWS = saved
     timings["vectors"] = time.perf_counter() - started
     started = time.perf_counter()
-    await store.optimize_vectors(INDEX)  # compaction, and the ANN index past its threshold
+    await vectors.optimize_vectors(INDEX)  # compaction, and the ANN index past its threshold
     timings["ann"] = time.perf_counter() - started
     if kind == "duckdb":
         built.touch()
@@ -286,11 +287,13 @@ async def run_level(
         async def run_text(i: int) -> None:
             await full_text.search(text_qs[i], scope="project", project=projects[i])
 
+        vectors = require_tier(store, VectorStore)
+
         async def run_vector(i: int) -> None:
-            await store.vector_search(INDEX, qvec[i].tolist(), project=projects[i], limit=30)
+            await vectors.vector_search(INDEX, qvec[i].tolist(), project=projects[i], limit=30)
 
         async def run_vector_all(i: int) -> None:
-            await store.vector_search(INDEX, qvec[queries + i].tolist(), limit=30)
+            await vectors.vector_search(INDEX, qvec[queries + i].tolist(), limit=30)
 
         idx = list(range(queries))
         results: dict[str, list[float]] = {
@@ -304,7 +307,7 @@ async def run_level(
             results["full-text"] += await timed_ms(run_text, part)
             results["vector"] += await timed_ms(run_vector, part)
             results["vector-all"] += await timed_ms(run_vector_all, part)
-        stats = (await store.vector_stats(INDEX))[INDEX]
+        stats = (await vectors.vector_stats(INDEX))[INDEX]
         figures = await store.stats()
         passages = (figures.get("index") or {}).get("passages") or figures.get("passages") or 0
         return {

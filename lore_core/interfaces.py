@@ -11,10 +11,12 @@ checked at runtime.
 
 from __future__ import annotations
 
+import enum
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import attrs
 
@@ -613,18 +615,48 @@ class Harness(Protocol):
 # ---------------------------------------------------------------------------------------------
 
 
-def _not_implemented(store: Store, tier: str) -> NotImplementedError:
-    # A function, not a bare ``raise NotImplementedError``: a type checker reads a protocol
-    # method with that body as abstract, and these defaults are meant to be inherited.
-    return NotImplementedError(f"the {store.name} store has no {tier}")
+class Tier(enum.Enum):
+    """An optional part of the store contract, beyond the messages every store keeps.
+
+    A store declares the tiers it has in :attr:`Store.tiers` and derives from each one's
+    interface (:data:`TIER_INTERFACES`); the kernel asks the declared set (:func:`has_tier`,
+    :func:`tier_of`) before it uses a tier, and leaves out what a tier would add (recall
+    without vectors is full-text only; without knowledge the prompt carries none)."""
+
+    #: Observation logs and their consolidations (:class:`DistillationStore`).
+    DISTILLATIONS = "distillations"
+    #: The embedding index of hybrid recall (:class:`VectorStore`).
+    VECTORS = "vectors"
+    #: Long-term knowledge: versions, metrics, contradictions, teams (:class:`KnowledgeStore`).
+    KNOWLEDGE = "knowledge"
+    #: Named things and their relations (:class:`EntityStore`).
+    ENTITIES = "entities"
+    #: The event log of ``/v1/events``: runs, checkpoints, working snapshots (:class:`EventLogStore`).
+    EVENTS = "events"
+
+    @property
+    def label(self) -> str:
+        """What a person reads: "the memory store has no {label}"."""
+        return _TIER_LABELS[self]
 
 
-class Store(Protocol):
-    """A storage backend: the temporal store (tier 1) that every later tier derives from.
+_TIER_LABELS = {
+    Tier.DISTILLATIONS: "distillations",
+    Tier.VECTORS: "vector index",
+    Tier.KNOWLEDGE: "knowledge",
+    Tier.ENTITIES: "entities",
+    Tier.EVENTS: "event log",
+}
+
+
+class Store(ABC):
+    """A storage backend: the temporal store (messages, sessions, projects, per-session state
+    and full-text search) that every optional tier derives from.
 
     The full contract is written down as tests by the conformance suite in
-    :mod:`lore_core.testing.conformance.store`; a backend proves itself by passing it. Records
-    are the attrs classes of :mod:`lore_core.storage.records`; message ids are computed by the kernel
+    :mod:`lore_core.testing.conformance.store` (one mixin per tier); a backend proves itself by
+    passing the suites of what it declares. Records are the attrs classes of
+    :mod:`lore_core.storage.records`; message ids are computed by the kernel
     (:func:`lore_core.storage.records.message_id`), never by a backend, so every backend agrees.
 
     Methods are coroutines and must not block the event loop (run blocking I/O in a thread).
@@ -634,15 +666,20 @@ class Store(Protocol):
     arrive through :meth:`write` from the kernel's writer queue
     (:mod:`lore_core.storage.writer`).
 
-    Later tiers (distillations, knowledge versions, entities, the event log) add their own
-    methods here together with a schema migration; a backend that does not implement them
-    yet raises ``NotImplementedError``, which callers treat as "not available". The
-    defaults here (inherited by a subclass) do exactly that for the distillation and vector
-    tiers; :meth:`optimize_vectors` does nothing by default.
+    Every member without a default is abstract: a store missing one cannot be instantiated.
+    The optional tiers (:class:`Tier`) are interfaces of their own, abstract likewise; a store
+    derives from those it implements and names them in :attr:`tiers`, which the kernel
+    checks once when it builds the store (:func:`check_tiers`)::
+
+        class MyStore(Store, DistillationStore, VectorStore):
+            tiers = frozenset({Tier.DISTILLATIONS, Tier.VECTORS})
     """
 
     #: Registered backend name (``"duckdb"``, ``"memory"``, ...).
     name: str
+    #: The optional tiers this store has; each must be one whose interface the class derives
+    #: from. Empty: messages only (no distillations, vectors, knowledge, entities or events).
+    tiers: ClassVar[frozenset[Tier]] = frozenset()
     #: Where the store keeps its data, for people (a file path); ``None``: nowhere to show.
     location: str | None = None
     #: Where the kernel keeps this store's write-ahead journal (:mod:`lore_core.storage.journal`):
@@ -663,18 +700,22 @@ class Store(Protocol):
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    @abstractmethod
     async def open(self) -> None:
         """Open (creating and migrating the schema when needed). Raise
         :class:`~lore_core.storage.records.StoreUnavailable` with a one-line reason on failure."""
 
+    @abstractmethod
     async def close(self) -> None:
         """Make everything written durable and release files and locks."""
 
+    @abstractmethod
     def health(self) -> dict[str, Any]:
         """``{"ok": bool, "detail": str, ...}`` for ``/health`` and ``lore status``."""
 
     # -- writes ----------------------------------------------------------------------------
 
+    @abstractmethod
     async def write(self, batch: WriteBatch) -> int:
         """Apply a batch atomically and durably; return how many new messages were stored.
 
@@ -682,6 +723,7 @@ class Store(Protocol):
         upserted with :func:`lore_core.storage.records.merge_session`. Raise on failure (the writer
         keeps the batch and retries); a partial batch must never become visible."""
 
+    @abstractmethod
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
         """Persist one per-session value (JSON-serialisable), e.g. ``forceMinLayer``."""
 
@@ -694,6 +736,7 @@ class Store(Protocol):
 
     # -- reads -----------------------------------------------------------------------------
 
+    @abstractmethod
     async def get_state(self, session_id: str, key: str, default: Any = None) -> Any: ...
 
     async def get_states(self, key: str, session_ids: Sequence[str]) -> dict[str, Any]:
@@ -706,12 +749,15 @@ class Store(Protocol):
                 found[session_id] = state[key]
         return found
 
+    @abstractmethod
     async def session_state(self, session_id: str) -> dict[str, Any]:
         """Every state value of a session."""
 
+    @abstractmethod
     async def get_session(self, session_id: str) -> Session | None:
         """The session with ``message_count`` and ``branch_count`` filled in."""
 
+    @abstractmethod
     async def list_sessions(
         self,
         project: str | None = None,
@@ -731,23 +777,28 @@ class Store(Protocol):
         (case-insensitive), as given. Its cost must not grow with the messages stored: a
         page of the dashboard and ``lore sessions`` read it."""
 
+    @abstractmethod
     async def list_projects(self) -> list[Project]: ...
 
+    @abstractmethod
     async def project_summaries(self, spend_key: str) -> list[ProjectSummary]:
-        """Every project that has a session, a project row or a current, alive knowledge
-        entry scoped to it (``""`` for sessions filed under no project), with its counts
-        (:class:`~lore_core.storage.records.ProjectSummary`); ``spend_usd`` sums the numeric
+        """Every project that has a session, a project row or (with the knowledge tier) a
+        current, alive knowledge entry scoped to it (``""`` for sessions filed under no
+        project), with its counts (:class:`~lore_core.storage.records.ProjectSummary`;
+        ``knowledge`` 0 without that tier); ``spend_usd`` sums the numeric
         state values of its sessions under ``spend_key``. Most recent activity first, then by
         project. Computed by the store (``/lore/api/projects``, the dashboard's projects page),
         not by reading every session."""
-        raise _not_implemented(self, "project summaries")
 
+    @abstractmethod
     async def session_messages(self, session_id: str) -> list[StoredMessage]:
         """Every message of a session, every branch, ordered by position then creation."""
 
+    @abstractmethod
     async def get_messages(self, ids: Sequence[str]) -> list[StoredMessage]:
         """The messages with these ids that exist (in the order given)."""
 
+    @abstractmethod
     async def search(
         self,
         query: str,
@@ -762,6 +813,7 @@ class Store(Protocol):
         A message is searchable as soon as :meth:`write` returned. An empty or
         stop-word-only query returns ``[]``."""
 
+    @abstractmethod
     async def sync_search_index(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Bring the full-text index fully up to date now and return the items it indexed;
         ``progress(done, total)`` as it goes. After the passage or tag rules changed
@@ -769,64 +821,105 @@ class Store(Protocol):
 
     # -- forgetting (lore_core.storage.forget) ---------------------------------------------
 
+    @abstractmethod
     async def forget_session(self, session_id: str, keep_state: Sequence[str] = ()) -> ForgetReport:
         """Remove the session for good: its row, its messages, its distillations (every
-        generation), their full-text passages and vectors (every model's), and its state but
-        the keys in ``keep_state``; ``found`` is false when the store had no row, message or
-        distillation of it (the rest is removed all the same). Afterwards no read, search or
+        generation, with the distillation tier), their full-text passages and vectors (every
+        model's, with the vector tier), and its state but the keys in ``keep_state``;
+        ``found`` is false when the store had no row, message or distillation of it (the rest
+        is removed all the same). Afterwards no read, search or
         vector search returns any of it, and no file of the store holds its text: a backend
         that keeps deleted data in its files (free pages, unmerged deletions, old versions)
         rewrites them before it returns. Other sessions are untouched (their vectors stay, so
         nothing becomes pending). The kernel's mark that keeps a resent history out is a state
         key it keeps (:mod:`lore_core.storage.forget`)."""
-        raise _not_implemented(self, "forgetting")
 
-    # -- distillations (tier 2) ------------------------------------------------------------
+    # -- leases: one gateway at a time on a piece of work (a shared store) -------------------
 
+    async def claim_lease(self, key: str, holder: str, seconds: float) -> bool:
+        """Claim (or renew) the lease ``key`` for ``holder`` until ``seconds`` from now:
+        ``True`` when it was free, expired or ``holder``'s already; ``False`` while another
+        holder's lease runs. A lease is stored, so it outlives a crashed holder until it
+        expires. The distillation scheduler claims ``distill:<session>`` around a session's
+        distillation and curation. By default every claim is granted: a store one process
+        holds at a time has nobody to share with; a :attr:`shared` store implements them."""
+        return True
+
+    async def release_lease(self, key: str, holder: str) -> None:
+        """End ``holder``'s lease ``key`` (nothing when it is not ``holder``'s)."""
+        return None
+
+    # -- copying a whole store (lore_core.storage.copy, ``lore store copy``) -----------------
+
+    @abstractmethod
+    async def inventory(self) -> StoreInventory:
+        """The keys no other read lists: session ids with state, event-log runs, projects
+        with a team binding, teams with a policy (empty where the store lacks the tier).
+        ``lore store copy`` walks them (with the reads of each tier) to copy every tier
+        through these interfaces."""
+
+    @abstractmethod
+    async def stats(self) -> dict[str, Any]:
+        """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,
+        ``schema_version`` and backend-specific figures, for ``lore status``; ``advice``
+        (optional, a list of one-line strings) is printed under them: something the user
+        can do for the store (a command to run), never an error."""
+
+
+class DistillationStore(ABC):
+    """Tier :attr:`Tier.DISTILLATIONS`: the observation logs the distillation scheduler writes
+    and the meta-distillations that consolidate them (:mod:`lore_core.distill`)."""
+
+    tier: ClassVar[Tier] = Tier.DISTILLATIONS
+
+    @abstractmethod
     async def write_distillation(self, distillation: StoredDistillation, archive: Sequence[str] = ()) -> bool:
         """Store one distillation and archive the distillations ``archive`` names, in one
         transaction (a meta-distillation and the archiving of what it consolidated happen
         together or not at all). Idempotent: an id already stored is skipped (``False``).
         Searchable at once, as ``d:<id>`` hits with role ``distillation``."""
-        raise _not_implemented(self, "distillations")
 
+    @abstractmethod
     async def list_distillations(
         self, session_id: str | None = None, include_archived: bool = True
     ) -> list[StoredDistillation]:
         """A session's distillations (every session's with ``None``), oldest first."""
-        raise _not_implemented(self, "distillations")
 
+    @abstractmethod
     async def get_distillation(self, distillation_id: str) -> StoredDistillation | None:
         """One distillation by id (with or without the ``d:`` prefix)."""
-        raise _not_implemented(self, "distillations")
 
+    @abstractmethod
     async def archive_distillations(self, ids: Sequence[str]) -> int:
         """Mark distillations archived (never deleted); return how many changed."""
-        raise _not_implemented(self, "distillations")
 
+    @abstractmethod
     async def distilled_message_ids(self, session_id: str) -> set[str]:
         """Every message id of the session that some generation-0 distillation covers."""
-        raise _not_implemented(self, "distillations")
 
-    # -- vectors (hybrid recall) -----------------------------------------------------------
-    #
-    # One index per embedding model (``model`` is the embedder's model name): a model change
-    # starts a new index that is backfilled from the store, and vectors of two models (or
-    # two sizes) are never compared. Messages and distillations (archived ones too) are
-    # embedded; knowledge and entities join as their tiers arrive. A backend without vectors
-    # raises ``NotImplementedError`` from these; recall then uses full-text search only.
 
+class VectorStore(ABC):
+    """Tier :attr:`Tier.VECTORS`: the embedding index of hybrid recall
+    (:mod:`lore_core.recall.indexer`). Without it recall uses full-text search only.
+
+    One index per embedding model (``model`` is the embedder's model name): a model change
+    starts a new index that is backfilled from the store, and vectors of two models (or two
+    sizes) are never compared. Messages and distillations (archived ones too) are embedded.
+    """
+
+    tier: ClassVar[Tier] = Tier.VECTORS
+
+    @abstractmethod
     async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
         """Items with no vectors yet for ``model``, in ascending ``cursor`` order (oldest
         first). Resumable by construction: what is pending is derived from what is stored."""
-        raise _not_implemented(self, "vector index")
 
+    @abstractmethod
     async def write_vectors(self, model: str, dimensions: int, items: Sequence[ItemVectors]) -> int:
         """Store the passage vectors of ``items`` (a prefix of what :meth:`pending_embeddings`
         returned, in order) and mark them embedded for ``model``; return vectors stored.
         Raise :class:`~lore_core.storage.records.VectorDimensionError` if ``dimensions`` differs from
         what the model's index holds. Searchable once it returned."""
-        raise _not_implemented(self, "vector index")
 
     async def vector_search(
         self,
@@ -848,6 +941,7 @@ class Store(Protocol):
         found = await self.nearest_passages(model, vector, kinds, session_id, project, limit)
         return await self.read_passages(found)
 
+    @abstractmethod
     async def nearest_passages(
         self,
         model: str,
@@ -860,33 +954,40 @@ class Store(Protocol):
         """What :meth:`vector_search` finds, without reading the passages: recall reads only
         those that can still reach its answer once the full-text hits are known (reading a
         passage means reading and cutting its whole item)."""
-        raise _not_implemented(self, "vector index")
 
+    @abstractmethod
     async def read_passages(self, refs: Sequence[PassageRef]) -> list[SearchHit]:
         """The hits of passages :meth:`nearest_passages` found, as :meth:`vector_search`
         returns them, in the order given; a passage whose item is gone, or that its item
         no longer has (cut by other rules), is left out."""
-        raise _not_implemented(self, "vector index")
 
+    @abstractmethod
     async def vector_stats(self, model: str | None = None) -> dict[str, Any]:
         """``{model: {"dimensions", "vectors", "pending", ...}}`` for every indexed model (or
         only ``model``; a model never indexed reports 0 vectors and everything pending)."""
-        raise _not_implemented(self, "vector index")
 
+    @abstractmethod
     async def reset_vectors(self, model: str) -> None:
         """Drop ``model``'s vectors: everything becomes pending again (``lore reindex --full``)."""
-        raise _not_implemented(self, "vector index")
 
     async def optimize_vectors(self, model: str) -> None:
         """Compact ``model``'s index; the indexer calls it when idle and after ``lore
         reindex``. By default there is nothing to compact."""
         return None
 
-    # -- long-term knowledge (tier 3, lore_core.storage.knowledge) --------------------------
-    #
-    # Versions are immutable and appended; the current one per entry is the latest; deletes
-    # append a death certificate. The metric register holds the two mutable numbers.
 
+class KnowledgeStore(ABC):
+    """Tier :attr:`Tier.KNOWLEDGE`: long-term knowledge (:mod:`lore_core.storage.knowledge`),
+    its metric register and contradictions, and the teams that govern it
+    (:mod:`lore_core.knowledge.teams`: bindings, policies, approval decisions).
+
+    Versions are immutable and appended; the current one per entry is the latest; deletes
+    append a death certificate. The metric register holds the two mutable numbers.
+    """
+
+    tier: ClassVar[Tier] = Tier.KNOWLEDGE
+
+    @abstractmethod
     async def write_knowledge(self, version: KnowledgeVersion) -> bool:
         """Append one version and make it its entry's current one, in one transaction (the
         previous version stays, no longer current). ``version.version`` must be 1 for an id
@@ -895,21 +996,21 @@ class Store(Protocol):
         a ``version_id`` already stored is skipped (``False``). Version 1 also creates the
         entry's metric at :data:`~lore_core.storage.knowledge.INITIAL_CONFIDENCE` of its
         author; a death certificate leaves the metric as it is."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def knowledge_versions(self, logical_id: str) -> list[KnowledgeVersion]:
         """Every version of one entry, oldest first, death certificates included (the base
         table), ``is_current`` set on the latest."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def current_knowledge(
         self, project: str | None = None, *, include_global: bool = True
     ) -> list[KnowledgeVersion]:
         """The "current and alive" view: the current version of every entry that is not
         deleted, of ``project`` (plus scope ``global`` entries when ``include_global``;
         ``None``: every project), in :func:`~lore_core.storage.knowledge.canonical_order`."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def deleted_knowledge(
         self, project: str | None = None, *, include_global: bool = True
     ) -> list[KnowledgeVersion]:
@@ -917,8 +1018,8 @@ class Store(Protocol):
         certificate, which keeps the entry's title and text), chosen as
         :meth:`current_knowledge` chooses, most recently deleted first (then by id): what a
         person may restore, listed (the dashboard's knowledge page)."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def knowledge_tombstone(
         self, project: str, *, logical_id: str | None = None, title: str | None = None
     ) -> KnowledgeVersion | None:
@@ -926,103 +1027,118 @@ class Store(Protocol):
         current version of the entry ``logical_id`` if it is deleted, else a deleted current
         version of ``project`` or of scope ``global`` whose title equals ``title`` under
         :func:`~lore_core.storage.knowledge.normalize_title`. ``None`` when there is none."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def knowledge_metrics(self, logical_ids: Sequence[str] | None = None) -> dict[str, KnowledgeMetric]:
         """The metric register of these entries (every entry's with ``None``)."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
+    async def set_knowledge_metrics(self, metrics: Sequence[KnowledgeMetric]) -> int:
+        """Set these entries' metrics to exactly these values (a copy of another store's
+        register), in one transaction; returns how many were written."""
+
+    @abstractmethod
     async def reinforce_knowledge(self, logical_ids: Sequence[str], amount: float, at: float) -> int:
         """Raise these entries' confidence by ``amount`` (at most 1.0) and set
         ``last_reinforced_at`` to ``at``; entries without a metric start at
         :data:`~lore_core.storage.knowledge.DEFAULT_CONFIDENCE`. Returns entries changed."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def decay_knowledge(self, factor: float, not_reinforced_since: float) -> int:
         """Multiply by ``factor`` the confidence of every entry whose ``last_reinforced_at``
         is before ``not_reinforced_since`` (or was never set); returns entries changed."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def record_contradiction(self, judgement: KnowledgeContradiction) -> None:
         """Store the latest judgement of a pair (``first_id`` < ``second_id``), replacing the
         one before it."""
-        raise _not_implemented(self, "knowledge")
 
+    @abstractmethod
     async def knowledge_contradictions(
         self, project: str | None = None, *, statuses: Sequence[str] | None = None
     ) -> list[KnowledgeContradiction]:
         """The judged pairs of ``project`` (``None``: every project's), with one of
         ``statuses`` when given, newest judgement first."""
-        raise _not_implemented(self, "knowledge")
 
-    # -- entities (lore_core.storage.entities) ---------------------------------------------
-    #
-    # One mutable row per entity; the rules (names unique within what a project sees, merges)
-    # are the kernel's (lore_core.knowledge.entities), a backend stores and reads.
+    # -- teams (lore_core.knowledge.teams): bindings and approval decision records ---------
 
+    @abstractmethod
+    async def team_binding(self, project: str) -> TeamBinding | None:
+        """The team ``project`` is bound to, or ``None``."""
+
+    @abstractmethod
+    async def set_team_binding(self, project: str, binding: TeamBinding | None) -> None:
+        """Bind ``project`` (replacing its binding), or unbind it with ``None``."""
+
+    @abstractmethod
+    async def team_policy(self, team: str) -> str | None:
+        """The promotion policy set for the whole team, or ``None`` when none was set."""
+
+    @abstractmethod
+    async def set_team_policy(self, team: str, policy: str) -> None:
+        """Set the promotion policy of the whole team (replacing the one set before)."""
+
+    @abstractmethod
+    async def record_decisions(self, decisions: Sequence[KnowledgeDecision]) -> int:
+        """Add approval decisions (append-only: a ``decision_id`` already held is skipped,
+        whatever its ``project``); returns how many were new."""
+
+    @abstractmethod
+    async def knowledge_decisions(
+        self, project: str | None = None, *, logical_ids: Sequence[str] | None = None
+    ) -> list[KnowledgeDecision]:
+        """The decision records of ``project`` (``None``: all), of ``logical_ids`` when
+        given, ordered by entry, time and id."""
+
+
+class EntityStore(ABC):
+    """Tier :attr:`Tier.ENTITIES` (:mod:`lore_core.storage.entities`): one mutable row per
+    entity; the rules (names unique within what a project sees, merges) are the kernel's
+    (:mod:`lore_core.knowledge.entities`), a backend stores and reads."""
+
+    tier: ClassVar[Tier] = Tier.ENTITIES
+
+    @abstractmethod
     async def write_entities(self, entities: Sequence[Entity]) -> None:
         """Store these entities in one transaction: an id not stored is added, a stored id
         is replaced whole (a merge writes the survivor and the redirect together, or
         neither)."""
-        raise _not_implemented(self, "entities")
 
+    @abstractmethod
     async def delete_entities(self, entity_ids: Sequence[str], updated: Sequence[Entity] = ()) -> int:
         """Remove these entities (ids without ``e:``; an unknown id is skipped) and write
         ``updated`` as :meth:`write_entities` does, in one transaction (``lore entity delete``:
         the entity and the redirects merged into it go, and the others' relations to them with
         them); returns how many were removed."""
-        raise _not_implemented(self, "entity deletion")
 
+    @abstractmethod
     async def get_entity(self, entity_id: str) -> Entity | None:
         """One entity by id (without ``e:``), a merged one too (``merged_into`` says where
         it went); ``None`` when no entity has this id."""
-        raise _not_implemented(self, "entities")
 
+    @abstractmethod
     async def list_entities(
         self, project: str | None = None, *, include_global: bool = True, include_merged: bool = False
     ) -> list[Entity]:
         """The entities of ``project`` (plus global ones, project ``""``, when
         ``include_global``; ``None``: every project's), without merged ones unless
         ``include_merged``, in :func:`~lore_core.storage.entities.entity_order`."""
-        raise _not_implemented(self, "entities")
 
-    # -- teams (lore_core.knowledge.teams): bindings and approval decision records ---------
 
-    async def team_binding(self, project: str) -> TeamBinding | None:
-        """The team ``project`` is bound to, or ``None``."""
-        raise _not_implemented(self, "teams")
+class EventLogStore(ABC):
+    """Tier :attr:`Tier.EVENTS`: the event log of ``/v1/events`` (:mod:`lore_core.storage.events`,
+    :mod:`lore_core.events`): numbered runs of events, each with its checkpoint and working
+    snapshot."""
 
-    async def set_team_binding(self, project: str, binding: TeamBinding | None) -> None:
-        """Bind ``project`` (replacing its binding), or unbind it with ``None``."""
-        raise _not_implemented(self, "teams")
+    tier: ClassVar[Tier] = Tier.EVENTS
 
-    async def team_policy(self, team: str) -> str | None:
-        """The promotion policy set for the whole team, or ``None`` when none was set."""
-        raise _not_implemented(self, "teams")
-
-    async def set_team_policy(self, team: str, policy: str) -> None:
-        raise _not_implemented(self, "teams")
-
-    async def record_decisions(self, decisions: Sequence[KnowledgeDecision]) -> int:
-        """Add approval decisions (append-only: a ``decision_id`` already held is skipped,
-        whatever its ``project``); returns how many were new."""
-        raise _not_implemented(self, "teams")
-
-    async def knowledge_decisions(
-        self, project: str | None = None, *, logical_ids: Sequence[str] | None = None
-    ) -> list[KnowledgeDecision]:
-        """The decision records of ``project`` (``None``: all), of ``logical_ids`` when
-        given, ordered by entry, time and id."""
-        raise _not_implemented(self, "teams")
-
-    # -- the event log (lore_core.storage.events; lore_core.events) -------------------------
-
+    @abstractmethod
     async def append_events(self, project: str, run: str, events: Sequence[NewEvent], at: float) -> list[int]:
         """Append ``events`` to the run in one transaction, numbered from its ``last_seq``
         + 1 in order (a new run starts at 1), and return their seqs. Durable when it
         returns: the writer is told its seqs only after the commit."""
-        raise _not_implemented(self, "the event log")
 
+    @abstractmethod
     async def run_events(
         self,
         project: str,
@@ -1035,68 +1151,91 @@ class Store(Protocol):
     ) -> list[RunEvent]:
         """The run's events with ``after_seq < seq <= upto_seq``, in ascending seq; at most
         ``limit`` of them, the first ones (or with ``newest`` the last ones)."""
-        raise _not_implemented(self, "the event log")
 
+    @abstractmethod
     async def run_state(self, project: str, run: str) -> RunState | None:
         """The run's ``last_seq`` and ``covered_seq``; ``None`` for a run never written."""
-        raise _not_implemented(self, "the event log")
 
+    @abstractmethod
     async def advance_run(
         self, project: str, run: str, covered_seq: int, snapshot: WorkingSnapshot | None, at: float
     ) -> None:
         """Move the run's checkpoint to ``covered_seq`` (never backwards: a lower value
         changes nothing) and, with ``snapshot``, replace its durable working snapshot, in one
         transaction."""
-        raise _not_implemented(self, "the event log")
 
+    @abstractmethod
     async def working_snapshot(self, project: str, run: str) -> WorkingSnapshot | None:
         """The durable snapshot of the run's working facts, or ``None`` when none was taken."""
-        raise _not_implemented(self, "the event log")
 
+    @abstractmethod
     async def list_runs(self, project: str | None = None, limit: int = 100) -> list[RunState]:
         """The event log's runs (only ``project``'s when given), most recently updated first
         (then by project and run), at most ``limit``: ``/lore/api/runs`` and the
         dashboard's events page."""
-        raise _not_implemented(self, "the event log")
 
+    @abstractmethod
     async def runs_behind(self, limit: int = 1_000) -> list[RunState]:
         """Runs with events past their checkpoint (``last_seq > covered_seq``), oldest
         update first: what the consolidation pipeline resumes after a restart."""
-        raise _not_implemented(self, "the event log")
 
-    # -- leases: one gateway at a time on a piece of work (a shared store) -------------------
 
-    async def claim_lease(self, key: str, holder: str, seconds: float) -> bool:
-        """Claim (or renew) the lease ``key`` for ``holder`` until ``seconds`` from now:
-        ``True`` when it was free, expired or ``holder``'s already; ``False`` while another
-        holder's lease runs. A lease is stored, so it outlives a crashed holder until it
-        expires. The distillation scheduler claims ``distill:<session>`` around a session's
-        distillation and curation. By default every claim is granted: a store one process
-        holds at a time has nobody to share with; a :attr:`shared` store implements them."""
-        return True
+#: Each optional tier's interface.
+TIER_INTERFACES: Mapping[Tier, type[Any]] = {
+    Tier.DISTILLATIONS: DistillationStore,
+    Tier.VECTORS: VectorStore,
+    Tier.KNOWLEDGE: KnowledgeStore,
+    Tier.ENTITIES: EntityStore,
+    Tier.EVENTS: EventLogStore,
+}
 
-    async def release_lease(self, key: str, holder: str) -> None:
-        """End ``holder``'s lease ``key`` (nothing when it is not ``holder``'s)."""
-        return None
+_TierT = TypeVar("_TierT", DistillationStore, VectorStore, KnowledgeStore, EntityStore, EventLogStore)
 
-    # -- copying a whole store (lore_core.storage.copy, ``lore store copy``) -----------------
 
-    async def inventory(self) -> StoreInventory:
-        """The keys no other read lists: session ids with state, event-log runs, projects
-        with a team binding, teams with a policy. ``lore store copy`` walks them (with the
-        reads above) to copy every tier through this protocol."""
-        raise _not_implemented(self, "inventory")
+class StoreTierError(TypeError):
+    """A store declares a tier whose interface its class does not derive from."""
 
-    async def set_knowledge_metrics(self, metrics: Sequence[KnowledgeMetric]) -> int:
-        """Set these entries' metrics to exactly these values (a copy of another store's
-        register), in one transaction; returns how many were written."""
-        raise _not_implemented(self, "knowledge metrics copy")
 
-    async def stats(self) -> dict[str, Any]:
-        """Counts (``projects``, ``sessions``, ``messages``), ``path``, ``size_bytes``,
-        ``schema_version`` and backend-specific figures, for ``lore status``; ``advice``
-        (optional, a list of one-line strings) is printed under them: something the user
-        can do for the store (a command to run), never an error."""
+def check_tiers(store: Store) -> None:
+    """Check once, when the kernel builds a store, that every tier it declares is one its class
+    implements: raise :class:`StoreTierError` naming what is missing."""
+    cls = type(store)
+    missing = [t for t in sorted(cls.tiers, key=lambda t: t.value) if not issubclass(cls, TIER_INTERFACES[t])]
+    if missing:
+        wanted = ", ".join(f"{t.name} (derive from {TIER_INTERFACES[t].__name__})" for t in missing)
+        raise StoreTierError(
+            f"the {store.name} store ({cls.__qualname__}) declares tiers it does not implement: {wanted}"
+        )
+
+
+def has_tier(store: Store, tier: Tier) -> bool:
+    """Whether ``store`` declares ``tier`` (and so implements it: :func:`check_tiers`)."""
+    return tier in store.tiers
+
+
+def tier_of(store: Store, interface: type[_TierT]) -> _TierT | None:
+    """``store`` seen as one tier's interface when it declares that tier, else ``None``."""
+    if interface.tier in store.tiers and isinstance(store, interface):
+        return store
+    return None
+
+
+class TierUnavailable(RuntimeError):
+    """A use of a tier the store does not declare (:func:`require_tier`); the message says
+    which store lacks what, for people."""
+
+    def __init__(self, store: Store, tier: Tier) -> None:
+        super().__init__(f"the {store.name} store has no {tier.label}")
+        self.tier = tier
+
+
+def require_tier(store: Store, interface: type[_TierT]) -> _TierT:
+    """``store`` seen as one tier's interface; :class:`TierUnavailable` when it lacks the tier
+    (a path that cannot work without it, such as ``lore knowledge add`` on such a store)."""
+    found = tier_of(store, interface)
+    if found is None:
+        raise TierUnavailable(store, interface.tier)
+    return found
 
 
 class StoreFactory(Protocol):

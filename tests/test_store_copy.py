@@ -18,7 +18,7 @@ from lore_core.cli.store import StoreSpecError, store_config
 from lore_core.config import LoreConfig
 from lore_core.plugins import Factory
 from lore_core.storage.copy import copy_store, tier_lines
-from lore_core.storage.records import StoreInventory, WriteBatch
+from lore_core.storage.records import WriteBatch
 from lore_core.testing.copying import fill_every_tier
 
 
@@ -30,9 +30,11 @@ class LosingStore(MemoryStore):
         return await super().write(attrs.evolve(batch, messages=kept))
 
 
-class NoInventory(MemoryStore):
-    async def inventory(self) -> StoreInventory:
-        raise NotImplementedError("the test store has no inventory")
+class MessagesOnly(MemoryStore):
+    """The memory store declaring none of the optional tiers."""
+
+    name = "messages-only"
+    tiers = frozenset()
 
 
 def copy(source: MemoryStore, destination: MemoryStore) -> list[str]:
@@ -52,11 +54,23 @@ def test_a_destination_that_lost_messages_fails_the_count_check() -> None:
     assert [line.split()[0] for line in lines if "MISMATCH" in line] == ["messages"]
 
 
-def test_a_tier_the_source_cannot_list_is_reported_not_copied() -> None:
-    lines = copy(NoInventory(), MemoryStore())
+def test_a_tier_the_destination_lacks_is_reported_not_copied() -> None:
+    lines = copy(MemoryStore(), MessagesOnly())
     assert lines[-1] == "ok=True"
-    skipped = [line for line in lines if "not copied" in line]
-    assert len(skipped) == 5 and all("the test store has no inventory" in line for line in skipped)
+    skipped = {line.split("  ")[0]: line.split("not copied: ")[1] for line in lines if "not copied" in line}
+    assert skipped == {
+        "distillations": "the messages-only store has no distillations",
+        **dict.fromkeys(
+            ["knowledge entries", "knowledge versions", "contradictions", "team bindings", "team policies"],
+            "the messages-only store has no knowledge",
+        ),
+        "decisions": "the messages-only store has no knowledge",
+        "entities": "the messages-only store has no entities",
+        "event runs": "the messages-only store has no event log",
+        "events": "the messages-only store has no event log",
+    }
+    copied = [line.split()[0] for line in lines[1:-1] if "not copied" not in line]
+    assert copied == ["projects", "sessions", "messages", "session"]  # "session state"
 
 
 def test_store_names_on_the_command_line() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.interfaces import Embedder, EmbedderUnavailable
+from lore_core.interfaces import Embedder, EmbedderUnavailable, Tier
 from lore_core.recall.fusion import RERANK_FULL_TEXT_SHARE
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
@@ -235,8 +235,10 @@ def test_unavailable_embedder_degrades_to_full_text() -> None:
 
 def test_store_without_vectors_still_answers_full_text() -> None:
     class NoVectors(MemoryStore):
+        tiers = MemoryStore.tiers - {Tier.VECTORS}
+
         async def nearest_passages(self, *args: Any, **kwargs: Any) -> list[Any]:
-            raise NotImplementedError
+            raise AssertionError("the kernel used a tier the store does not declare")
 
     async def main() -> None:
         store = NoVectors()

@@ -18,7 +18,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from lore_core.context.commands import SlashCommand, find_command, help_text, status_text
-from lore_core.interfaces import HandlerAnswer, LoreApp, RequestHandler, RequestInfo
+from lore_core.interfaces import (
+    DistillationStore,
+    HandlerAnswer,
+    LoreApp,
+    RequestHandler,
+    RequestInfo,
+    tier_of,
+)
 from lore_core.model import RequestView
 from lore_core.storage.records import logical_messages
 
@@ -122,7 +129,9 @@ async def session_status(gateway: Gateway, session_id: str) -> dict[str, Any]:
     try:
         session = await gateway.store.get_session(session_id)
         status["stored_messages"] = session.message_count if session else 0
-        status["distillations"] = len(await gateway.store.list_distillations(session_id))
+        distillations = tier_of(gateway.store, DistillationStore)
+        if distillations is not None:
+            status["distillations"] = len(await distillations.list_distillations(session_id))
     except Exception as exc:
         log.warning("could not read the store for /lore:status: %s", exc)
     return status

@@ -24,7 +24,16 @@ import attrs
 
 from lore_core.config import LoreConfig
 from lore_core.hookspecs import hookimpl
-from lore_core.interfaces import Store, StoreFactory
+from lore_core.interfaces import (
+    DistillationStore,
+    EntityStore,
+    EventLogStore,
+    KnowledgeStore,
+    Store,
+    StoreFactory,
+    Tier,
+    VectorStore,
+)
 from lore_core.storage.entities import Entity, entity_order
 from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
 from lore_core.storage.forget import ForgetReport
@@ -73,8 +82,10 @@ def tokens(text: str) -> list[str]:
     return [t for t in _TOKEN.findall(text.lower()) if t not in _STOP]
 
 
-class MemoryStore(Store):
+class MemoryStore(Store, DistillationStore, VectorStore, KnowledgeStore, EntityStore, EventLogStore):
     name = "memory"
+    #: Every optional tier (lore_core.interfaces.Tier).
+    tiers = frozenset(Tier)
     schema_version = 1
     #: Nothing survives a restart, so there is nothing to journal.
     journal_dir: Path | None = None

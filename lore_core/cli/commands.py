@@ -1694,7 +1694,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     import time
 
     from lore_core.gateway import choose_embedder
-    from lore_core.interfaces import EmbedderUnavailable
+    from lore_core.interfaces import EmbedderUnavailable, VectorStore, tier_of
     from lore_core.plugins import bootstrap
     from lore_core.recall.indexer import VectorIndexer
     from lore_core.recall.sources import vector_index_name
@@ -1761,12 +1761,16 @@ def cmd_reindex(args: argparse.Namespace) -> int:
             search_bar.finish()
             if indexed:
                 print(f"lore: {indexed} items cut into passages for full-text search", file=sys.stderr)
+            vectors = tier_of(store, VectorStore)
+            if vectors is None:
+                print(f"lore: the {store.name} store has no vector index", file=sys.stderr)
+                return 3
             if args.full:
-                await store.reset_vectors(model)
+                await vectors.reset_vectors(model)
             print(f"lore: embedding the {store.name} store's items for {model}", file=sys.stderr)
             done = await indexer.run_until_idle(progress)
             bar.finish()
-            stats = (await store.vector_stats(model)).get(model, {})
+            stats = (await vectors.vector_stats(model)).get(model, {})
             summary = {"model": model, "embedded": done, **stats}
             if args.json:
                 _print_json(summary)
@@ -1778,9 +1782,6 @@ def cmd_reindex(args: argparse.Namespace) -> int:
             return 0
         except EmbedderUnavailable as exc:
             print(f"lore: the embedding model cannot be used: {exc.reason}", file=sys.stderr)
-            return 3
-        except NotImplementedError:
-            print(f"lore: the {store.name} store has no vector index", file=sys.stderr)
             return 3
         except asyncio.CancelledError:
             bar.finish()

@@ -61,7 +61,7 @@ from lore_core.context.economics import (
 from lore_core.context.overflow import Overflow, next_min_layer
 from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
-from lore_core.interfaces import CompositionContext, PromptLayer, Store
+from lore_core.interfaces import CompositionContext, DistillationStore, PromptLayer, Store, tier_of
 from lore_core.knowledge.inject import Injection, KnowledgeInjector
 from lore_core.model import TEXT, Exchange, RequestView
 from lore_core.storage.records import FORCE_MIN_LAYER, canonical_message
@@ -305,8 +305,6 @@ class ContextManager:
         except TimeoutError:
             self.counts["store_timeouts"] += 1
             self._log_miss(what, f"context: the store did not answer {what} in time; using what is known")
-        except NotImplementedError:
-            pass
         except Exception as exc:
             self.counts["store_errors"] += 1
             self._log_miss(what, f"context: could not read {what} from the store: {exc}")
@@ -421,9 +419,14 @@ class ContextManager:
 
     async def _refresh_parts(self, state: SessionContext, version: int) -> None:
         assert self.store is not None
+        distillations = tier_of(self.store, DistillationStore)
         try:
-            rows = await self._store_call(
-                "distillations", self.store.list_distillations(state.session_id, include_archived=True)
+            rows = (
+                await self._store_call(
+                    "distillations", distillations.list_distillations(state.session_id, include_archived=True)
+                )
+                if distillations is not None
+                else []  # a store without distillations: the prompt has no distilled parts
             )
         except _StoreMiss:
             return

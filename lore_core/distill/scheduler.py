@@ -65,7 +65,16 @@ from lore_core.distill.observer import Observer
 from lore_core.distill.reflector import Reflector
 from lore_core.distill.render import tool_names_of
 from lore_core.distill.segment import Segment, SegmentPolicy, message_sizes, split_segments
-from lore_core.interfaces import CuratorContext, CuratorFactory, Store
+from lore_core.interfaces import (
+    CuratorContext,
+    CuratorFactory,
+    DistillationStore,
+    Store,
+    Tier,
+    has_tier,
+    require_tier,
+    tier_of,
+)
 from lore_core.model import TOOL_CALL, Exchange
 from lore_core.storage.records import (
     StoredDistillation,
@@ -328,10 +337,19 @@ class DistillScheduler:
         # gateway at a time distils and curates a session).
         self.holder = new_holder()
 
+    @property
+    def distillations(self) -> DistillationStore:
+        """Where distillations go; :class:`~lore_core.interfaces.TierUnavailable` on a store
+        without the tier."""
+        return require_tier(self.store, DistillationStore)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self, resume: bool = True) -> None:
         self._wake = asyncio.Event()
+        if not has_tier(self.store, Tier.DISTILLATIONS):
+            log.info("distillation is off: the %s store has no distillations", self.store.name)
+            return
         self._loop_task = asyncio.create_task(self._run(resume), name="lore-distill")
 
     async def stop(self) -> None:
@@ -591,11 +609,11 @@ class DistillScheduler:
         if not messages:
             return report, 0
         project = messages[-1].project
-        done = await self.store.distilled_message_ids(session_id)
+        done = await self.distillations.distilled_message_ids(session_id)
         inputs = _inputs(messages)
         names = tool_names_of(inputs)
         todo = [m for m in inputs if m.id not in done]
-        existing = await self.store.list_distillations(session_id, include_archived=True)
+        existing = await self.distillations.list_distillations(session_id, include_archived=True)
         first = not any(d.generation == 0 for d in existing)
         segments: list[Segment] = split_segments(todo, self.policy, first=first) if todo else []
         if not segments:
@@ -614,7 +632,7 @@ class DistillScheduler:
                 segment.messages, _previous_text(live), session_id=session_id, tool_names=names
             )
             row = _row(dist, session_id, project)
-            if await self.store.write_distillation(row):
+            if await self.distillations.write_distillation(row):
                 live.append(row)
                 method = dist.provenance.method
                 report.observed[method] = report.observed.get(method, 0) + 1
@@ -652,10 +670,13 @@ class DistillScheduler:
         if self._settle is not None:
             await self._settle()
         messages = main_branch(await self.store.session_messages(session_id))
-        live = [d for d in await self.store.list_distillations(session_id) if not d.archived]
+        distillations = tier_of(self.store, DistillationStore)
+        # A store without distillations: the summary is an extractive log of every message.
+        written = await distillations.list_distillations(session_id) if distillations is not None else []
+        live = [d for d in written if not d.archived]
         if not messages and not live:
             return None
-        done = await self.store.distilled_message_ids(session_id)
+        done = await distillations.distilled_message_ids(session_id) if distillations is not None else set()
         tail = [m for m in _inputs(messages) if m.id not in done]
         parts = [d.text.strip() for d in sorted(live, key=lambda d: (-d.generation, d.created_at))]
         if tail:
@@ -686,7 +707,7 @@ class DistillScheduler:
         row = _row(dist, session_id, project, sources)
         if previous is not None:
             row.start = min(row.start, previous.start) if previous.start else row.start
-        if await self.store.write_distillation(row, archive=sources):
+        if await self.distillations.write_distillation(row, archive=sources):
             report.reflected += 1
             report.archived += len(sources)
             self.counts["gen1"] += 1

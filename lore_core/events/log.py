@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 
 from lore_core.config import EventsConfig
-from lore_core.interfaces import Store
+from lore_core.interfaces import DistillationStore, EventLogStore, Store, Tier, has_tier, require_tier
 from lore_core.projects import project_root
 from lore_core.storage.events import (
     MAX_BATCH,
@@ -179,6 +179,21 @@ class EventLog:
         self.counts: dict[str, int] = {"events": 0, "memories": 0, "steps": 0, "failures": 0}
         self.last_error: str | None = None
 
+    @property
+    def available(self) -> bool:
+        """The store has the event log (without it writes and reads here raise
+        :class:`~lore_core.interfaces.TierUnavailable`)."""
+        return has_tier(self.store, Tier.EVENTS)
+
+    @property
+    def events_store(self) -> EventLogStore:
+        return require_tier(self.store, EventLogStore)
+
+    @property
+    def memories(self) -> DistillationStore:
+        """Where consolidation writes a run's memories: the distillation tier."""
+        return require_tier(self.store, DistillationStore)
+
     # -- writes --------------------------------------------------------------------------------
 
     async def write(self, project: str, run: str, events: Sequence[NewEvent]) -> list[int]:
@@ -191,7 +206,7 @@ class EventLog:
         key = (project, run)
         lock = self._write_locks.setdefault(key, asyncio.Lock())
         async with lock:  # the live lane sees a run's writes in seq order
-            seqs = await self.store.append_events(project, run, events, self._clock())
+            seqs = await self.events_store.append_events(project, run, events, self._clock())
             self._note_live(key, seqs, events)
         self.counts["events"] += len(seqs)
         self._schedule(key)
@@ -230,12 +245,13 @@ class EventLog:
 
     async def _resume(self) -> bool:
         """Schedule the runs a previous process left behind its writes; ``False`` when the
-        store has no event log (writes then fail with a clear error, nothing runs here)."""
+        store has no event log or no distillations to consolidate into (writes then fail with
+        a clear error, nothing runs here)."""
+        if not (self.available and has_tier(self.store, Tier.DISTILLATIONS)):
+            return False
         while True:
             try:
-                behind = await self.store.runs_behind()
-            except NotImplementedError:
-                return False
+                behind = await self.events_store.runs_behind()
             except Exception as exc:  # the store is not open yet: try again
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 await asyncio.sleep(RETRY_SECONDS)
@@ -297,31 +313,35 @@ class EventLog:
     async def step(self, project: str, run: str) -> int:
         """One consolidation step (callers hold the run's step lock or are alone); returns
         the events it covered (0: caught up)."""
-        state = await self.store.run_state(project, run)
+        state = await self.events_store.run_state(project, run)
         if state is None or state.covered_seq >= state.last_seq:
             return 0
         ident = memory_id(project, run, state.covered_seq + 1)
-        snapshot = await self.store.working_snapshot(project, run)
+        snapshot = await self.events_store.working_snapshot(project, run)
         facts = {f.key: f for f in snapshot.facts} if snapshot is not None else {}
-        written = await self.store.get_distillation(ident)
+        written = await self.memories.get_distillation(ident)
         if written is not None:
             # The memory of this step was written before a crash; the checkpoint was not.
             seqs = [s for s in (seq_of_ref(r) for r in written.source_ids) if s is not None]
-            batch = await self.store.run_events(project, run, after_seq=state.covered_seq, upto_seq=max(seqs))
+            batch = await self.events_store.run_events(
+                project, run, after_seq=state.covered_seq, upto_seq=max(seqs)
+            )
         else:
             batch = []
-            window = await self.store.run_events(project, run, after_seq=state.covered_seq, limit=STEP_EVENTS)
+            window = await self.events_store.run_events(
+                project, run, after_seq=state.covered_seq, limit=STEP_EVENTS
+            )
             while window:
                 part = self._batch(window)
                 first_seq = part[0].seq
                 if (
                     batch
-                    and await self.store.get_distillation(memory_id(project, run, first_seq)) is not None
+                    and await self.memories.get_distillation(memory_id(project, run, first_seq)) is not None
                 ):
                     break  # left by an earlier process: the next step adopts it
                 memory = self._memory(project, run, memory_id(project, run, first_seq), part)
                 if memory is not None:
-                    await self.store.write_distillation(memory)
+                    await self.memories.write_distillation(memory)
                     self.counts["memories"] += 1
                 batch += part
                 window = window[len(part) :]
@@ -332,7 +352,7 @@ class EventLog:
         last = batch[-1].seq
         now = self._clock()
         snapshot = WorkingSnapshot(last, tuple(sorted(facts.values(), key=lambda f: f.key)), now)
-        await self.store.advance_run(project, run, last, snapshot, now)
+        await self.events_store.advance_run(project, run, last, snapshot, now)
         self.counts["steps"] += 1
         return last - state.covered_seq
 

@@ -32,7 +32,7 @@ import attrs
 
 from lore_core.context.framing import escape_delimiters
 from lore_core.events.log import EventInputError, EventLog
-from lore_core.interfaces import Store
+from lore_core.interfaces import DistillationStore, tier_of
 from lore_core.projects import project_root
 from lore_core.recall.engine import MATCH_FLOOR, RecallEngine, RecallResponse
 from lore_core.storage.events import RunEvent, WorkingFact, run_session_id, seq_of_ref
@@ -117,7 +117,7 @@ async def build_pack(
     partial_timeout: float,
     clock: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
-    store = events.store
+    store = events.events_store
     # Read under the name writes are stored under (EventLog.write: normalised, review F16,
     # and mapped to its repository's root).
     request = attrs.evolve(request, project=project_root(request.project))
@@ -142,7 +142,14 @@ async def build_pack(
     # 2. Distilled memories, as of the checkpoint read above.
     degraded: list[str] = []
     candidates = await _retrieve(
-        engine, store, request, covered, distilled_limit, partial_timeout, degraded, count_tokens
+        engine,
+        tier_of(events.store, DistillationStore),
+        request,
+        covered,
+        distilled_limit,
+        partial_timeout,
+        degraded,
+        count_tokens,
     )
     distilled: list[DistilledItem] = []
     truncated = False
@@ -198,7 +205,7 @@ async def build_pack(
 
 async def _retrieve(
     engine: RecallEngine,
-    store: Store,
+    distillations: DistillationStore | None,
     request: PackRequest,
     covered: int,
     limit: int,
@@ -249,7 +256,7 @@ async def _retrieve(
     # Each memory is one store read: made together, not one after another (a store's reads
     # run in threads; DuckDB's each on its own cursor).
     found = await asyncio.gather(
-        *(_item(store, ident, score, text, covered, count_tokens) for ident, score, text in wanted)
+        *(_item(distillations, ident, score, text, covered, count_tokens) for ident, score, text in wanted)
     )
     items = [item for item in found if item is not None]
     items.sort(key=lambda i: (-round(i.score, 12), i.id))
@@ -257,10 +264,15 @@ async def _retrieve(
 
 
 async def _item(
-    store: Store, ident: str, score: float, text: str, covered: int, count_tokens: Callable[[str], int]
+    distillations: DistillationStore | None,
+    ident: str,
+    score: float,
+    text: str,
+    covered: int,
+    count_tokens: Callable[[str], int],
 ) -> DistilledItem | None:
     if ident.startswith(DISTILLATION_PREFIX):
-        memory = await store.get_distillation(ident)
+        memory = await distillations.get_distillation(ident) if distillations is not None else None
         if memory is None:
             return None
         seqs = [s for s in (seq_of_ref(r) for r in memory.source_ids) if s is not None]

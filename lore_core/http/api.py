@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, current_app, request
 
+from lore_core.interfaces import EventLogStore, TierUnavailable, tier_of
 from lore_core.knowledge.book import UNPAIRED_SURROGATE, entry_json, is_text
 from lore_core.projects import project_root
 from lore_core.storage.records import main_branch, normal_project
@@ -166,10 +167,7 @@ async def projects() -> Response:
     gateway = _gateway()
     await _settled()
     await gateway.spend.save()  # today's figures first, as /spend does
-    try:
-        found = await gateway.store.project_summaries(SESSION_SPEND_KEY)
-    except NotImplementedError as exc:
-        return _json(501, {"error": str(exc)})
+    found = await gateway.store.project_summaries(SESSION_SPEND_KEY)
     return _json(
         200,
         [
@@ -200,7 +198,16 @@ def _run_json(state: Any, oldest_pending_at: float | None, now: float) -> dict[s
     }
 
 
-async def _oldest_pending(store: Any, state: Any) -> float | None:
+def _event_log() -> EventLogStore | Response:
+    """The store's event log, or the 501 a store without one answers."""
+    store = _gateway().store
+    events = tier_of(store, EventLogStore)
+    if events is None:
+        return _json(501, {"error": str(TierUnavailable(store, EventLogStore.tier))})
+    return events
+
+
+async def _oldest_pending(store: EventLogStore, state: Any) -> float | None:
     if state.last_seq <= state.covered_seq:
         return None
     oldest = await store.run_events(state.project, state.run, after_seq=state.covered_seq, limit=1)
@@ -213,12 +220,11 @@ async def runs() -> Response:
     at most ``limit`` (default 50): each with ``last_seq``, ``covered_seq`` (what the
     pipeline distilled), ``behind`` (events past it) and ``lag_ms`` (how long the oldest
     of those has waited)."""
-    store = _gateway().store
+    store = _event_log()
+    if isinstance(store, Response):
+        return store
     project = _project_filter(request.args.get("project"))
-    try:
-        found = await store.list_runs(project, limit=_int_arg("limit", 50, high=1_000))
-    except NotImplementedError as exc:
-        return _json(501, {"error": str(exc)})
+    found = await store.list_runs(project, limit=_int_arg("limit", 50, high=1_000))
     now = time.time()
     return _json(200, [_run_json(s, await _oldest_pending(store, s), now) for s in found])
 
@@ -228,7 +234,9 @@ async def run_events() -> Response:
     """One run (``project`` and ``run``) and its newest events, newest first, at most
     ``limit`` (default 50); ``before=<seq>`` gives the ones before that seq (the next page).
     404 for a run never written."""
-    store = _gateway().store
+    store = _event_log()
+    if isinstance(store, Response):
+        return store
     name = request.args.get("run", "")
     if not name:
         return _json(400, {"error": "run is required"})
@@ -236,19 +244,16 @@ async def run_events() -> Response:
     before = request.args.get("before", "")
     if before and not (before.isascii() and before.isdigit()):
         return _json(400, {"error": "before must be an event's seq"})
-    try:
-        state = await store.run_state(project, name)
-        if state is None:
-            return _json(404, {"error": f"no run {name!r} in {project or 'no project'}"})
-        upto = min(int(before) - 1, state.last_seq) if before else state.last_seq
-        events = (
-            await store.run_events(project, name, upto_seq=upto, limit=_int_arg("limit", 50), newest=True)
-            if upto > 0
-            else []
-        )
-        oldest = await _oldest_pending(store, state)
-    except NotImplementedError as exc:
-        return _json(501, {"error": str(exc)})
+    state = await store.run_state(project, name)
+    if state is None:
+        return _json(404, {"error": f"no run {name!r} in {project or 'no project'}"})
+    upto = min(int(before) - 1, state.last_seq) if before else state.last_seq
+    events = (
+        await store.run_events(project, name, upto_seq=upto, limit=_int_arg("limit", 50), newest=True)
+        if upto > 0
+        else []
+    )
+    oldest = await _oldest_pending(store, state)
     return _json(
         200,
         {
@@ -863,5 +868,7 @@ async def entities_change(action: str) -> Response:
 
 @api.errorhandler(Exception)
 async def _store_error(exc: Exception) -> Response:
+    if isinstance(exc, TierUnavailable):  # a route that needs a tier the store does not declare
+        return _json(503, {"error": str(exc)})
     # A failing store must not turn into an HTML 500: say what failed, as JSON.
     return _json(503, {"error": f"the store failed: {' '.join(str(exc).split())}"})

@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 from lore_core.events.log import EventInputError, check_events, check_run
 from lore_core.events.pack import PackRequest, build_pack
 from lore_core.http.openapi import document, validate
+from lore_core.interfaces import Tier, TierUnavailable, has_tier
 from lore_core.knowledge.book import UNPAIRED_SURROGATE, is_text
 from lore_core.wire.jsonbody import may_hold_lone_surrogates
 
@@ -55,6 +56,14 @@ async def _body(schema: str) -> dict[str, Any] | Response:
     return dict(body)
 
 
+def _no_event_log() -> Response | None:
+    """The 503 a store without the event log answers, else ``None``."""
+    store = _gateway().store
+    if has_tier(store, Tier.EVENTS):
+        return None
+    return _json(503, {"error": str(TierUnavailable(store, Tier.EVENTS))})
+
+
 @events_api.post("/v1/events")
 async def write_events() -> Response:
     body = await _body("EventsRequest")
@@ -66,10 +75,10 @@ async def write_events() -> Response:
     except EventInputError as exc:
         return _json(400, {"error": str(exc)})
     project = body.get("project", "")
-    try:
-        seqs = await _gateway().events.write(project, run, events)
-    except NotImplementedError as exc:
-        return _json(503, {"error": str(exc)})
+    unavailable = _no_event_log()
+    if unavailable is not None:
+        return unavailable
+    seqs = await _gateway().events.write(project, run, events)
     return _json(200, {"run": run, "project": project, "seqs": seqs, "last_seq": seqs[-1]})
 
 
@@ -82,6 +91,9 @@ async def pack() -> Response:
     config = gateway.config.events
     try:
         run = check_run(body["run"], "body.run")
+        unavailable = _no_event_log()
+        if unavailable is not None:
+            return unavailable
         answer = await build_pack(
             gateway.events,
             gateway.pack_engine,
@@ -100,8 +112,6 @@ async def pack() -> Response:
         )
     except EventInputError as exc:
         return _json(400, {"error": str(exc)})
-    except NotImplementedError as exc:
-        return _json(503, {"error": str(exc)})
     return _json(200, answer)
 
 
@@ -114,5 +124,7 @@ async def openapi() -> Response:
 async def _store_error(exc: Exception) -> Response:
     if isinstance(exc, HTTPException):  # what Quart refuses itself (a body too large, ...)
         return _json(exc.code or 400, {"error": f"{exc.name}: {request.method} {request.path}"})
+    if isinstance(exc, TierUnavailable):  # a route that needs a tier the store does not declare
+        return _json(503, {"error": str(exc)})
     # A failing store must not turn into an HTML 500: say what failed, as JSON.
     return _json(503, {"error": f"the store failed: {' '.join(str(exc).split())}"})

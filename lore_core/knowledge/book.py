@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import KnowledgeStore, Store, Tier, has_tier, require_tier
 from lore_core.knowledge.shared import mark_changed
 from lore_core.storage.knowledge import (
     AUTHOR_USER,
@@ -151,12 +151,22 @@ class KnowledgeBook:
         #: Called with each version written (the prompt blocks and ``.lore.md`` follow).
         self.listeners: list[Callable[[KnowledgeVersion], Any]] = []
 
+    @property
+    def available(self) -> bool:
+        """The store has the knowledge tier (without it every read and write here raises
+        :class:`~lore_core.interfaces.TierUnavailable`)."""
+        return has_tier(self.store, Tier.KNOWLEDGE)
+
+    @property
+    def knowledge_store(self) -> KnowledgeStore:
+        return require_tier(self.store, KnowledgeStore)
+
     async def entries(self, project: str | None, *, include_global: bool = True) -> list[KnowledgeVersion]:
-        return await self.store.current_knowledge(project, include_global=include_global)
+        return await self.knowledge_store.current_knowledge(project, include_global=include_global)
 
     async def get(self, logical_id: str) -> KnowledgeVersion | None:
         """The current version of an entry (a death certificate when deleted)."""
-        versions = await self.store.knowledge_versions(logical_id.removeprefix("k:"))
+        versions = await self.knowledge_store.knowledge_versions(logical_id.removeprefix("k:"))
         return versions[-1] if versions else None
 
     async def by_title(self, project: str, title: str, scope: str = "project") -> KnowledgeVersion | None:
@@ -191,10 +201,10 @@ class KnowledgeBook:
         except KnowledgeInputError as exc:
             return self._refused(title, str(exc), provenance)
         if logical_id is not None:
-            tomb = await self.store.knowledge_tombstone(project, logical_id=logical_id)
+            tomb = await self.knowledge_store.knowledge_tombstone(project, logical_id=logical_id)
             if tomb is not None:
                 return self._refused(title, f"k:{logical_id} was deleted ({_when(tomb)})", provenance, tomb)
-        tomb = await self.store.knowledge_tombstone(project, title=title)
+        tomb = await self.knowledge_store.knowledge_tombstone(project, title=title)
         if tomb is not None:
             return self._refused(
                 title,
@@ -279,7 +289,7 @@ class KnowledgeBook:
             return WriteResult(UNCHANGED, current)
         if normalize_title(merged.title) != normalize_title(current.title):
             project = current.project
-            tomb = await self.store.knowledge_tombstone(project, title=merged.title)
+            tomb = await self.knowledge_store.knowledge_tombstone(project, title=merged.title)
             if tomb is not None and tomb.logical_id != current.logical_id:
                 return self._refused(
                     merged.title, f"an entry titled {tomb.title!r} was deleted ({_when(tomb)})", provenance
@@ -291,7 +301,7 @@ class KnowledgeBook:
             home = current.project
             if merged.scope == "project" and not home:
                 # Back to the project it was made global from, if it ever had one.
-                history = await self.store.knowledge_versions(current.logical_id)
+                history = await self.knowledge_store.knowledge_versions(current.logical_id)
                 home = next((v.project for v in reversed(history) if v.project), "")
                 if not home:
                     return self._refused(
@@ -343,7 +353,7 @@ class KnowledgeBook:
         same scope has its title now (one title names one entry: edit or delete that one
         first). A person's act: the curator and the imports never restore."""
         provenance = provenance or Provenance()
-        versions = await self.store.knowledge_versions(logical_id.strip().removeprefix("k:"))
+        versions = await self.knowledge_store.knowledge_versions(logical_id.strip().removeprefix("k:"))
         if not versions:
             return self._refused(logical_id, f"no entry k:{logical_id.removeprefix('k:')}", provenance)
         current = versions[-1]
@@ -370,11 +380,11 @@ class KnowledgeBook:
 
     async def reinforce(self, logical_ids: Sequence[str], amount: float) -> None:
         if logical_ids:
-            await self.store.reinforce_knowledge(list(logical_ids), amount, self.clock())
+            await self.knowledge_store.reinforce_knowledge(list(logical_ids), amount, self.clock())
 
     async def _write(self, status: str, version: KnowledgeVersion) -> WriteResult:
         try:
-            written = await self.store.write_knowledge(version)
+            written = await self.knowledge_store.write_knowledge(version)
         except KnowledgeConflict as exc:
             written, reason = False, str(exc)
         else:

@@ -149,7 +149,7 @@ class ContradictionFinder:
             return report
         entries = self.shown(await self.book.entries(project, include_global=False))
         entries = sorted(entries, key=lambda e: e.created_at)[-MAX_ENTRIES_COMPARED:]
-        known = {c.ids: c for c in await self.store.knowledge_contradictions(project)}
+        known = {c.ids: c for c in await self.book.knowledge_store.knowledge_contradictions(project)}
         pairs = await self._candidates(entries)
         todo = []
         for first, second in pairs:
@@ -165,7 +165,7 @@ class ContradictionFinder:
                 report.stopped = f"the worker call failed: {exc}"
                 log.warning("knowledge contradictions of %s: %s (tried again later)", project, exc)
                 break
-            await self.store.record_contradiction(
+            await self.book.knowledge_store.record_contradiction(
                 _record(first, second, project, "open" if verdict.contradiction else "cleared", self._clock(),
                         verdict.judged_by, verdict.reason)
             )  # fmt: skip
@@ -261,7 +261,7 @@ class ContradictionFinder:
             first, second, first.project, "resolved" if kept else "kept", self._clock(), AUTHOR_USER,
             f"kept k:{kept}" if kept else "kept both", kept_id=kept,
         )  # fmt: skip
-        await self.store.record_contradiction(record)
+        await self.book.knowledge_store.record_contradiction(record)
         return record
 
 
@@ -322,7 +322,7 @@ async def list_contradictions(
 ) -> list[dict[str, Any]]:
     """The judged pairs of ``project`` (every project's with ``None``) as
     :func:`contradiction_json`, open ones first, then newest first."""
-    records = await book.store.knowledge_contradictions(project, statuses=statuses)
+    records = await book.knowledge_store.knowledge_contradictions(project, statuses=statuses)
     entries = await _entries_of(book, records)
     records.sort(key=lambda c: (c.status != "open", -c.judged_at))
     return [contradiction_json(c, entries) for c in records]

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 
 from lore_core.config import KnowledgeConfig
-from lore_core.interfaces import Embedder
+from lore_core.interfaces import DistillationStore, Embedder, Tier, tier_of
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import CREATED, REFUSED, KnowledgeBook, Provenance, WriteResult
 from lore_core.knowledge.contradictions import ContradictionFinder
@@ -167,7 +167,7 @@ class KnowledgeUpkeep:
 
     async def after_distill(self, session_id: str, project: str, reason: str) -> None:
         """Called by the distillation scheduler after each run of a session."""
-        if not self.config.enabled or self.curator is None:
+        if not self.config.enabled or self.curator is None or not self.book.available:
             return
         if (
             reason not in ("idle", "manual")
@@ -192,11 +192,16 @@ class KnowledgeUpkeep:
         if self.curator is None:
             report.skipped = "no knowledge curator"
             return report
+        distillations = tier_of(self.store, DistillationStore)
+        if distillations is None or not self.book.available:
+            missing = Tier.KNOWLEDGE if distillations is not None else Tier.DISTILLATIONS
+            report.skipped = f"the {self.store.name} store has no {missing.label}"
+            return report
         async with self._lock:
             curated = set(await self.store.get_state(session_id, CURATED_KEY, None) or [])
             observations = [
                 d
-                for d in await self.store.list_distillations(session_id, include_archived=True)
+                for d in await distillations.list_distillations(session_id, include_archived=True)
                 if d.id not in curated
             ]
             report.observations = len(observations)
@@ -250,10 +255,7 @@ class KnowledgeUpkeep:
 
     async def _known_entities(self, project: str) -> list[Any]:
         assert self.entities is not None
-        try:
-            return await self.entities.entities(project)
-        except NotImplementedError:
-            return []
+        return await self.entities.entities(project) if self.entities.available else []
 
     async def _write_entities(
         self, proposed: list[ProposedEntity], project: str, report: CurationReport
@@ -263,9 +265,7 @@ class KnowledgeUpkeep:
         book = self.entities
         if book is None or not proposed:
             return
-        try:
-            await book.entities(project)
-        except NotImplementedError:
+        if not book.available:
             report.entities["skipped"] += len(proposed)
             return
         ids: dict[str, str] = {}
@@ -375,7 +375,8 @@ class KnowledgeUpkeep:
     # -- .lore.md and decay --------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._watch(), name="lore-knowledge")
+        if self.book.available:  # without the knowledge tier there is nothing to keep up
+            self._task = asyncio.create_task(self._watch(), name="lore-knowledge")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -425,7 +426,7 @@ class KnowledgeUpkeep:
     async def sync_files(self, force: bool = False) -> None:
         """Import the .lore.md files that changed on disk, then export the projects whose
         knowledge changed (after the debounce)."""
-        if not (self.config.enabled and self.config.lore_md):
+        if not (self.config.enabled and self.config.lore_md and self.book.available):
             return
         now = self._clock()
         for project in [p for p, at in self._seen.items() if now - at < WATCH_PROJECTS_SECONDS]:
@@ -496,7 +497,9 @@ class KnowledgeUpkeep:
             return 0  # the first pass only starts the clock
         days = min((now - float(last)) / DAY, 30.0)
         factor = (1.0 - self.config.decay_per_day) ** days
-        changed = await self.store.decay_knowledge(factor, now - self.config.decay_after_days * DAY)
+        changed = await self.book.knowledge_store.decay_knowledge(
+            factor, now - self.config.decay_after_days * DAY
+        )
         if changed:
             log.info("knowledge: confidence of %d entries decayed by %.3f", changed, 1 - factor)
         return changed

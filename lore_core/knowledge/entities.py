@@ -36,7 +36,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import EntityStore, Store, Tier, has_tier, require_tier
 from lore_core.knowledge.shared import mark_changed
 from lore_core.storage.entities import (
     ENTITY_KINDS,
@@ -144,23 +144,33 @@ class EntityBook:
         #: Called with the entities each write changed.
         self.listeners: list[Callable[[Sequence[Entity]], Any]] = []
 
+    @property
+    def available(self) -> bool:
+        """The store has the entity tier (without it every read and write here raises
+        :class:`~lore_core.interfaces.TierUnavailable`)."""
+        return has_tier(self.store, Tier.ENTITIES)
+
+    @property
+    def entity_store(self) -> EntityStore:
+        return require_tier(self.store, EntityStore)
+
     # -- reads ---------------------------------------------------------------------------------
 
     async def entities(
         self, project: str | None, *, include_global: bool = True, include_merged: bool = False
     ) -> list[Entity]:
-        return await self.store.list_entities(
+        return await self.entity_store.list_entities(
             project, include_global=include_global, include_merged=include_merged
         )
 
     async def get(self, ident: str) -> Entity | None:
         """The entity an ``e:`` id (or a bare id) names, following merge redirects to the
         survivor; ``None`` when there is none."""
-        entity = await self.store.get_entity(ident.strip().removeprefix(ENTITY_PREFIX))
+        entity = await self.entity_store.get_entity(ident.strip().removeprefix(ENTITY_PREFIX))
         for _ in range(MAX_REDIRECTS):
             if entity is None or entity.merged_into is None:
                 return entity
-            entity = await self.store.get_entity(entity.merged_into)
+            entity = await self.entity_store.get_entity(entity.merged_into)
         return None
 
     async def named(self, project: str, name: str) -> Entity | None:
@@ -418,7 +428,7 @@ class EntityBook:
                 for e in everything
                 if e.id not in gone and any(r.target in gone for r in e.relations)
             ]
-            await self.store.delete_entities(sorted(gone), updated)
+            await self.entity_store.delete_entities(sorted(gone), updated)
             self.generation += 1
             await mark_changed(self.store)
             log.info(
@@ -468,7 +478,7 @@ class EntityBook:
         return attrs.evolve(entity, updated_at=self._clock(), updated_by=author, **changes)
 
     async def _write(self, status: str, entities: list[Entity]) -> EntityResult:
-        await self.store.write_entities(entities)
+        await self.entity_store.write_entities(entities)
         self.generation += 1
         await mark_changed(self.store)
         first = entities[0]

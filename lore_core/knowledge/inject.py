@@ -144,13 +144,15 @@ class KnowledgeInjector:
     def _changed(self, _written: object) -> None:
         self._generation += 1
 
+    async def _current(self, project: str | None) -> list[KnowledgeVersion]:
+        return await self.book.entries(project) if self.book.available else []
+
     async def _entities(self, project: str | None) -> list[Entity]:
         if self.entity_book is None or self.config.baseline_entities == 0:
             return []
-        try:
-            return await self.entity_book.entities(project)
-        except NotImplementedError:  # a store without entities
+        if not self.entity_book.available:
             return []
+        return await self.entity_book.entities(project)
 
     def _mark_due(self, session_id: str) -> bool:
         """On a shared store: is the change mark to be read before this request (a new
@@ -184,13 +186,17 @@ class KnowledgeInjector:
         generation = self._generation
         if self._store_checked_at != generation:
             self._store_checked_at = generation
-            if not await self.store.current_knowledge(None) and not await self._entities(None):
+            if not await self._current(None) and not await self._entities(None):
                 self._store_empty_at = generation
         if self._store_empty_at == generation:
             return _Entries(generation, [], {})
-        entries = await self.store.current_knowledge(project)
+        entries = await self._current(project)
         entities = await self._entities(project)
-        metrics = await self.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
+        metrics = (
+            await self.book.knowledge_store.knowledge_metrics([e.logical_id for e in entries])
+            if entries
+            else {}
+        )
         floor = self.config.confidence_floor
         # Restricted entries never leave the store (recall can still find them locally).
         shown = [

@@ -679,8 +679,8 @@ async def _import_decisions(
             )
             continue
         kept.append(attrs.evolve(decision, project=project))
-    report.decisions = await book.store.record_decisions(kept) if kept else 0
-    if report.decisions and await book.store.team_binding(project) is None:
+    report.decisions = await book.knowledge_store.record_decisions(kept) if kept else 0
+    if report.decisions and await book.knowledge_store.team_binding(project) is None:
         report.problems.append(
             f"{report.decisions} team decision records kept: they apply once this project is bound "
             "to a team (lore team bind <team>)"

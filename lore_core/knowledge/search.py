@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from lore_core.interfaces import Embedder, Store
+from lore_core.interfaces import Embedder, KnowledgeStore, Store, tier_of
 from lore_core.knowledge.prompt import entry_text, relevance
 from lore_core.recall.ids import Kind
 from lore_core.recall.sources import SearchFilter, SourceHit
@@ -74,6 +74,8 @@ class KnowledgeSource:
 
     def __init__(self, store: Store, embedder: Embedder | None = None) -> None:
         self.store = store
+        #: ``None``: a store without the knowledge tier (nothing to find or open).
+        self.knowledge = tier_of(store, KnowledgeStore)
         self.embedder = embedder
         self._vectors = EntryVectors(embedder) if embedder is not None else None
 
@@ -91,10 +93,9 @@ class KnowledgeSource:
         return entries
 
     async def _read_entries(self, project: str | None) -> list[KnowledgeVersion]:
-        try:
-            entries = await self.store.current_knowledge(project)
-        except NotImplementedError:
+        if self.knowledge is None:
             return []
+        entries = await self.knowledge.current_knowledge(project)
         # Recall results go to the model, a hosted one most of the time: restricted entries
         # never leave the store (`lore knowledge list` and `show` are the owner's view).
         return [e for e in entries if e.sensitivity != "restricted"]
@@ -140,10 +141,9 @@ class KnowledgeSource:
         return self._ranked(scored, where, limit)
 
     async def open(self, key: str) -> SourceHit | None:
-        try:
-            versions = await self.store.knowledge_versions(key)
-        except NotImplementedError:
+        if self.knowledge is None:
             return None
+        versions = await self.knowledge.knowledge_versions(key)
         if not versions:
             return None
         current = versions[-1]
@@ -155,10 +155,7 @@ class KnowledgeSource:
             lines = [f"[{current.ref}] deleted: {current.title} (no longer applies)"]
         if len(versions) > 1:
             lines.append(f"(version {current.version}; earlier versions: {len(versions) - 1})")
-        try:
-            await self.store.reinforce_knowledge([current.logical_id], RECALL_REINFORCEMENT, time.time())
-        except NotImplementedError:
-            pass
+        await self.knowledge.reinforce_knowledge([current.logical_id], RECALL_REINFORCEMENT, time.time())
         return SourceHit(current.logical_id, 0.0, "\n".join(lines), _meta(current), Kind.KNOWLEDGE)
 
 

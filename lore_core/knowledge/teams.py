@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import KnowledgeStore, Store, require_tier
 from lore_core.knowledge.book import KnowledgeBook, KnowledgeInputError
 from lore_core.storage.knowledge import (
     APPROVED,
@@ -134,12 +134,13 @@ def check_reviewer(name: str) -> str:
 
 async def team_state(store: Store, project: str) -> TeamState | None:
     """The project's binding with its policy resolved, or ``None`` when it is not bound."""
-    binding = await store.team_binding(project)
+    teams = require_tier(store, KnowledgeStore)  # teams are part of the knowledge tier
+    binding = await teams.team_binding(project)
     if binding is None:
         return None
     if binding.policy is not None:
         return TeamState(project, binding.team, binding.policy, "project", binding.bound_at)
-    team_wide = await store.team_policy(binding.team)
+    team_wide = await teams.team_policy(binding.team)
     if team_wide is not None:
         return TeamState(project, binding.team, team_wide, "team", binding.bound_at)
     return TeamState(project, binding.team, DEFAULT_POLICY, "default", binding.bound_at)
@@ -153,7 +154,9 @@ async def bind(
     check_team_name(team)
     if policy is not None:
         check_policy(policy)
-    await store.set_team_binding(project, TeamBinding(project, team, clock(), policy))
+    await require_tier(store, KnowledgeStore).set_team_binding(
+        project, TeamBinding(project, team, clock(), policy)
+    )
     state = await team_state(store, project)
     assert state is not None
     return state
@@ -164,7 +167,7 @@ async def unbind(store: Store, project: str) -> TeamState | None:
     kept: binding again brings them back into force."""
     state = await team_state(store, project)
     if state is not None:
-        await store.set_team_binding(project, None)
+        await require_tier(store, KnowledgeStore).set_team_binding(project, None)
     return state
 
 
@@ -172,13 +175,14 @@ async def set_policy(store: Store, project: str, policy: str, *, team_wide: bool
     """Set the policy of the bound ``project``, or with ``team_wide`` of its whole team (for
     every project of the team that does not set its own)."""
     check_policy(policy)
-    binding = await store.team_binding(project)
+    teams = require_tier(store, KnowledgeStore)
+    binding = await teams.team_binding(project)
     if binding is None:
         raise TeamConflict("this project is not bound to a team: lore team bind <team> first")
     if team_wide:
-        await store.set_team_policy(binding.team, policy)
+        await teams.set_team_policy(binding.team, policy)
     else:
-        await store.set_team_binding(project, attrs.evolve(binding, policy=policy))
+        await teams.set_team_binding(project, attrs.evolve(binding, policy=policy))
     state = await team_state(store, project)
     assert state is not None
     return state
@@ -207,7 +211,7 @@ class TeamView:
         state = await team_state(store, project)
         if state is None:
             return None
-        return cls(store, state, await store.knowledge_decisions(project))
+        return cls(store, state, await require_tier(store, KnowledgeStore).knowledge_decisions(project))
 
     def of_entry(self, logical_id: str) -> list[KnowledgeDecision]:
         return self._by_entry.get(logical_id, [])
@@ -224,7 +228,9 @@ class TeamView:
         if _shared_by(self.state.policy, standing):
             return Approval(entry, state, standing, entry)
         # Copied forward: the latest earlier text the team let through stays shared.
-        for older in reversed(await self.store.knowledge_versions(entry.logical_id)):
+        for older in reversed(
+            await require_tier(self.store, KnowledgeStore).knowledge_versions(entry.logical_id)
+        ):
             if older.version >= entry.version or older.is_deleted:
                 continue
             if _shared_by(self.state.policy, standing_decision(decisions, content_fingerprint(older))):
@@ -266,7 +272,7 @@ async def decide(
     record = make_decision(
         entry.logical_id, content_fingerprint(entry), decision, by, book.clock(), project=entry.project
     )
-    await book.store.record_decisions([record])
+    await book.knowledge_store.record_decisions([record])
     view = await TeamView.load(book.store, entry.project)
     assert view is not None
     return await view.approval(entry)

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import EntityStore, Store, tier_of
 from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.prompt import tokens
 from lore_core.recall.ids import Kind
@@ -70,7 +70,8 @@ class EntityIndex:
         self.store = store
         self.book = book
         self.ttl = ttl
-        self.unsupported = False
+        #: ``None``: a store without the entity tier (nothing to match).
+        self.entity_store = tier_of(store, EntityStore)
         self._loaded_at: float | None = None
         self._generation = -1
         self._all: list[Entity] = []
@@ -83,13 +84,9 @@ class EntityIndex:
         fresh = self._loaded_at is not None and now - self._loaded_at < self.ttl
         if fresh and generation == self._generation:
             return self._all
-        if self.unsupported:
+        if self.entity_store is None:
             return []
-        try:
-            found = await self.store.list_entities(None)
-        except NotImplementedError:
-            self.unsupported = True  # a store without entities: never asked again
-            return []
+        found = await self.entity_store.list_entities(None)
         self._all = [e for e in found if e.sensitivity != "restricted"]
         self._by_id = {e.id: e for e in self._all}
         self._views.clear()
@@ -200,12 +197,12 @@ class EntitySource:
         ]
 
     async def open(self, key: str) -> SourceHit | None:
-        book = self.index.book or EntityBook(self.index.store)
-        try:
-            asked = await self.index.store.get_entity(key)
-            entity = await book.get(key)
-        except NotImplementedError:
+        entity_store = self.index.entity_store
+        if entity_store is None:
             return None
+        book = self.index.book or EntityBook(self.index.store)
+        asked = await entity_store.get_entity(key)
+        entity = await book.get(key)
         if entity is None:
             return None
         if entity.sensitivity == "restricted":

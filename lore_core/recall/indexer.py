@@ -34,7 +34,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lore_core.interfaces import Embedder, EmbedderUnavailable, Store
+from lore_core.interfaces import (
+    Embedder,
+    EmbedderUnavailable,
+    Store,
+    Tier,
+    VectorStore,
+    has_tier,
+    require_tier,
+)
 from lore_core.recall.sources import PASSAGE_SEPARATOR, same_passages, vector_index_name
 from lore_core.storage.passages import (
     MAX_FACETS_PER_ITEM,
@@ -148,6 +156,11 @@ class VectorIndexer:
         #: passages, other facet rules); None once it has caught up.
         self.previous: str | None = None
 
+    @property
+    def vectors(self) -> VectorStore:
+        """The store's vector tier; :class:`~lore_core.interfaces.TierUnavailable` without it."""
+        return require_tier(self.store, VectorStore)
+
     def serving_index(self) -> str:
         """The index recall searches: the previous one while this one backfills."""
         return self.previous or self.model
@@ -156,6 +169,10 @@ class VectorIndexer:
 
     async def start(self) -> None:
         self._stopping = False
+        if not has_tier(self.store, Tier.VECTORS):
+            self.state, self.error = "unsupported", f"the {self.store.name} store has no vector index"
+            log.warning("vector indexer: %s; recall uses full-text search only", self.error)
+            return
         self.state = "starting"
         self._task = asyncio.create_task(self._run(), name="lore-vector-indexer")
 
@@ -203,10 +220,6 @@ class VectorIndexer:
                 self._fail("unavailable", f"embedder unavailable: {exc.reason}", log.warning)
                 await self._sleep(_UNAVAILABLE_RETRY_SECONDS)
                 continue
-            except NotImplementedError:
-                self.state, self.error = "unsupported", f"the {self.store.name} store has no vector index"
-                log.warning("vector indexer: %s; recall uses full-text search only", self.error)
-                return
             except Exception as exc:
                 self._fail("error", " ".join(str(exc).split())[:300] or type(exc).__name__, log.error)
                 await self._sleep(_BACKOFF[min(self._failures, len(_BACKOFF)) - 1])
@@ -235,8 +248,8 @@ class VectorIndexer:
         meanwhile (:attr:`previous`), and :meth:`_retire_previous` drops it later."""
         base = self.model.split(PASSAGE_SEPARATOR, 1)[0]
         try:
-            stats = await self.store.vector_stats()
-        except Exception:  # a store without vectors says so in the loop below
+            stats = await self.vectors.vector_stats()
+        except Exception:  # the store is not open yet: the loop retries
             return
         backfilling = int((stats.get(self.model) or {}).get("pending") or 0) > 0 or self.model not in stats
         for name in stats:
@@ -257,14 +270,14 @@ class VectorIndexer:
     async def _drop(self, name: str, why: str) -> None:
         log.info("vector indexer: dropping %s (%s)", name, why)
         try:
-            await self.store.reset_vectors(name)
+            await self.vectors.reset_vectors(name)
         except Exception as exc:
             log.warning("vector indexer: could not drop %s: %s", name, exc)
 
     async def _refresh_pending(self, announce: bool) -> None:
         try:
-            stats = (await self.store.vector_stats(self.model)).get(self.model, {})
-        except Exception:  # a count for /health only (NotImplementedError is said by the loop)
+            stats = (await self.vectors.vector_stats(self.model)).get(self.model, {})
+        except Exception:  # a count for /health only
             return
         self.pending = stats.get("pending")
         self._pending_counted_at = time.monotonic()
@@ -293,7 +306,7 @@ class VectorIndexer:
             return
         self._written_since_optimize = 0
         try:
-            await self.store.optimize_vectors(self.model)
+            await self.vectors.optimize_vectors(self.model)
         except Exception as exc:
             log.warning("vector indexer: compacting the index failed: %s", " ".join(str(exc).split()))
 
@@ -301,7 +314,7 @@ class VectorIndexer:
 
     async def index_batch(self) -> int:
         """Embed and write one batch of pending items; return how many (0: none pending)."""
-        items = await self.store.pending_embeddings(self.model, limit=self.batch_size)
+        items = await self.vectors.pending_embeddings(self.model, limit=self.batch_size)
         if not items:
             self.pending = 0
             return 0
@@ -325,7 +338,7 @@ class VectorIndexer:
             done.append(ItemVectors(item, chunk, [index for index, _ in units]))
             at += len(units)
         dimensions = len(vectors[0]) if vectors else int(self.embedder.dimensions)
-        written = await self.store.write_vectors(self.model, dimensions, done)
+        written = await self.vectors.write_vectors(self.model, dimensions, done)
         self.items_indexed += len(items)
         self.vectors_written += int(written or 0)
         self.batches += 1
@@ -349,11 +362,10 @@ class VectorIndexer:
         batch. Stops early only on an error, which propagates; what was written stays."""
         total = 0
         await self._drop_stale_indexes()
+        vectors = self.vectors  # a store without vectors stops here, with a clear error
         try:
-            stats = (await self.store.vector_stats(self.model)).get(self.model, {})
+            stats = (await vectors.vector_stats(self.model)).get(self.model, {})
             total = int(stats.get("pending") or 0)
-        except NotImplementedError:
-            raise
         except Exception:
             total = 0
         done = 0
@@ -369,7 +381,7 @@ class VectorIndexer:
                 progress(done, total)
         await self._retire_previous()
         if done:
-            await self.store.optimize_vectors(self.model)
+            await self.vectors.optimize_vectors(self.model)
         return done
 
     # -- reporting ---------------------------------------------------------------------------

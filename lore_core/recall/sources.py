@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from lore_core.interfaces import Embedder, Store
+from lore_core.interfaces import DistillationStore, Embedder, Store, VectorStore, tier_of
 from lore_core.recall.ids import Kind, Scope
 from lore_core.storage.passages import (
     VECTOR_RULES,
@@ -329,7 +329,8 @@ class StoreVectorSource:
         self.name = name
         self.min_similarity = min_similarity
         self.serving = serving
-        self.unsupported = False
+        #: ``None``: a store without the vector tier (every search answers nothing).
+        self.vectors = tier_of(store, VectorStore)
 
     async def search_vector(
         self, vector: Sequence[float], where: SearchFilter, limit: int
@@ -337,24 +338,20 @@ class StoreVectorSource:
         return await self.read(await self.nearest(vector, where, limit))
 
     async def nearest(self, vector: Sequence[float], where: SearchFilter, limit: int) -> list[PassageRef]:
-        if self.unsupported:
+        if self.vectors is None:
             return []
-        try:
-            index = self.serving() if self.serving is not None else self.model
-            found = await self.store.nearest_passages(
-                index, list(vector), session_id=where.session, project=where.project, limit=limit
-            )
-        except NotImplementedError:
-            self.unsupported = True
-            return []
+        index = self.serving() if self.serving is not None else self.model
+        found = await self.vectors.nearest_passages(
+            index, list(vector), session_id=where.session, project=where.project, limit=limit
+        )
         if self.min_similarity is not None:
             found = [ref for ref in found if ref.score >= self.min_similarity]
         return found
 
     async def read(self, refs: Sequence[PassageRef]) -> list[SourceHit]:
-        if not refs:
+        if not refs or self.vectors is None:
             return []
-        return [_source_hit(h) for h in await self.store.read_passages(refs)]
+        return [_source_hit(h) for h in await self.vectors.read_passages(refs)]
 
 
 class StoreDistillationOpener:
@@ -366,10 +363,8 @@ class StoreDistillationOpener:
 
     async def open(self, key: str) -> SourceHit | None:
         item, index = split_key(key)
-        try:
-            d = await self.store.get_distillation(item)
-        except NotImplementedError:
-            return None
+        distillations = tier_of(self.store, DistillationStore)
+        d = await distillations.get_distillation(item) if distillations is not None else None
         if d is None:
             return None
         meta = {

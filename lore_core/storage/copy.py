@@ -22,14 +22,24 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import (
+    DistillationStore,
+    EntityStore,
+    EventLogStore,
+    KnowledgeStore,
+    Store,
+    Tier,
+    TierUnavailable,
+    has_tier,
+    tier_of,
+)
 from lore_core.storage.events import NewEvent
 from lore_core.storage.knowledge import KnowledgeConflict
-from lore_core.storage.records import Session, StoreInventory, WriteBatch
+from lore_core.storage.records import Session, WriteBatch
 
 #: Every session, whatever the store's paging default.
 ALL = 1_000_000_000
@@ -53,6 +63,8 @@ TIERS = (
     "event runs",
     "events",
 )
+
+_T = TypeVar("_T", DistillationStore, KnowledgeStore, EntityStore, EventLogStore)
 
 #: ``progress(tier, done, total)``: called as a tier goes (messages in batches).
 Progress = Callable[[str, int, int], None]
@@ -103,56 +115,65 @@ class CopyReport:
         }
 
 
-async def _maybe(call: Any, default: Any) -> tuple[Any, str]:
-    """``await call`` and the value, or ``default`` and why when the store lacks the tier."""
-    try:
-        return await call, ""
-    except NotImplementedError as exc:
-        return default, str(exc) or "not supported"
+#: The optional tier each counted tier belongs to; the others are every store's.
+TIER_OF: dict[str, Tier] = {
+    "distillations": Tier.DISTILLATIONS,
+    "knowledge entries": Tier.KNOWLEDGE,
+    "knowledge versions": Tier.KNOWLEDGE,
+    "contradictions": Tier.KNOWLEDGE,
+    "team bindings": Tier.KNOWLEDGE,
+    "team policies": Tier.KNOWLEDGE,
+    "decisions": Tier.KNOWLEDGE,
+    "entities": Tier.ENTITIES,
+    "event runs": Tier.EVENTS,
+    "events": Tier.EVENTS,
+}
+
+
+def missing_tiers(*stores: Store) -> dict[str, str]:
+    """The counted tiers one of ``stores`` lacks, and why (the first store lacking it)."""
+    missing: dict[str, str] = {}
+    for name, tier in TIER_OF.items():
+        for store in stores:
+            if not has_tier(store, tier):
+                missing[name] = str(TierUnavailable(store, tier))
+                break
+    return missing
 
 
 async def count_tiers(store: Store) -> tuple[dict[str, int], dict[str, str]]:
-    """Every tier's count read through the protocol, and the tiers the store lacks (why)."""
+    """Every tier's count read through the store's interfaces, and the tiers it lacks (why)."""
     counts: dict[str, int] = dict.fromkeys(TIERS, 0)
-    missing: dict[str, str] = {}
     counts["projects"] = len(await store.list_projects())
     sessions = await store.list_sessions(limit=ALL)
     counts["sessions"] = len(sessions)
     counts["messages"] = sum(s.message_count for s in sessions)
-    inventory, why = await _maybe(store.inventory(), StoreInventory())
-    if why:
-        for tier in ("session state", "team bindings", "team policies", "event runs", "events"):
-            missing[tier] = why
+    inventory = await store.inventory()
     for session_id in inventory.state_sessions:
         counts["session state"] += len(await store.session_state(session_id))
-    distillations, why = await _maybe(store.list_distillations(None), [])
-    counts["distillations"] = len(distillations)
-    if why:
-        missing["distillations"] = why
-    metrics, why = await _maybe(store.knowledge_metrics(None), {})
-    if why:
-        for tier in ("knowledge entries", "knowledge versions", "contradictions"):
-            missing[tier] = why
-    else:
+    distillations = tier_of(store, DistillationStore)
+    if distillations is not None:
+        counts["distillations"] = len(await distillations.list_distillations(None))
+    knowledge = tier_of(store, KnowledgeStore)
+    if knowledge is not None:
+        metrics = await knowledge.knowledge_metrics(None)
         counts["knowledge entries"] = len(metrics)
         for logical_id in metrics:
-            counts["knowledge versions"] += len(await store.knowledge_versions(logical_id))
-        counts["contradictions"] = len(await store.knowledge_contradictions(None))
-    entities, why = await _maybe(store.list_entities(None, include_merged=True), [])
-    counts["entities"] = len(entities)
-    if why:
-        missing["entities"] = why
-    counts["team bindings"] = len(inventory.bound_projects)
-    counts["team policies"] = len(inventory.policy_teams)
-    decisions, why = await _maybe(store.knowledge_decisions(None), [])
-    counts["decisions"] = len(decisions)
-    if why:
-        missing["decisions"] = why
-    counts["event runs"] = len(inventory.runs)
-    for project, run in inventory.runs:
-        state = await store.run_state(project, run)
-        counts["events"] += state.last_seq if state is not None else 0
-    return counts, missing
+            counts["knowledge versions"] += len(await knowledge.knowledge_versions(logical_id))
+        counts["contradictions"] = len(await knowledge.knowledge_contradictions(None))
+        counts["team bindings"] = len(inventory.bound_projects)
+        counts["team policies"] = len(inventory.policy_teams)
+        counts["decisions"] = len(await knowledge.knowledge_decisions(None))
+    entities = tier_of(store, EntityStore)
+    if entities is not None:
+        counts["entities"] = len(await entities.list_entities(None, include_merged=True))
+    events = tier_of(store, EventLogStore)
+    if events is not None:
+        counts["event runs"] = len(inventory.runs)
+        for project, run in inventory.runs:
+            state = await events.run_state(project, run)
+            counts["events"] += state.last_seq if state is not None else 0
+    return counts, missing_tiers(store)
 
 
 def holds_anything(counts: dict[str, int]) -> bool:
@@ -167,16 +188,22 @@ async def copy_store(
     progress: Progress | None = None,
 ) -> CopyReport:
     """Copy everything ``source`` holds into ``destination`` (both open) and count both
-    sides afterwards. The caller decides whether a destination holding data may be copied
-    into (``merged``: the count check then asks for at least the source's counts)."""
+    sides afterwards; a tier one of them lacks is left out (reported why). The caller decides
+    whether a destination holding data may be copied into (``merged``: the count check then
+    asks for at least the source's counts)."""
     started = time.monotonic()
     report = CopyReport(source=_where(source), destination=_where(destination), merged=merged)
     written: dict[str, int] = {}
-    skipped: dict[str, str] = {}
+    skipped = missing_tiers(source, destination)
 
     def step(tier: str, done: int, total: int) -> None:
         if progress is not None:
             progress(tier, done, total)
+
+    def both(interface: type[_T]) -> tuple[_T, _T] | None:
+        """The tier's interface on both sides, or ``None`` when either lacks it."""
+        here, there = tier_of(source, interface), tier_of(destination, interface)
+        return (here, there) if here is not None and there is not None else None
 
     # -- projects, sessions, messages ---------------------------------------------------------
     projects = await source.list_projects()
@@ -207,10 +234,7 @@ async def copy_store(
     written["messages"] = added
 
     # -- session state ----------------------------------------------------------------------
-    inventory, why = await _maybe(source.inventory(), StoreInventory())
-    if why:
-        for tier in ("session state", "team bindings", "team policies", "event runs", "events"):
-            skipped[tier] = why
+    inventory = await source.inventory()
     values: list[tuple[str, str, Any]] = []
     for session_id in inventory.state_sessions:
         values.extend((session_id, k, v) for k, v in (await source.session_state(session_id)).items())
@@ -220,91 +244,92 @@ async def copy_store(
     step("session state", len(values), len(values))
 
     # -- distillations ------------------------------------------------------------------------
-    distillations, why = await _maybe(source.list_distillations(None), [])
-    if why:
-        skipped["distillations"] = why
-    new = 0
-    for i, d in enumerate(distillations, 1):
-        new += bool(await destination.write_distillation(d))
-        if i % 200 == 0:
-            step("distillations", i, len(distillations))
-    archived = [d.id for d in distillations if d.archived]
-    if archived:
-        await destination.archive_distillations(archived)
-    written["distillations"] = new
-    step("distillations", len(distillations), len(distillations))
+    pair_d = both(DistillationStore)
+    if pair_d is not None:
+        source_d, destination_d = pair_d
+        distillations = await source_d.list_distillations(None)
+        new = 0
+        for i, d in enumerate(distillations, 1):
+            new += bool(await destination_d.write_distillation(d))
+            if i % 200 == 0:
+                step("distillations", i, len(distillations))
+        archived = [d.id for d in distillations if d.archived]
+        if archived:
+            await destination_d.archive_distillations(archived)
+        written["distillations"] = new
+        step("distillations", len(distillations), len(distillations))
 
-    # -- knowledge ---------------------------------------------------------------------------
-    metrics, why = await _maybe(source.knowledge_metrics(None), {})
-    if why:
-        for tier in ("knowledge entries", "knowledge versions", "contradictions"):
-            skipped[tier] = why
-    else:
+    # -- knowledge, teams, decisions --------------------------------------------------------
+    pair_k = both(KnowledgeStore)
+    if pair_k is not None:
+        source_k, destination_k = pair_k
+        metrics = await source_k.knowledge_metrics(None)
         versions_new = 0
         for i, logical_id in enumerate(metrics, 1):
-            have = {v.version_id for v in await destination.knowledge_versions(logical_id)}
-            for version in await source.knowledge_versions(logical_id):
+            have = {v.version_id for v in await destination_k.knowledge_versions(logical_id)}
+            for version in await source_k.knowledge_versions(logical_id):
                 if version.version_id in have:
                     continue
                 try:
                     versions_new += bool(
-                        await destination.write_knowledge(attrs.evolve(version, is_current=False))
+                        await destination_k.write_knowledge(attrs.evolve(version, is_current=False))
                     )
                 except KnowledgeConflict as exc:
                     report.failures.append(f"knowledge k:{logical_id} version {version.version}: {exc}")
                     break
             step("knowledge", i, len(metrics))
         written["knowledge versions"] = versions_new
-        written["knowledge entries"] = await destination.set_knowledge_metrics(list(metrics.values()))
-        contradictions = await source.knowledge_contradictions(None)
+        written["knowledge entries"] = await destination_k.set_knowledge_metrics(list(metrics.values()))
+        contradictions = await source_k.knowledge_contradictions(None)
         for judgement in reversed(contradictions):  # oldest first: the latest judgement wins
-            await destination.record_contradiction(judgement)
+            await destination_k.record_contradiction(judgement)
         written["contradictions"] = len(contradictions)
+        for project in inventory.bound_projects:
+            await destination_k.set_team_binding(project, await source_k.team_binding(project))
+        written["team bindings"] = len(inventory.bound_projects)
+        for team in inventory.policy_teams:
+            policy = await source_k.team_policy(team)
+            if policy is not None:
+                await destination_k.set_team_policy(team, policy)
+        written["team policies"] = len(inventory.policy_teams)
+        decisions = await source_k.knowledge_decisions(None)
+        written["decisions"] = await destination_k.record_decisions(decisions) if decisions else 0
 
-    # -- entities, teams, decisions ---------------------------------------------------------
-    entities, why = await _maybe(source.list_entities(None, include_merged=True), [])
-    if why:
-        skipped["entities"] = why
-    elif entities:
-        await destination.write_entities(entities)
-    written["entities"] = len(entities)
-    for project in inventory.bound_projects:
-        await destination.set_team_binding(project, await source.team_binding(project))
-    written["team bindings"] = len(inventory.bound_projects)
-    for team in inventory.policy_teams:
-        policy = await source.team_policy(team)
-        if policy is not None:
-            await destination.set_team_policy(team, policy)
-    written["team policies"] = len(inventory.policy_teams)
-    decisions, why = await _maybe(source.knowledge_decisions(None), [])
-    if why:
-        skipped["decisions"] = why
-    written["decisions"] = await destination.record_decisions(decisions) if decisions else 0
+    # -- entities -----------------------------------------------------------------------------
+    pair_e = both(EntityStore)
+    if pair_e is not None:
+        entities = await pair_e[0].list_entities(None, include_merged=True)
+        if entities:
+            await pair_e[1].write_entities(entities)
+        written["entities"] = len(entities)
 
     # -- the event log ----------------------------------------------------------------------
-    events_new = 0
-    for i, (project, run) in enumerate(inventory.runs, 1):
-        state = await source.run_state(project, run)
-        if state is None:
-            continue
-        there = await destination.run_state(project, run)
-        after = there.last_seq if there is not None else 0
-        pending = await source.run_events(project, run, after_seq=after)
-        # One append per stretch of events of one time: append_events stamps its call's time.
-        for at, group in itertools.groupby(pending, key=lambda e: e.created_at):
-            events = [NewEvent(e.kind, e.content, e.working, e.key) for e in group]
-            events_new += len(await destination.append_events(project, run, events, at))
-        snapshot = await source.working_snapshot(project, run)
-        await destination.advance_run(project, run, state.covered_seq, snapshot, state.updated_at)
-        step("event runs", i, len(inventory.runs))
-    written["event runs"] = len(inventory.runs)
-    written["events"] = events_new
+    pair_v = both(EventLogStore)
+    if pair_v is not None:
+        source_v, destination_v = pair_v
+        events_new = 0
+        for i, (project, run) in enumerate(inventory.runs, 1):
+            state = await source_v.run_state(project, run)
+            if state is None:
+                continue
+            there = await destination_v.run_state(project, run)
+            after = there.last_seq if there is not None else 0
+            pending = await source_v.run_events(project, run, after_seq=after)
+            # One append per stretch of events of one time: append_events stamps its call's time.
+            for at, group in itertools.groupby(pending, key=lambda e: e.created_at):
+                events = [NewEvent(e.kind, e.content, e.working, e.key) for e in group]
+                events_new += len(await destination_v.append_events(project, run, events, at))
+            snapshot = await source_v.working_snapshot(project, run)
+            await destination_v.advance_run(project, run, state.covered_seq, snapshot, state.updated_at)
+            step("event runs", i, len(inventory.runs))
+        written["event runs"] = len(inventory.runs)
+        written["events"] = events_new
 
     # -- the count check ----------------------------------------------------------------------
-    source_counts, source_missing = await count_tiers(source)
-    destination_counts, destination_missing = await count_tiers(destination)
+    source_counts, _ = await count_tiers(source)
+    destination_counts, _ = await count_tiers(destination)
     for tier in TIERS:
-        why = skipped.get(tier) or source_missing.get(tier) or destination_missing.get(tier, "")
+        why = skipped.get(tier, "")
         report.tiers.append(
             TierCount(
                 tier,

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from lore_core.interfaces import DistillationStore, KnowledgeStore, tier_of
 from lore_core.storage.journal import LOCK_FILE, SUFFIX, JournalError, encode, read_segment
 from lore_core.storage.records import StoredMessage, WriteBatch
 
@@ -217,20 +218,16 @@ async def forget_stored_session(
     journaled = list(journaled)
     messages = await store.session_messages(session_id)
     session = await store.get_session(session_id)
-    try:
-        distillations = await store.list_distillations(session_id)
-    except NotImplementedError:
-        distillations = []
+    tier = tier_of(store, DistillationStore)
+    distillations = await tier.list_distillations(session_id) if tier is not None else []
     if session is None and not messages and not distillations and not journaled:
         return None
     await marks.forget(session_id, mark_for([*messages, *journaled], at))
     report = await store.forget_session(session_id, keep_state=kept_state_keys())
     if journaled:
         report = attrs.evolve(report, found=True)
-    try:
-        entries = await store.current_knowledge(None)
-    except NotImplementedError:
-        entries = []
+    knowledge = tier_of(store, KnowledgeStore)
+    entries = await knowledge.current_knowledge(None) if knowledge is not None else []
     curated = tuple(sorted(e.ref for e in entries if e.source_session == session_id))
     return attrs.evolve(report, knowledge=curated)
 

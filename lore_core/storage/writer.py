@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from lore_core.config import ConfigError, LoreConfig, StoreConfig
 from lore_core.install import plugin_hint
-from lore_core.interfaces import Store, StoreFactory
+from lore_core.interfaces import Store, StoreFactory, StoreTierError, check_tiers
 from lore_core.model import Exchange
 from lore_core.storage.forget import ForgetMark, drop_forgotten
 from lore_core.storage.journal import Journal, JournalError
@@ -481,4 +481,9 @@ def choose_store(config: LoreConfig, stores: Mapping[str, StoreFactory]) -> Stor
     if factory is None:
         known = ", ".join(sorted(stores)) or "none"
         raise ConfigError(f"store.backend: no store backend named {name!r} is installed (installed: {known})")
-    return factory(config)
+    store = factory(config)
+    try:
+        check_tiers(store)  # once, at start-up: a tier declared and not implemented stops here
+    except StoreTierError as exc:
+        raise ConfigError(f"store.backend: {exc}") from None
+    return store

@@ -8,7 +8,15 @@ from typing import Any
 
 import attrs
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import (
+    DistillationStore,
+    EntityStore,
+    EventLogStore,
+    KnowledgeStore,
+    Store,
+    require_tier,
+    tier_of,
+)
 from lore_core.storage.copy import ALL
 from lore_core.storage.entities import Entity
 from lore_core.storage.events import NewEvent, WorkingFact, WorkingSnapshot
@@ -48,7 +56,12 @@ async def fill_every_tier(store: Store, sessions: int = 3, turns: int = 4) -> No
     ``turns`` exchanges in two projects (a fork and a tool call among them), session state
     and spend, distillations (one archived by a meta-distillation), knowledge (an edited
     entry, a deleted one, reinforced metrics), a contradiction, entities (a merged one),
-    team bindings, a policy, decisions, and two runs of the event log with a checkpoint."""
+    team bindings, a policy, decisions, and two runs of the event log with a checkpoint.
+    The store must have every tier."""
+    distillations = require_tier(store, DistillationStore)
+    knowledge = require_tier(store, KnowledgeStore)
+    entities = require_tier(store, EntityStore)
+    events = require_tier(store, EventLogStore)
     base = 1_700_000_000.0
     for s in range(sessions):
         session = f"copy-s{s}"
@@ -101,7 +114,7 @@ async def fill_every_tier(store: Store, sessions: int = 3, turns: int = 4) -> No
             output_tokens=20,
             compression_ratio=5.0,
         )
-        await store.write_distillation(d)
+        await distillations.write_distillation(d)
         firsts.append(d.id)
     meta = StoredDistillation(
         id=distillation_id("copy-s0", 1, firsts),
@@ -114,22 +127,22 @@ async def fill_every_tier(store: Store, sessions: int = 3, turns: int = 4) -> No
         worker_provider="fake",
         worker_model="fake-1",
     )
-    await store.write_distillation(meta, archive=firsts)
+    await distillations.write_distillation(meta, archive=firsts)
     # Knowledge: an entry edited twice, one deleted, one curated; metrics moved.
     kept = _entry("aaaa000000000001", "Deploy after the migration", "/work/alpha", base + 900)
-    await store.write_knowledge(kept)
+    await knowledge.write_knowledge(kept)
     edited = next_version(kept, updated_by=AUTHOR_USER, at=base + 910, content="migrate, then deploy")
-    await store.write_knowledge(edited)
-    await store.write_knowledge(
+    await knowledge.write_knowledge(edited)
+    await knowledge.write_knowledge(
         next_version(edited, updated_by=AUTHOR_CURATOR, at=base + 920, title="Deploy order")
     )
     gone = _entry("aaaa000000000002", "Use tabs", "/work/beta", base + 930)
-    await store.write_knowledge(gone)
-    await store.write_knowledge(next_version(gone, updated_by=AUTHOR_USER, at=base + 940, deleted=True))
+    await knowledge.write_knowledge(gone)
+    await knowledge.write_knowledge(next_version(gone, updated_by=AUTHOR_USER, at=base + 940, deleted=True))
     curated = _entry("aaaa000000000003", "Billing uses Postgres", "/work/alpha", base + 950, AUTHOR_CURATOR)
-    await store.write_knowledge(curated)
-    await store.reinforce_knowledge([curated.logical_id], 0.125, base + 960)
-    await store.record_contradiction(
+    await knowledge.write_knowledge(curated)
+    await knowledge.reinforce_knowledge([curated.logical_id], 0.125, base + 960)
+    await knowledge.record_contradiction(
         KnowledgeContradiction(
             kept.logical_id,
             curated.logical_id,
@@ -142,7 +155,7 @@ async def fill_every_tier(store: Store, sessions: int = 3, turns: int = 4) -> No
         )
     )
     # Entities: two, one merged into the other.
-    await store.write_entities(
+    await entities.write_entities(
         [
             Entity(
                 "e-billing", "service", "billing-api", ["billing"], project="/work/alpha", created_at=base
@@ -152,19 +165,19 @@ async def fill_every_tier(store: Store, sessions: int = 3, turns: int = 4) -> No
         ]
     )
     # Teams.
-    await store.set_team_binding("/work/alpha", TeamBinding("/work/alpha", "core", base + 980, "manual"))
-    await store.set_team_policy("core", "auto")
-    await store.record_decisions(
+    await knowledge.set_team_binding("/work/alpha", TeamBinding("/work/alpha", "core", base + 980, "manual"))
+    await knowledge.set_team_policy("core", "auto")
+    await knowledge.record_decisions(
         [make_decision(kept.logical_id, "fp-a", "approved", "ana", base + 990.000001, project="/work/alpha")]
     )
     # The event log: two runs, one checkpointed with a working snapshot.
     note = NewEvent("note", "the parser fails on empty input")
     status = NewEvent("status", "editing parser.py", working=True, key="editing")
-    await store.append_events("/work/alpha", "build", [note, status], base + 1000)
-    await store.append_events("/work/alpha", "build", [note], base + 1001)
-    await store.append_events("/work/beta", "review", [status], base + 1002)
+    await events.append_events("/work/alpha", "build", [note, status], base + 1000)
+    await events.append_events("/work/alpha", "build", [note], base + 1001)
+    await events.append_events("/work/beta", "review", [status], base + 1002)
     snapshot = WorkingSnapshot(2, (WorkingFact("editing", "editing parser.py", 2, "status"),), base + 1003)
-    await store.advance_run("/work/alpha", "build", 2, snapshot, base + 1003)
+    await events.advance_run("/work/alpha", "build", 2, snapshot, base + 1003)
 
 
 def _plain(record: Any) -> Any:
@@ -172,41 +185,51 @@ def _plain(record: Any) -> Any:
 
 
 async def picture(store: Store) -> dict[str, Any]:
-    """Every tier of ``store`` as plain data, ordered, for comparing two stores."""
+    """Every tier of ``store`` as plain data, ordered, for comparing two stores (a tier the
+    store lacks is left out)."""
     sessions = await store.list_sessions(limit=ALL)
     messages = []
     for s in sessions:
         messages += [attrs.asdict(m) for m in await store.session_messages(s.id)]
     inventory = await store.inventory()
-    metrics = await store.knowledge_metrics(None)
-    runs = {}
-    for project, run in inventory.runs:
-        state = await store.run_state(project, run)
-        snapshot = await store.working_snapshot(project, run)
-        runs[f"{project} {run}"] = {
-            "seqs": None if state is None else (state.last_seq, state.covered_seq),
-            "events": [attrs.asdict(e) for e in await store.run_events(project, run)],
-            "snapshot": None if snapshot is None else attrs.asdict(snapshot),
-        }
-    return {
+    found: dict[str, Any] = {
         "projects": sorted(p.id for p in await store.list_projects()),
         "sessions": sorted((attrs.asdict(s) for s in sessions), key=lambda s: s["id"]),
         "messages": sorted(messages, key=lambda m: m["id"]),
         "state": {sid: await store.session_state(sid) for sid in inventory.state_sessions},
-        "distillations": sorted(
-            (attrs.asdict(d) for d in await store.list_distillations(None)), key=lambda d: d["id"]
-        ),
-        "knowledge": {
-            i: [attrs.asdict(v) for v in await store.knowledge_versions(i)] for i in sorted(metrics)
-        },
-        "metrics": {i: attrs.asdict(m) for i, m in sorted(metrics.items())},
-        "contradictions": [attrs.asdict(c) for c in await store.knowledge_contradictions(None)],
-        "entities": sorted(
-            (attrs.asdict(e) for e in await store.list_entities(None, include_merged=True)),
-            key=lambda e: e["id"],
-        ),
-        "bindings": {p: _plain(await store.team_binding(p)) for p in inventory.bound_projects},
-        "policies": {t: await store.team_policy(t) for t in inventory.policy_teams},
-        "decisions": [attrs.asdict(d) for d in await store.knowledge_decisions(None)],
-        "runs": runs,
     }
+    distillations = tier_of(store, DistillationStore)
+    if distillations is not None:
+        found["distillations"] = sorted(
+            (attrs.asdict(d) for d in await distillations.list_distillations(None)), key=lambda d: d["id"]
+        )
+    knowledge = tier_of(store, KnowledgeStore)
+    if knowledge is not None:
+        metrics = await knowledge.knowledge_metrics(None)
+        found["knowledge"] = {
+            i: [attrs.asdict(v) for v in await knowledge.knowledge_versions(i)] for i in sorted(metrics)
+        }
+        found["metrics"] = {i: attrs.asdict(m) for i, m in sorted(metrics.items())}
+        found["contradictions"] = [attrs.asdict(c) for c in await knowledge.knowledge_contradictions(None)]
+        found["bindings"] = {p: _plain(await knowledge.team_binding(p)) for p in inventory.bound_projects}
+        found["policies"] = {t: await knowledge.team_policy(t) for t in inventory.policy_teams}
+        found["decisions"] = [attrs.asdict(d) for d in await knowledge.knowledge_decisions(None)]
+    entities = tier_of(store, EntityStore)
+    if entities is not None:
+        found["entities"] = sorted(
+            (attrs.asdict(e) for e in await entities.list_entities(None, include_merged=True)),
+            key=lambda e: e["id"],
+        )
+    events = tier_of(store, EventLogStore)
+    if events is not None:
+        runs = {}
+        for project, run in inventory.runs:
+            state = await events.run_state(project, run)
+            snapshot = await events.working_snapshot(project, run)
+            runs[f"{project} {run}"] = {
+                "seqs": None if state is None else (state.last_seq, state.covered_seq),
+                "events": [attrs.asdict(e) for e in await events.run_events(project, run)],
+                "snapshot": None if snapshot is None else attrs.asdict(snapshot),
+            }
+        found["runs"] = runs
+    return found

@@ -1,11 +1,15 @@
-"""The store conformance suite: the contract of :class:`lore_core.interfaces.Store` as tests.
+"""The store conformance suite: the contract of :class:`lore_core.interfaces.Store` and of each
+optional tier (:class:`lore_core.interfaces.Tier`) as tests, one mixin per tier.
 
-Every store plugin subclasses :class:`StoreConformance` in its own tests and must pass it,
-as the kernel's in-memory reference store does (``tests/test_memory_store.py``)::
+Every store plugin's tests subclass :class:`MessagesConformance` (the core every store has)
+and the mixin of each tier the store declares in ``Store.tiers``, and must pass them:
+:meth:`MessagesConformance.test_the_suites_are_the_declared_tiers` fails when the two
+differ. :class:`StoreConformance` is every suite at once, for a store with every tier (as
+the kernel's in-memory reference store, ``tests/test_memory_store.py``)::
 
-    from lore_core.testing.conformance.store import StoreConformance
+    from lore_core.testing.conformance.store import MessagesConformance, VectorsConformance
 
-    class TestMyStore(StoreConformance):
+    class TestMyStore(MessagesConformance, VectorsConformance):  # tiers = {Tier.VECTORS}
         persistent = True  # data must survive close() and a fresh open()
 
         @pytest.fixture
@@ -23,12 +27,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import attrs
 import pytest
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import (
+    DistillationStore,
+    EntityStore,
+    EventLogStore,
+    KnowledgeStore,
+    Store,
+    Tier,
+    VectorStore,
+    check_tiers,
+    has_tier,
+)
 from lore_core.model import (
     TOOL_CALL,
     TOOL_RESULT,
@@ -67,9 +81,19 @@ from lore_core.testing.builders import (
     tool_result,
 )
 
+if TYPE_CHECKING:
 
-class StoreConformance:
-    """Subclass in a ``test_*.py`` module and provide the ``make_store`` fixture."""
+    class TieredStore(Store, DistillationStore, VectorStore, KnowledgeStore, EntityStore, EventLogStore):
+        """What the tests call: the core and every tier's members (each test uses those of
+        its own suite's tier)."""
+
+else:
+    TieredStore = Store
+
+
+class _StoreSuite:
+    """What every part of the suite shares: the ``make_store`` fixture, running a body on an
+    open store, the corpora the tests write."""
 
     #: Set to True when data must survive ``close()`` and a fresh ``open()``.
     persistent: bool = False
@@ -78,26 +102,189 @@ class StoreConformance:
     def make_store(self) -> Callable[[], Store]:
         raise NotImplementedError("a store's test class provides the make_store fixture")
 
-    # -- helpers ---------------------------------------------------------------------------
-
-    def run(self, make_store: Callable[[], Store], body: Callable[[Store], Awaitable[None]]) -> None:
+    def run(self, make_store: Callable[[], Store], body: Callable[[TieredStore], Awaitable[None]]) -> None:
         async def main() -> None:
             store = make_store()
             await store.open()
             try:
-                await body(store)
+                # A tier's tests run only on a store that declares it (the declared-tiers test).
+                await body(cast(TieredStore, store))
             finally:
                 await store.close()
 
         asyncio.run(main())
 
-    def reopen(self, make_store: Callable[[], Store], body: Callable[[Store], Awaitable[None]]) -> None:
+    def reopen(self, make_store: Callable[[], Store], body: Callable[[TieredStore], Awaitable[None]]) -> None:
         self.run(make_store, body)
 
-    # -- lifecycle -------------------------------------------------------------------------
+    def _corpus(self) -> WriteBatch:
+        return batch_of(
+            exchange(
+                [text("user", "the migration to postgres failed with a deadlock error")],
+                answer("deadlock again: retry the postgres migration with a lock timeout"),
+                session="s-a",
+                project="/p/one",
+                at=100.0,
+            ),
+            exchange(
+                [text("user", "write a haiku about autumn leaves")],
+                answer("crisp leaves drift"),
+                session="s-b",
+                project="/p/one",
+                at=200.0,
+            ),
+            exchange(
+                [text("user", "why does the build fail on arm64")],
+                answer("the postgres driver has no arm64 wheel"),
+                session="s-c",
+                project="/p/two",
+                at=300.0,
+            ),
+        )
+
+    def _distillation(
+        self, generation: int, text: str, sources: list[str], session: str = "s-1", at: float = 5000.0
+    ) -> StoredDistillation:
+        return StoredDistillation(
+            id=distillation_id(session, generation, sources),
+            session_id=session,
+            generation=generation,
+            text=text,
+            source_ids=sources,
+            project="/work/alpha",
+            created_at=at,
+            start=at - 100,
+            end=at - 10,
+            method="llm",
+            source_tokens=400,
+            input_tokens=300,
+            output_tokens=40,
+            compression_ratio=10.0,
+            worker_provider="anthropic",
+            worker_model="claude-test",
+        )
+
+    def _forget_corpus(self) -> WriteBatch:
+        """Session ``s-gone`` (unique words in a prompt, a tool's call and output and an
+        answer) and session ``s-kept`` beside it, in the same project."""
+        gone = exchange(
+            [
+                text("user", "the zanzibarquux secret plan, please"),
+                tool_call("Bash", "call_9", {"command": "cat xylophonequartz.txt"}, say="Reading it"),
+                tool_result("call_9", "the file says marmalade7741 and the wombat sleeps"),
+            ],
+            answer("Noted: yodelfrost is the answer."),
+            session="s-gone",
+            at=1000.0,
+        )
+        kept = exchange(
+            [text("user", "the wombat plan for the kept session")],
+            answer("kept answer about the wombat"),
+            session="s-kept",
+            at=2000.0,
+        )
+        return batch_of(gone, kept)
+
+    #: "Use tabs" in fullwidth letters, the same title under NFKC.
+    _FULLWIDTH = "\uff35\uff53\uff45 \uff54\uff41\uff42\uff53"
+
+    @staticmethod
+    def _knowledge(
+        title: str,
+        *,
+        logical_id: str | None = None,
+        category: str = "decision",
+        scope: str = "project",
+        project: str = "/work/alpha",
+        created_by: str = AUTHOR_USER,
+        at: float = 1000.0,
+        content: str | None = None,
+        **fields: Any,
+    ) -> KnowledgeVersion:
+        """Version 1 of a new entry (scope ``global`` entries belong to no project)."""
+        ident = logical_id or new_logical_id()
+        return KnowledgeVersion(
+            version_id=new_version_id(ident, 1),
+            logical_id=ident,
+            version=1,
+            category=category,
+            title=title,
+            content=f"about {title}" if content is None else content,
+            scope=scope,
+            project="" if scope == "global" else project,
+            created_at=at,
+            created_by=created_by,
+            updated_by=created_by,
+            **fields,
+        )
+
+    @staticmethod
+    def _entity(name: str, **fields: Any) -> Any:
+        from lore_core.storage.entities import Entity, new_entity_id
+
+        values: dict[str, Any] = {"kind": "service", "project": "/work/alpha", "created_at": 10.0}
+        values.update(fields)
+        values.setdefault("updated_at", values["created_at"])
+        return Entity(id=values.pop("id", None) or new_entity_id(), name=name, **values)
+
+    MODEL = "test-embedder-v1"
+
+    @staticmethod
+    def _unit(*values: float) -> list[float]:
+        norm = sum(v * v for v in values) ** 0.5
+        return [v / norm for v in values]
+
+    def _axis(self, text: str) -> list[float]:
+        """A fixed 4-dimensional "embedding": the axis of the topic the text is about."""
+        if "haiku" in text or "leaves" in text:
+            return self._unit(0.1, 1.0, 0.0, 0.0)
+        if "arm64" in text:
+            return self._unit(0.2, 0.0, 1.0, 0.0)
+        if "wombat" in text:
+            return self._unit(0.0, 0.0, 0.1, 1.0)
+        return self._unit(1.0, 0.1, 0.0, 0.0)
+
+    async def _embed_pending(self, store: TieredStore, model: str | None = None, batch: int = 256) -> int:
+        from lore_core.storage.records import ItemVectors
+
+        total = 0
+        while True:
+            items = await store.pending_embeddings(model or self.MODEL, limit=batch)
+            if not items:
+                return total
+            done = [ItemVectors(i, [self._axis(i.text)] if i.text else []) for i in items]
+            total += await store.write_vectors(model or self.MODEL, 4, done)
+
+    @staticmethod
+    def _require(store: Store, tier: Tier) -> None:
+        """Skip a test that also needs another tier than its own when the store lacks it."""
+        if not has_tier(store, tier):
+            pytest.skip(f"the {store.name} store has no {tier.label}")
+
+
+class TierConformance(_StoreSuite):
+    """The suite of one optional tier (:attr:`tier`)."""
+
+    tier: ClassVar[Tier]
+
+
+class MessagesConformance(_StoreSuite):
+    """The core every store passes: lifecycle, writes and identity, sessions, projects and
+    state, full-text search, forgetting, leases and copying."""
+
+    def test_the_suites_are_the_declared_tiers(self, make_store: Callable[[], Store]) -> None:
+        """The tiers the store declares are exactly those it derives from the interface of
+        (:func:`~lore_core.interfaces.check_tiers`) and those whose suites this class runs."""
+        store = make_store()
+        check_tiers(store)
+        tested = {c.tier for c in type(self).__mro__ if issubclass(c, TierConformance) and "tier" in vars(c)}
+        assert set(type(store).tiers) == tested, (
+            f"the {store.name} store declares {sorted(t.value for t in type(store).tiers)}; "
+            f"this class runs the suites of {sorted(t.value for t in tested)}"
+        )
 
     def test_empty_store(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             stats = await store.stats()
             assert (stats["projects"], stats["sessions"], stats["messages"]) == (0, 0, 0)
             assert "schema_version" in stats and "size_bytes" in stats
@@ -114,8 +301,6 @@ class StoreConformance:
 
         self.run(make_store, body)
 
-    # -- writes and identity ---------------------------------------------------------------
-
     def test_roundtrip_structure(self, make_store: Callable[[], Store]) -> None:
         msgs = [
             text("user", "list the files please"),
@@ -124,7 +309,7 @@ class StoreConformance:
         ]
         ex = exchange(msgs, answer("There are two files.", input_tokens=123, output_tokens=45))
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             added = await store.write(batch_of(ex))
             assert added == 4
             session = await store.get_session("s-1")
@@ -171,7 +356,7 @@ class StoreConformance:
         ex = exchange([text("user", "hello there")], answer("hi"))
         odd = ["it's", "a'); DROP TABLE messages; --", "back\\slash", "nul\0byte", "?", "$1", "", "ü🙂"]
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(ex))
             stored = await store.session_messages("s-1")
             assert await store.get_messages(odd) == []
@@ -186,7 +371,7 @@ class StoreConformance:
     def test_write_is_idempotent(self, make_store: Callable[[], Store]) -> None:
         ex = exchange([text("user", "hello there")], answer("hi"))
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.write(batch_of(ex)) == 2
             assert await store.write(batch_of(ex)) == 0
             assert (await store.stats())["messages"] == 2
@@ -205,7 +390,7 @@ class StoreConformance:
             at=2000.0,
         )
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(turn1))
             assert await store.write(batch_of(turn2)) == 2
             stored = await store.session_messages("s-1")
@@ -227,7 +412,7 @@ class StoreConformance:
         original = exchange([*base, text("user", "use postgres")], answer("ok postgres"), at=1000.0)
         edited = exchange([*base, text("user", "use sqlite")], answer("ok sqlite"), at=2000.0)
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(original))
             await store.write(batch_of(edited))
             stored = await store.session_messages("s-1")
@@ -245,7 +430,7 @@ class StoreConformance:
         ex = exchange([text("user", "stream something long")], answer("half of the ans", complete=False))
         ex.client_disconnected = True
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(ex))
             stored = await store.session_messages("s-1")
             assert stored[-1].text == "half of the ans" and stored[-1].complete is False
@@ -257,7 +442,7 @@ class StoreConformance:
         big = "ünïcødé 日本語 🚀 " + "lorem ipsum " * 20_000
         ex = exchange([text("user", big)], answer("quote: \"'\\ \x01"))
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(ex))
             stored = await store.session_messages("s-1")
             assert stored[0].text == big.strip() or stored[0].text == big
@@ -265,10 +450,8 @@ class StoreConformance:
 
         self.run(make_store, body)
 
-    # -- sessions, projects and state ------------------------------------------------------
-
     def test_sessions_by_project_newest_first(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(
                 batch_of(
                     exchange([text("user", "a")], session="old", project="/p/one", at=100.0),
@@ -308,7 +491,7 @@ class StoreConformance:
                 [text("user", first)], answer("ok"), session=session, project=project, harness=harness, at=at
             )
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(
                 batch_of(
                     ex("a", 100.0, "Deploy the API"),
@@ -363,14 +546,14 @@ class StoreConformance:
             [text("user", "x1"), text("assistant", "y1"), text("user", "x2")], answer("y2"), session="s-2"
         )
 
-        async def counts(store: Store, session_id: str) -> tuple[int, int]:
+        async def counts(store: TieredStore, session_id: str) -> tuple[int, int]:
             found = await store.get_session(session_id)
             assert found is not None
             (listed,) = [s for s in await store.list_sessions(limit=10) if s.id == session_id]
             assert (listed.message_count, listed.branch_count) == (found.message_count, found.branch_count)
             return found.message_count, found.branch_count
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(turn1))
             assert await counts(store, "s-1") == (2, 1)
             await store.write(batch_of(turn2))
@@ -398,7 +581,7 @@ class StoreConformance:
         elsewhere = self._knowledge("Only knowledge here", project="/p/three")
         shared = self._knowledge("Everywhere", scope="global")
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.project_summaries("spendUsd") == []
             await store.write(
                 batch_of(
@@ -411,22 +594,34 @@ class StoreConformance:
             await store.set_state("s-2", "spendUsd", 1.5)
             await store.set_state("s-2", "other", 100)
             await store.set_state("s-3", "spendUsd", {"not": "a number"})
-            for entry in (alive, gone, elsewhere, shared):
-                await store.write_knowledge(entry)
-            await store.write_knowledge(next_version(gone, updated_by=AUTHOR_USER, at=2000.0, deleted=True))
+            knowledge = has_tier(store, Tier.KNOWLEDGE)
+            if knowledge:
+                for entry in (alive, gone, elsewhere, shared):
+                    await store.write_knowledge(entry)
+                await store.write_knowledge(
+                    next_version(gone, updated_by=AUTHOR_USER, at=2000.0, deleted=True)
+                )
             found = {p.project: p for p in await store.project_summaries("spendUsd")}
-            assert list(found) == ["/p/one", "/p/two", "/p/three"]  # most recent first
-            one, two, three = found["/p/one"], found["/p/two"], found["/p/three"]
-            assert (one.sessions, one.messages, one.knowledge, one.last_activity) == (2, 3, 1, 301.0)
+            # Most recent first; a project with knowledge only, with the knowledge tier.
+            assert list(found) == ["/p/one", "/p/two", "/p/three"][: 3 if knowledge else 2]
+            one, two = found["/p/one"], found["/p/two"]
+            assert (one.sessions, one.messages, one.knowledge, one.last_activity) == (
+                2,
+                3,
+                int(knowledge),
+                301.0,
+            )
             assert one.spend_usd == pytest.approx(1.75)
             assert (two.sessions, two.messages, two.knowledge, two.spend_usd) == (1, 2, 0, 0.0)
             assert two.last_activity == 201.0
-            assert (three.sessions, three.messages, three.knowledge) == (0, 0, 1)
+            if knowledge:
+                three = found["/p/three"]
+                assert (three.sessions, three.messages, three.knowledge) == (0, 0, 1)
 
         self.run(make_store, body)
 
     def test_session_state(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.get_state("s-1", "forceMinLayer") is None
             assert await store.get_state("s-1", "forceMinLayer", 0) == 0
             await store.set_state("s-1", "forceMinLayer", 2)
@@ -442,7 +637,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_session_states_in_one_call(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.get_states("spendUsd", []) == {}
             await store.set_states([])
             await store.set_state("s-1", "spendUsd", 0.5)
@@ -467,11 +662,11 @@ class StoreConformance:
             pytest.skip("this store does not persist")
         ex = exchange([text("user", "remember the flamingo")], answer("noted"))
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             await store.write(batch_of(ex))
             await store.set_state("s-1", "forceMinLayer", 2)
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             assert (await store.stats())["messages"] == 2
             assert await store.get_state("s-1", "forceMinLayer") == 2
             assert [h.text for h in await store.search("flamingo")] == ["[user]\nremember the flamingo"]
@@ -480,35 +675,8 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
-    # -- search ----------------------------------------------------------------------------
-
-    def _corpus(self) -> WriteBatch:
-        return batch_of(
-            exchange(
-                [text("user", "the migration to postgres failed with a deadlock error")],
-                answer("deadlock again: retry the postgres migration with a lock timeout"),
-                session="s-a",
-                project="/p/one",
-                at=100.0,
-            ),
-            exchange(
-                [text("user", "write a haiku about autumn leaves")],
-                answer("crisp leaves drift"),
-                session="s-b",
-                project="/p/one",
-                at=200.0,
-            ),
-            exchange(
-                [text("user", "why does the build fail on arm64")],
-                answer("the postgres driver has no arm64 wheel"),
-                session="s-c",
-                project="/p/two",
-                at=300.0,
-            ),
-        )
-
     def test_search_ranks_by_bm25(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             hits = await store.search("deadlock")
             assert len(hits) == 2 and {h.session_id for h in hits} == {"s-a"}
@@ -532,7 +700,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_search_filters_and_limit(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             assert {h.session_id for h in await store.search("postgres", project="/p/two")} == {"s-c"}
             assert {h.session_id for h in await store.search("postgres", session_id="s-a")} == {"s-a"}
@@ -544,7 +712,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_search_sees_new_messages_at_once(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             assert await store.search("kumquat") == []
             for i in range(5):
@@ -568,7 +736,7 @@ class StoreConformance:
         output = f"{noise}\n--- FAIL: TestLighthouseKeeper (0.01s)\n{noise}"
         call = tool_call("Bash", "c1", {"command": "go test ./..."}, say="Running the tests.")
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(
                 batch_of(exchange([text("user", "run the tests"), call, tool_result("c1", output)]))
             )
@@ -593,7 +761,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_sync_search_index(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             seen: list[tuple[int, int]] = []
             await store.sync_search_index(lambda done, total: seen.append((done, total)))
@@ -606,7 +774,7 @@ class StoreConformance:
         key = "sk-ant-api03-" + "Q" * 40
         ex = exchange([text("user", f"my key is {key} keep it secret")], answer("I will not repeat it"))
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(ex))
             stored = await store.session_messages("s-1")
             assert key not in stored[0].text and key not in repr(stored[0].blocks)
@@ -615,34 +783,189 @@ class StoreConformance:
 
         self.run(make_store, body)
 
-    # -- distillations ---------------------------------------------------------------------
+    def test_forget_session_removes_it_and_nothing_else(self, make_store: Callable[[], Store]) -> None:
+        unique = ("zanzibarquux", "xylophonequartz", "marmalade7741", "yodelfrost", "quokkaplan")
 
-    def _distillation(
-        self, generation: int, text: str, sources: list[str], session: str = "s-1", at: float = 5000.0
-    ) -> StoredDistillation:
-        return StoredDistillation(
-            id=distillation_id(session, generation, sources),
-            session_id=session,
-            generation=generation,
-            text=text,
-            source_ids=sources,
-            project="/work/alpha",
-            created_at=at,
-            start=at - 100,
-            end=at - 10,
-            method="llm",
-            source_tokens=400,
-            input_tokens=300,
-            output_tokens=40,
-            compression_ratio=10.0,
-            worker_provider="anthropic",
-            worker_model="claude-test",
-        )
+        async def body(store: TieredStore) -> None:
+            # What the store has of the tiers a session reaches is forgotten with it.
+            distilled = has_tier(store, Tier.DISTILLATIONS)
+            vectors = has_tier(store, Tier.VECTORS)
+            await store.write(self._forget_corpus())
+            ids = [m.id for m in await store.session_messages("s-gone")]
+            kept_ids = [m.id for m in await store.session_messages("s-kept")]
+            assert len(ids) == 4 and len(kept_ids) == 2
+            obs = self._distillation(0, "- quokkaplan: the zanzibarquux plan", ids[:2], session="s-gone")
+            meta = self._distillation(1, "## quokkaplan consolidated", [obs.id], session="s-gone", at=6000.0)
+            other = self._distillation(0, "- the wombat plan kept", kept_ids, session="s-kept")
+            if distilled:
+                await store.write_distillation(obs)
+                await store.write_distillation(meta, archive=[obs.id])
+                await store.write_distillation(other)
+            for key in ("forceMinLayer", "recall.restore", "amnesia"):
+                await store.set_state("s-gone", key, {"k": key})
+            await store.set_state("s-kept", "forceMinLayer", 2)
+            if vectors:
+                assert await self._embed_pending(store) > 0
+            before = (await store.vector_stats(self.MODEL))[self.MODEL]["vectors"] if vectors else 0
+            assert await store.search("zanzibarquux")  # found before it is forgotten
+            assert {h.session_id for h in await store.search("wombat")} == {"s-gone", "s-kept"}
+
+            report = await store.forget_session("s-gone", keep_state=["amnesia"])
+
+            assert report.session_id == "s-gone" and report.found
+            assert (report.messages, report.distillations) == (4, 2 if distilled else 0)
+            assert report.passages >= (6 if distilled else 4)  # each item has a passage at least
+            assert report.state_keys == ("forceMinLayer", "recall.restore")
+            assert report.seconds >= 0 and all(v >= 0 for v in report.steps.values())
+            assert await store.get_session("s-gone") is None
+            assert await store.session_messages("s-gone") == []
+            assert await store.get_messages(ids) == []
+            if distilled:
+                assert await store.list_distillations("s-gone") == []
+                assert await store.get_distillation(obs.id) is None
+                assert await store.get_distillation(meta.ref) is None
+                assert await store.distilled_message_ids("s-gone") == set()
+            assert await store.session_state("s-gone") == {"amnesia": {"k": "amnesia"}}
+            for word in unique:
+                assert await store.search(word) == [], word
+            assert {h.session_id for h in await store.search("wombat")} == {"s-kept"}
+            # The other session is untouched.
+            assert [s.id for s in await store.list_sessions()] == ["s-kept"]
+            assert [m.id for m in await store.session_messages("s-kept")] == kept_ids
+            assert await store.session_state("s-kept") == {"forceMinLayer": 2}
+            stats = await store.stats()
+            assert (stats["sessions"], stats["messages"]) == (1, 2)
+            if distilled:
+                assert [d.id for d in await store.list_distillations()] == [other.id]
+                assert stats["distillations"] == 1
+            if vectors:
+                assert report.vectors > 0
+                after = (await store.vector_stats(self.MODEL))[self.MODEL]
+                assert after["vectors"] == before - report.vectors and after["pending"] == 0
+                assert await store.pending_embeddings(self.MODEL) == []  # nothing to re-embed
+                hits = await store.vector_search(self.MODEL, self._unit(0.0, 0.0, 0.1, 1.0), limit=20)
+                assert hits and {h.session_id for h in hits} == {"s-kept"}
+
+            # Forgetting again finds nothing; an unknown session likewise.
+            again = await store.forget_session("s-gone", keep_state=["amnesia"])
+            assert not again.found and (again.messages, again.distillations, again.vectors) == (0, 0, 0)
+            assert not (await store.forget_session("never-there")).found
+            # The store itself does not refuse the session later (the kernel's writer decides
+            # what of a resent history is stored): written again, it is new.
+            assert await store.write(self._forget_corpus()) == 4
+            assert [h.session_id for h in await store.search("zanzibarquux")] == ["s-gone"]
+            if vectors:
+                pending = await store.pending_embeddings(self.MODEL)
+                assert {p.session_id for p in pending} == {"s-gone"} and len(pending) == 4
+
+        self.run(make_store, body)
+
+    def test_forget_session_persists_across_reopen(self, make_store: Callable[[], Store]) -> None:
+        if not self.persistent:
+            pytest.skip("this store does not persist")
+
+        async def write(store: TieredStore) -> None:
+            await store.write(self._forget_corpus())
+            gone = [m.id for m in await store.session_messages("s-gone")]
+            if has_tier(store, Tier.DISTILLATIONS):
+                await store.write_distillation(
+                    self._distillation(0, "- zanzibarquux", gone, session="s-gone")
+                )
+            assert (await store.forget_session("s-gone")).found
+
+        async def read(store: TieredStore) -> None:
+            assert await store.get_session("s-gone") is None
+            assert await store.session_messages("s-gone") == []
+            if has_tier(store, Tier.DISTILLATIONS):
+                assert await store.list_distillations("s-gone") == []
+            assert await store.search("zanzibarquux") == [] and await store.search("yodelfrost") == []
+            assert [h.session_id for h in await store.search("wombat")] == ["s-kept", "s-kept"]
+            # Writes and searches go on as before.
+            more = exchange([text("user", "a fresh ocelot question")], session="s-new", at=3000.0)
+            assert await store.write(batch_of(more)) == 1
+            assert [h.session_id for h in await store.search("ocelot")] == ["s-new"]
+
+        self.run(make_store, write)
+        self.reopen(make_store, read)
+
+    def test_leases_one_holder_at_a_time_until_expiry(self, make_store: Callable[[], Store]) -> None:
+        """A store that implements leases grants a key to one holder at a time, renews it for
+        that holder, frees it on release or expiry, and keeps it across a reopen (a crashed
+        holder's lease runs out, it does not vanish); the default grants every claim."""
+        implemented: list[bool] = []
+
+        async def body(store: TieredStore) -> None:
+            implemented.append(type(store).claim_lease is not Store.claim_lease)
+            if not implemented[0]:
+                assert await store.claim_lease("k", "gw-a", 60) and await store.claim_lease("k", "gw-b", 60)
+                return
+            assert await store.claim_lease("distill:s", "gw-a", 60)
+            assert not await store.claim_lease("distill:s", "gw-b", 60)
+            assert await store.claim_lease("distill:s", "gw-a", 60)  # renewed
+            assert await store.claim_lease("distill:t", "gw-b", 60)  # another key
+            await store.release_lease("distill:s", "gw-b")  # not gw-b's: it stays
+            assert not await store.claim_lease("distill:s", "gw-b", 60)
+            await store.release_lease("distill:s", "gw-a")
+            assert await store.claim_lease("distill:s", "gw-b", 60)
+            assert await store.claim_lease("short", "gw-a", 0.3)
+            assert not await store.claim_lease("short", "gw-b", 60)
+            await asyncio.sleep(0.5)
+            assert await store.claim_lease("short", "gw-b", 60)  # expired
+
+        async def after(store: TieredStore) -> None:
+            assert not await store.claim_lease("distill:t", "gw-a", 60)  # gw-b's still
+
+        self.run(make_store, body)
+        if implemented[0] and self.persistent:
+            self.reopen(make_store, after)
+
+    def test_copy_every_tier_in_and_out(self, make_store: Callable[[], Store]) -> None:
+        """``inventory`` and ``set_knowledge_metrics`` let :func:`~lore_core.storage.copy.copy_store`
+        carry every tier through the store's interfaces: a full memory copied into this store
+        reads back the same (every tier it has; the others are reported, not copied), a second
+        copy adds nothing, and this store copied out again equals it."""
+        from lore_core.builtin.memory_store import MemoryStore
+        from lore_core.storage.copy import TIER_OF, copy_store
+        from lore_core.testing.copying import fill_every_tier, picture
+
+        async def body(store: TieredStore) -> None:
+            source = MemoryStore()
+            await source.open()
+            await fill_every_tier(source)
+            everything = await picture(source)
+            report = await copy_store(source, store)
+            assert report.ok, report.as_dict()
+            assert {t.tier: t.written for t in report.tiers}["messages"] == len(everything["messages"])
+            held = await picture(store)  # the tiers this store has
+            expected = {part: everything[part] for part in held}
+            assert held == expected
+            assert {t.tier for t in report.tiers if t.skipped} == {
+                tier for tier, needs in TIER_OF.items() if not has_tier(store, needs)
+            }
+            again = await copy_store(source, store, merged=True)
+            assert again.ok
+            added = {t.tier: t.written for t in again.tiers}
+            for tier in ("messages", "distillations", "knowledge versions", "decisions", "events"):
+                assert added[tier] in (0, None), tier  # None: a tier this store lacks
+            assert await picture(store) == expected
+            out = MemoryStore()
+            await out.open()
+            assert (await copy_store(store, out)).ok
+            copied_out = await picture(out)
+            assert {part: copied_out[part] for part in held} == expected
+
+        self.run(make_store, body)
+
+
+class DistillationsConformance(TierConformance):
+    """:class:`~lore_core.interfaces.DistillationStore`."""
+
+    tier = Tier.DISTILLATIONS
 
     def test_distillations_roundtrip_with_provenance(self, make_store: Callable[[], Store]) -> None:
         ex = exchange([text("user", "one"), text("assistant", "two"), text("user", "three")], answer("four"))
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(ex))
             ids = [m.id for m in await store.session_messages("s-1")]
             assert await store.list_distillations("s-1") == []
@@ -685,7 +1008,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_distillations_are_searchable(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             obs = self._distillation(0, "- 10:00 decided on the wombat cache layout", ["m1"], session="s-a")
             archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
@@ -710,10 +1033,10 @@ class StoreConformance:
             pytest.skip("this store does not persist")
         obs = self._distillation(0, "- the quokka migration finished", ["m1", "m2"])
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             await store.write_distillation(obs)
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             assert await store.list_distillations("s-1") == [obs]
             assert await store.distilled_message_ids("s-1") == {"m1", "m2"}
             assert [h.id for h in await store.search("quokka")] == [obs.ref]
@@ -722,170 +1045,11 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
-    # -- forgetting a session -----------------------------------------------------------------
 
-    def _forget_corpus(self) -> WriteBatch:
-        """Session ``s-gone`` (unique words in a prompt, a tool's call and output and an
-        answer) and session ``s-kept`` beside it, in the same project."""
-        gone = exchange(
-            [
-                text("user", "the zanzibarquux secret plan, please"),
-                tool_call("Bash", "call_9", {"command": "cat xylophonequartz.txt"}, say="Reading it"),
-                tool_result("call_9", "the file says marmalade7741 and the wombat sleeps"),
-            ],
-            answer("Noted: yodelfrost is the answer."),
-            session="s-gone",
-            at=1000.0,
-        )
-        kept = exchange(
-            [text("user", "the wombat plan for the kept session")],
-            answer("kept answer about the wombat"),
-            session="s-kept",
-            at=2000.0,
-        )
-        return batch_of(gone, kept)
+class KnowledgeConformance(TierConformance):
+    """:class:`~lore_core.interfaces.KnowledgeStore`: versions, metrics, contradictions, teams."""
 
-    def test_forget_session_removes_it_and_nothing_else(self, make_store: Callable[[], Store]) -> None:
-        unique = ("zanzibarquux", "xylophonequartz", "marmalade7741", "yodelfrost", "quokkaplan")
-
-        async def body(store: Store) -> None:
-            try:
-                await store.forget_session("nothing-yet")
-            except NotImplementedError:
-                pytest.skip(f"the {store.name} store cannot forget")
-            vectors = True
-            try:
-                await store.vector_stats()
-            except NotImplementedError:
-                vectors = False
-            await store.write(self._forget_corpus())
-            ids = [m.id for m in await store.session_messages("s-gone")]
-            kept_ids = [m.id for m in await store.session_messages("s-kept")]
-            assert len(ids) == 4 and len(kept_ids) == 2
-            obs = self._distillation(0, "- quokkaplan: the zanzibarquux plan", ids[:2], session="s-gone")
-            meta = self._distillation(1, "## quokkaplan consolidated", [obs.id], session="s-gone", at=6000.0)
-            other = self._distillation(0, "- the wombat plan kept", kept_ids, session="s-kept")
-            await store.write_distillation(obs)
-            await store.write_distillation(meta, archive=[obs.id])
-            await store.write_distillation(other)
-            for key in ("forceMinLayer", "recall.restore", "amnesia"):
-                await store.set_state("s-gone", key, {"k": key})
-            await store.set_state("s-kept", "forceMinLayer", 2)
-            if vectors:
-                assert await self._embed_pending(store) > 0
-            before = (await store.vector_stats(self.MODEL))[self.MODEL]["vectors"] if vectors else 0
-            assert await store.search("zanzibarquux")  # found before it is forgotten
-            assert {h.session_id for h in await store.search("wombat")} == {"s-gone", "s-kept"}
-
-            report = await store.forget_session("s-gone", keep_state=["amnesia"])
-
-            assert report.session_id == "s-gone" and report.found
-            assert (report.messages, report.distillations) == (4, 2)
-            assert report.passages >= 6  # each message and distillation has a passage at least
-            assert report.state_keys == ("forceMinLayer", "recall.restore")
-            assert report.seconds >= 0 and all(v >= 0 for v in report.steps.values())
-            assert await store.get_session("s-gone") is None
-            assert await store.session_messages("s-gone") == []
-            assert await store.get_messages(ids) == []
-            assert await store.list_distillations("s-gone") == []
-            assert await store.get_distillation(obs.id) is None
-            assert await store.get_distillation(meta.ref) is None
-            assert await store.distilled_message_ids("s-gone") == set()
-            assert await store.session_state("s-gone") == {"amnesia": {"k": "amnesia"}}
-            for word in unique:
-                assert await store.search(word) == [], word
-            assert {h.session_id for h in await store.search("wombat")} == {"s-kept"}
-            # The other session is untouched.
-            assert [s.id for s in await store.list_sessions()] == ["s-kept"]
-            assert [m.id for m in await store.session_messages("s-kept")] == kept_ids
-            assert [d.id for d in await store.list_distillations()] == [other.id]
-            assert await store.session_state("s-kept") == {"forceMinLayer": 2}
-            stats = await store.stats()
-            assert (stats["sessions"], stats["messages"], stats["distillations"]) == (1, 2, 1)
-            if vectors:
-                assert report.vectors > 0
-                after = (await store.vector_stats(self.MODEL))[self.MODEL]
-                assert after["vectors"] == before - report.vectors and after["pending"] == 0
-                assert await store.pending_embeddings(self.MODEL) == []  # nothing to re-embed
-                hits = await store.vector_search(self.MODEL, self._unit(0.0, 0.0, 0.1, 1.0), limit=20)
-                assert hits and {h.session_id for h in hits} == {"s-kept"}
-
-            # Forgetting again finds nothing; an unknown session likewise.
-            again = await store.forget_session("s-gone", keep_state=["amnesia"])
-            assert not again.found and (again.messages, again.distillations, again.vectors) == (0, 0, 0)
-            assert not (await store.forget_session("never-there")).found
-            # The store itself does not refuse the session later (the kernel's writer decides
-            # what of a resent history is stored): written again, it is new.
-            assert await store.write(self._forget_corpus()) == 4
-            assert [h.session_id for h in await store.search("zanzibarquux")] == ["s-gone"]
-            if vectors:
-                pending = await store.pending_embeddings(self.MODEL)
-                assert {p.session_id for p in pending} == {"s-gone"} and len(pending) == 4
-
-        self.run(make_store, body)
-
-    def test_forget_session_persists_across_reopen(self, make_store: Callable[[], Store]) -> None:
-        if not self.persistent:
-            pytest.skip("this store does not persist")
-
-        async def write(store: Store) -> None:
-            try:
-                await store.forget_session("nothing-yet")
-            except NotImplementedError:
-                pytest.skip(f"the {store.name} store cannot forget")
-            await store.write(self._forget_corpus())
-            gone = [m.id for m in await store.session_messages("s-gone")]
-            await store.write_distillation(self._distillation(0, "- zanzibarquux", gone, session="s-gone"))
-            assert (await store.forget_session("s-gone")).found
-
-        async def read(store: Store) -> None:
-            assert await store.get_session("s-gone") is None
-            assert await store.session_messages("s-gone") == []
-            assert await store.list_distillations("s-gone") == []
-            assert await store.search("zanzibarquux") == [] and await store.search("yodelfrost") == []
-            assert [h.session_id for h in await store.search("wombat")] == ["s-kept", "s-kept"]
-            # Writes and searches go on as before.
-            more = exchange([text("user", "a fresh ocelot question")], session="s-new", at=3000.0)
-            assert await store.write(batch_of(more)) == 1
-            assert [h.session_id for h in await store.search("ocelot")] == ["s-new"]
-
-        self.run(make_store, write)
-        self.reopen(make_store, read)
-
-    # -- long-term knowledge ---------------------------------------------------------------
-
-    #: "Use tabs" in fullwidth letters, the same title under NFKC.
-    _FULLWIDTH = "\uff35\uff53\uff45 \uff54\uff41\uff42\uff53"
-
-    @staticmethod
-    def _knowledge(
-        title: str,
-        *,
-        logical_id: str | None = None,
-        category: str = "decision",
-        scope: str = "project",
-        project: str = "/work/alpha",
-        created_by: str = AUTHOR_USER,
-        at: float = 1000.0,
-        content: str | None = None,
-        **fields: Any,
-    ) -> KnowledgeVersion:
-        """Version 1 of a new entry (scope ``global`` entries belong to no project)."""
-        ident = logical_id or new_logical_id()
-        return KnowledgeVersion(
-            version_id=new_version_id(ident, 1),
-            logical_id=ident,
-            version=1,
-            category=category,
-            title=title,
-            content=f"about {title}" if content is None else content,
-            scope=scope,
-            project="" if scope == "global" else project,
-            created_at=at,
-            created_by=created_by,
-            updated_by=created_by,
-            **fields,
-        )
+    tier = Tier.KNOWLEDGE
 
     def test_knowledge_new_entry_roundtrips_every_field(self, make_store: Callable[[], Store]) -> None:
         entry = self._knowledge(
@@ -904,7 +1068,7 @@ class StoreConformance:
             "Commit messages say why", scope="global", category="preference", sensitivity="restricted"
         )
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.knowledge_versions(entry.logical_id) == []
             assert await store.current_knowledge() == []
             assert await store.write_knowledge(entry) is True
@@ -927,7 +1091,7 @@ class StoreConformance:
         later = self._knowledge("Deleted later", scope="global", at=1000.0)
         other = self._knowledge("Elsewhere", project="/work/beta", at=1000.0)
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.deleted_knowledge() == []
             for entry in (kept, first, later, other):
                 await store.write_knowledge(entry)
@@ -956,7 +1120,7 @@ class StoreConformance:
             first, updated_by=AUTHOR_USER, at=2000.0, content="we use DuckDB", title="Database choice"
         )
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write_knowledge(first)
             assert second.version == 2 and second.version_id != first.version_id
             assert await store.write_knowledge(second) is True
@@ -982,7 +1146,7 @@ class StoreConformance:
         first = self._knowledge("Retries", content="retry three times")
         second = next_version(first, updated_by=AUTHOR_USER, at=2000.0, content="retry five times")
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.write_knowledge(first) is True
             before = await store.knowledge_versions(first.logical_id)
             # The same version again (a retry) is skipped, whatever it carries.
@@ -1024,7 +1188,7 @@ class StoreConformance:
         everywhere = self._knowledge("Everywhere rule", scope="global")
         kept = self._knowledge("Keep me")
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             for entry in (tabs, beta, everywhere, kept):
                 await store.write_knowledge(entry)
             assert await store.knowledge_tombstone("/work/alpha", logical_id=tabs.logical_id) is None
@@ -1080,7 +1244,7 @@ class StoreConformance:
         # Re-created by hand under the same title: a new entry, a new logical id.
         new = self._knowledge("prefer ruff", content="ruff for lint and format", at=2500.0)
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write_knowledge(old)
             await store.write_knowledge(dead)
             await store.write_knowledge(new)
@@ -1122,7 +1286,7 @@ class StoreConformance:
         entry = self._knowledge("Never use eval", category="gotcha")
         dead = next_version(entry, updated_by=AUTHOR_USER, at=2000.0, deleted=True)
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write_knowledge(entry)
             await store.write_knowledge(dead)
             wanted = normalize_title("never use EVAL.")
@@ -1157,7 +1321,7 @@ class StoreConformance:
         gone = self._knowledge("Gone", category="decision")
         edited = self._knowledge("Caching", category="pattern", content="old")
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             for entry in (
                 gotcha,
                 banana,
@@ -1220,7 +1384,7 @@ class StoreConformance:
         def numbers(metrics: dict[str, KnowledgeMetric]) -> dict[str, tuple[Any, float | None]]:
             return {i: (pytest.approx(m.confidence), m.last_reinforced_at) for i, m in metrics.items()}
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.knowledge_metrics() == {}
             for entry in (by_user, by_curator, by_import):
                 await store.write_knowledge(entry)
@@ -1290,12 +1454,12 @@ class StoreConformance:
         deleted = self._knowledge("Old habit", scope="global")
         certificate = next_version(deleted, updated_by=AUTHOR_USER, at=2100.0, deleted=True)
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             for version in (edited, second, deleted, certificate):
                 await store.write_knowledge(version)
             await store.reinforce_knowledge([edited.logical_id], 0.05, 2500.0)
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             assert await store.knowledge_versions(edited.logical_id) == [
                 edited,
                 attrs.evolve(second, is_current=True),
@@ -1325,7 +1489,7 @@ class StoreConformance:
         other = judged("aaaa", "cccc", "cleared", 20.0)
         elsewhere = judged("dddd", "eeee", "open", 30.0, project="/work/beta")
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             assert await store.knowledge_contradictions() == []
             for judgement in (first, other, elsewhere):
                 await store.record_contradiction(judgement)
@@ -1334,7 +1498,7 @@ class StoreConformance:
                 attrs.evolve(first, status="resolved", judged_at=40.0, judged_by="user", kept_id="aaaa")
             )
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             resolved = attrs.evolve(
                 first, status="resolved", judged_at=40.0, judged_by="user", kept_id="aaaa"
             )
@@ -1359,7 +1523,7 @@ class StoreConformance:
         reject = make_decision("aaaa", "fp1", "rejected", "bo", 100.000001, project="/work/alpha")
         other = make_decision("bbbb", "fp2", "approved", "ana", 50.0, project="/work/beta")
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             assert await store.team_binding("/work/alpha") is None
             assert await store.knowledge_decisions() == []
             await store.set_team_binding("/work/alpha", TeamBinding("/work/alpha", "core", 10.0, "manual"))
@@ -1372,7 +1536,7 @@ class StoreConformance:
             # The same decision again, even recorded under another clone's project path: held once.
             assert await store.record_decisions([attrs.evolve(approve, project="/elsewhere"), other]) == 1
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             assert await store.team_binding("/work/alpha") == TeamBinding(
                 "/work/alpha", "core", 10.0, "manual"
             )
@@ -1395,16 +1559,11 @@ class StoreConformance:
         else:
             self.run(make_store, lambda store: _both(store, write, read))
 
-    # -- entities --------------------------------------------------------------------------
 
-    @staticmethod
-    def _entity(name: str, **fields: Any) -> Any:
-        from lore_core.storage.entities import Entity, new_entity_id
+class EntitiesConformance(TierConformance):
+    """:class:`~lore_core.interfaces.EntityStore`."""
 
-        values: dict[str, Any] = {"kind": "service", "project": "/work/alpha", "created_at": 10.0}
-        values.update(fields)
-        values.setdefault("updated_at", values["created_at"])
-        return Entity(id=values.pop("id", None) or new_entity_id(), name=name, **values)
+    tier = Tier.ENTITIES
 
     def test_entities_roundtrip_and_replace(self, make_store: Callable[[], Store]) -> None:
         from lore_core.storage.entities import AUTHOR_CURATOR, Relation
@@ -1421,7 +1580,7 @@ class StoreConformance:
             updated_at=1300.25,
         )
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             assert await store.list_entities() == []
             assert await store.get_entity(entity.id) is None
             await store.write_entities([entity, target])
@@ -1448,7 +1607,7 @@ class StoreConformance:
         # Sorted by the normalised name: "Zeta" after "billing-api" despite the capital.
         zeta = self._entity("Zeta", kind="tool")
 
-        async def body(store: Store) -> None:
+        async def body(store: TieredStore) -> None:
             await store.write_entities([zeta, shared, beta, alpha])
             assert await store.list_entities("/work/alpha") == [shared, alpha, zeta]
             assert await store.list_entities("/work/alpha", include_global=False) == [alpha, zeta]
@@ -1465,11 +1624,7 @@ class StoreConformance:
     ) -> None:
         from lore_core.storage.entities import Entity, Relation
 
-        async def body(store: Store) -> None:
-            try:
-                await store.delete_entities([])
-            except NotImplementedError:
-                pytest.skip(f"the {store.name} store cannot delete entities")
+        async def body(store: TieredStore) -> None:
             pg = Entity("e1", "service", "PostgreSQL", ["pg"], project="/work/alpha")
             old = Entity("e2", "service", "Postgres 9", project="/work/alpha", merged_into="e1")
             api = Entity(
@@ -1493,16 +1648,22 @@ class StoreConformance:
         other = self._entity("J. Doe", kind="person", merged_into=kept.id, project="")
         tool = self._entity("golangci-lint", kind="tool", relations=[Relation("configured_by", kept.id)])
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             await store.write_entities([kept, other, tool])
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             assert await store.get_entity(other.id) == other
             assert await store.list_entities("/work/alpha") == [tool, kept]
             assert await store.list_entities("/work/alpha", include_merged=True) == [tool, other, kept]
 
         self.run(make_store, write)
         self.reopen(make_store, read)
+
+
+class EventLogConformance(TierConformance):
+    """:class:`~lore_core.interfaces.EventLogStore`."""
+
+    tier = Tier.EVENTS
 
     def test_event_log_numbers_runs_and_keeps_their_checkpoints(
         self, make_store: Callable[[], Store]
@@ -1512,7 +1673,7 @@ class StoreConformance:
         note = NewEvent("note", "the parser fails on empty input")
         editing = NewEvent("status", "editing parser.py", working=True, key="editing")
 
-        async def write(store: Store) -> None:
+        async def write(store: TieredStore) -> None:
             assert await store.run_state("/work/alpha", "build") is None
             assert await store.run_events("/work/alpha", "build") == []
             assert await store.append_events("/work/alpha", "build", [note, editing], 10.0) == [1, 2]
@@ -1526,7 +1687,7 @@ class StoreConformance:
             await store.advance_run("/work/alpha", "build", 99, None, 15.0)  # never past the last
             await store.advance_run("/work/none", "build", 1, None, 15.0)  # no such run: nothing
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             state = await store.run_state("/work/alpha", "build")
             assert state is not None and (state.last_seq, state.covered_seq, state.created_at) == (3, 3, 10.0)
             events = await store.run_events("/work/alpha", "build")
@@ -1567,50 +1728,17 @@ class StoreConformance:
         else:
             self.run(make_store, lambda store: _both(store, write, read))
 
-    # -- vectors ---------------------------------------------------------------------------
 
-    MODEL = "test-embedder-v1"
+class VectorsConformance(TierConformance):
+    """:class:`~lore_core.interfaces.VectorStore`."""
 
-    @staticmethod
-    def _unit(*values: float) -> list[float]:
-        norm = sum(v * v for v in values) ** 0.5
-        return [v / norm for v in values]
-
-    def _axis(self, text: str) -> list[float]:
-        """A fixed 4-dimensional "embedding": the axis of the topic the text is about."""
-        if "haiku" in text or "leaves" in text:
-            return self._unit(0.1, 1.0, 0.0, 0.0)
-        if "arm64" in text:
-            return self._unit(0.2, 0.0, 1.0, 0.0)
-        if "wombat" in text:
-            return self._unit(0.0, 0.0, 0.1, 1.0)
-        return self._unit(1.0, 0.1, 0.0, 0.0)
-
-    @staticmethod
-    async def _require_vectors(store: Store) -> None:
-        """Vectors are optional: a backend without them raises NotImplementedError (recall
-        is then full-text only), and these tests are skipped for it."""
-        try:
-            await store.vector_stats()
-        except NotImplementedError:
-            pytest.skip(f"the {store.name} store has no vector index")
-
-    async def _embed_pending(self, store: Store, model: str | None = None, batch: int = 256) -> int:
-        from lore_core.storage.records import ItemVectors
-
-        total = 0
-        while True:
-            items = await store.pending_embeddings(model or self.MODEL, limit=batch)
-            if not items:
-                return total
-            done = [ItemVectors(i, [self._axis(i.text)] if i.text else []) for i in items]
-            total += await store.write_vectors(model or self.MODEL, 4, done)
+    tier = Tier.VECTORS
 
     def test_vectors_pending_then_written(self, make_store: Callable[[], Store]) -> None:
         from lore_core.storage.records import ItemVectors
 
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
+            self._require(store, Tier.DISTILLATIONS)
             assert await store.pending_embeddings(self.MODEL) == []
             await store.write(self._corpus())
             obs = self._distillation(0, "- wombat cache layout decided", ["m1"], session="s-a")
@@ -1656,8 +1784,7 @@ class StoreConformance:
         sentences of user text) is found by any of them and counts once, at its best."""
         from lore_core.storage.records import ItemVectors
 
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             pending = await store.pending_embeddings(self.MODEL)
             # The first message: its passage's own vector on one axis, two facets on others.
@@ -1680,8 +1807,8 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_vector_search_ranks_and_filters(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
+            self._require(store, Tier.DISTILLATIONS)
             await store.write(self._corpus())
             archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
             await store.write_distillation(archived)
@@ -1728,8 +1855,8 @@ class StoreConformance:
         its item does not have or an item that is not stored."""
         from lore_core.storage.records import PassageRef
 
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
+            self._require(store, Tier.DISTILLATIONS)
             await store.write(self._corpus())
             archived = self._distillation(0, "- 09:00 wombat benchmark 42 ms", ["m0"], session="s-a")
             await store.write_distillation(archived)
@@ -1769,8 +1896,7 @@ class StoreConformance:
             f"paragraph {i}: " + "filler words about nothing much " * 20 for i in range(6)
         )
 
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(exchange([text("user", paragraphs)])))
             (pending,) = await store.pending_embeddings(self.MODEL)
             passages = cut(pending.role, pending.blocks)
@@ -1804,8 +1930,7 @@ class StoreConformance:
         after = " ".join(f"cleanup pass {i} removed stale files from the workspace" for i in range(60))
         output = f"{before} then the rollout crashed on node seven {after}"
 
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
             await store.write(batch_of(exchange([text("user", "run the build"), text("assistant", output)])))
             embedder = TopicEmbedder()
             assert await VectorIndexer(store, embedder).run_until_idle() > 0
@@ -1821,8 +1946,7 @@ class StoreConformance:
     def test_vectors_never_mix_dimensions(self, make_store: Callable[[], Store]) -> None:
         from lore_core.storage.records import ItemVectors, VectorDimensionError
 
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             pending = await store.pending_embeddings(self.MODEL)
             await store.write_vectors(self.MODEL, 4, [ItemVectors(pending[0], [self._unit(1, 0, 0, 0)])])
@@ -1841,8 +1965,7 @@ class StoreConformance:
         self.run(make_store, body)
 
     def test_reset_vectors_makes_everything_pending(self, make_store: Callable[[], Store]) -> None:
-        async def body(store: Store) -> None:
-            await self._require_vectors(store)
+        async def body(store: TieredStore) -> None:
             await store.write(self._corpus())
             await self._embed_pending(store)
             await self._embed_pending(store, model="keep-me")
@@ -1860,15 +1983,14 @@ class StoreConformance:
             pytest.skip("this store does not persist")
         from lore_core.storage.records import ItemVectors
 
-        async def write(store: Store) -> None:
-            await self._require_vectors(store)
+        async def write(store: TieredStore) -> None:
             await store.write(self._corpus())
             pending = await store.pending_embeddings(self.MODEL)
             await store.write_vectors(
                 self.MODEL, 4, [ItemVectors(p, [self._axis(p.text)]) for p in pending[:4]]
             )
 
-        async def read(store: Store) -> None:
+        async def read(store: TieredStore) -> None:
             assert len(await store.pending_embeddings(self.MODEL)) == 2
             hits = await store.vector_search(self.MODEL, self._unit(0.1, 1, 0, 0), limit=2)
             assert {h.session_id for h in hits} == {"s-b"}
@@ -1878,72 +2000,18 @@ class StoreConformance:
         self.run(make_store, write)
         self.reopen(make_store, read)
 
-    # -- leases ------------------------------------------------------------------------------
 
-    def test_leases_one_holder_at_a_time_until_expiry(self, make_store: Callable[[], Store]) -> None:
-        """A store that implements leases grants a key to one holder at a time, renews it for
-        that holder, frees it on release or expiry, and keeps it across a reopen (a crashed
-        holder's lease runs out, it does not vanish); the default grants every claim."""
-        implemented: list[bool] = []
-
-        async def body(store: Store) -> None:
-            implemented.append(type(store).claim_lease is not Store.claim_lease)
-            if not implemented[0]:
-                assert await store.claim_lease("k", "gw-a", 60) and await store.claim_lease("k", "gw-b", 60)
-                return
-            assert await store.claim_lease("distill:s", "gw-a", 60)
-            assert not await store.claim_lease("distill:s", "gw-b", 60)
-            assert await store.claim_lease("distill:s", "gw-a", 60)  # renewed
-            assert await store.claim_lease("distill:t", "gw-b", 60)  # another key
-            await store.release_lease("distill:s", "gw-b")  # not gw-b's: it stays
-            assert not await store.claim_lease("distill:s", "gw-b", 60)
-            await store.release_lease("distill:s", "gw-a")
-            assert await store.claim_lease("distill:s", "gw-b", 60)
-            assert await store.claim_lease("short", "gw-a", 0.3)
-            assert not await store.claim_lease("short", "gw-b", 60)
-            await asyncio.sleep(0.5)
-            assert await store.claim_lease("short", "gw-b", 60)  # expired
-
-        async def after(store: Store) -> None:
-            assert not await store.claim_lease("distill:t", "gw-a", 60)  # gw-b's still
-
-        self.run(make_store, body)
-        if implemented[0] and self.persistent:
-            self.reopen(make_store, after)
-
-    # -- copying a whole store (lore store copy) --------------------------------------------
-
-    def test_copy_every_tier_in_and_out(self, make_store: Callable[[], Store]) -> None:
-        """``inventory`` and ``set_knowledge_metrics`` let :func:`~lore_core.storage.copy.copy_store`
-        carry every tier through the protocol: a full memory copied into this store reads
-        back the same, a second copy adds nothing, and this store copied out again equals it."""
-        from lore_core.builtin.memory_store import MemoryStore
-        from lore_core.storage.copy import copy_store
-        from lore_core.testing.copying import fill_every_tier, picture
-
-        async def body(store: Store) -> None:
-            source = MemoryStore()
-            await source.open()
-            await fill_every_tier(source)
-            expected = await picture(source)
-            report = await copy_store(source, store)
-            assert report.ok, report.as_dict()
-            assert {t.tier: t.written for t in report.tiers}["messages"] == len(expected["messages"])
-            assert await picture(store) == expected
-            again = await copy_store(source, store, merged=True)
-            assert again.ok
-            added = {t.tier: t.written for t in again.tiers}
-            assert (added["messages"], added["distillations"], added["knowledge versions"]) == (0, 0, 0)
-            assert (added["decisions"], added["events"]) == (0, 0)
-            assert await picture(store) == expected
-            out = MemoryStore()
-            await out.open()
-            assert (await copy_store(store, out)).ok
-            assert await picture(out) == expected
-
-        self.run(make_store, body)
+class StoreConformance(
+    MessagesConformance,
+    DistillationsConformance,
+    KnowledgeConformance,
+    EntitiesConformance,
+    EventLogConformance,
+    VectorsConformance,
+):
+    """Every suite: a store that declares every tier."""
 
 
-async def _both(store: Store, *steps: Callable[[Store], Awaitable[None]]) -> None:
+async def _both(store: TieredStore, *steps: Callable[[TieredStore], Awaitable[None]]) -> None:
     for step in steps:
         await step(store)

@@ -37,7 +37,15 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import (
+    DistillationStore,
+    EntityStore,
+    EventLogStore,
+    KnowledgeStore,
+    Store,
+    Tier,
+    VectorStore,
+)
 from lore_core.storage.entities import (
     Entity,
     aliases_from_json,
@@ -376,8 +384,10 @@ class _TrimGate:
                     self._changed.notify_all()
 
 
-class DuckDBStore(Store):
+class DuckDBStore(Store, DistillationStore, VectorStore, KnowledgeStore, EntityStore, EventLogStore):
     name = "duckdb"
+    #: Every optional tier (lore_core.interfaces.Tier).
+    tiers = frozenset(Tier)
 
     def __init__(self, path: Path | str, settings: DuckDBConfig | None = None) -> None:
         self.path = Path(path)

@@ -29,7 +29,15 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from lore_core.interfaces import Store
+from lore_core.interfaces import (
+    DistillationStore,
+    EntityStore,
+    EventLogStore,
+    KnowledgeStore,
+    Store,
+    Tier,
+    VectorStore,
+)
 from lore_core.storage.entities import (
     Entity,
     aliases_from_json,
@@ -285,8 +293,10 @@ def _table_name(model: str) -> str:
     return f"vec_{base}_{hashlib.sha256(model.encode()).hexdigest()[:10]}"
 
 
-class PostgresStore(Store):
+class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, EntityStore, EventLogStore):
     name = "postgres"
+    #: Every optional tier (lore_core.interfaces.Tier).
+    tiers = frozenset(Tier)
     #: Several gateways and lore commands on one database (lore_core.interfaces.Store.shared).
     shared = True
 
