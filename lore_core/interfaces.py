@@ -559,6 +559,10 @@ class Harness(Protocol):
     #: The npm package that installs the client, named in ``lore run``'s hint when its
     #: executable is missing; ``None``: no hint.
     npm_package: str | None = None
+    #: ``lore run <name>`` can start the client (:meth:`launch`); ``False`` for a harness
+    #: that only recognises requests (the kernel's ``generic``): its :meth:`launch` is never
+    #: called, and ``lore run`` says it cannot launch a client.
+    launches: bool = True
 
     @property
     def display_name(self) -> str:
@@ -576,7 +580,8 @@ class Harness(Protocol):
         """The project (an absolute directory) the request works on, or ``None``."""
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
-        """How ``lore run <name> args...`` starts the client pointed at ``gateway_url``."""
+        """How ``lore run <name> args...`` starts the client pointed at ``gateway_url``
+        (called only when :attr:`launches`)."""
 
     def setup_settings(self, gateway_url: str) -> list[ClientSetting]:
         """What ``lore setup <name>`` writes into the client's own configuration files so it

@@ -17,6 +17,8 @@ _CWD_PATTERNS = (
 
 class GenericHarness(Harness):
     name = "generic"
+    #: A fallback for requests no client's harness recognises: there is no client to start.
+    launches = False
 
     def recognise(self, ctx: RequestContext) -> int:
         return 0
@@ -32,7 +34,7 @@ class GenericHarness(Harness):
         return header_project(ctx) or find_project(ctx.view, _CWD_PATTERNS)
 
     def launch(self, gateway_url: str, args: list[str]) -> LaunchPlan:
-        raise NotImplementedError("the generic harness does not launch a client")
+        raise LookupError("the generic harness does not launch a client (launches = False)")
 
 
 @hookimpl

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lore_core.config import ConfigError
+from lore_core.interfaces import DistillationStore, KnowledgeStore, TierUnavailable
 from lore_core.plugins import PluginError
 
 
@@ -413,14 +414,23 @@ class _DirectReader:
             raise _CommandError(f"the worker call failed: {exc.reason}", 3) from None
 
     def distillations(self, session: str | None, archived: bool) -> list[dict[str, Any]]:
-        rows = self._run(self.store.list_distillations(session, include_archived=archived))
+        rows = self._run(self._tier(DistillationStore).list_distillations(session, include_archived=archived))
         return [d.as_json() for d in rows]
 
     def distillation(self, ident: str) -> dict[str, Any]:
-        found = self._run(self.store.get_distillation(ident))
+        found = self._run(self._tier(DistillationStore).get_distillation(ident))
         if found is None:
             raise _CommandError(f"no distillation {ident!r}", 1)
         return found.as_json()
+
+    def _tier(self, interface: Any) -> Any:
+        """The store as one tier's interface; a store without the tier is said, not a traceback."""
+        from lore_core.interfaces import tier_of
+
+        found = tier_of(self.store, interface)
+        if found is None:
+            raise _CommandError(f"the {self.store.name} store has no {interface.tier.label}", 3)
+        return found
 
     # -- knowledge -------------------------------------------------------------------------
 
@@ -434,16 +444,18 @@ class _DirectReader:
 
         book = self._book()
         entries = self._run(book.entries(project))
-        metrics = self._run(self.store.knowledge_metrics([e.logical_id for e in entries])) if entries else {}
+        ids = [e.logical_id for e in entries]
+        metrics = self._run(book.knowledge_store.knowledge_metrics(ids)) if entries else {}
         return [entry_json(e, metrics.get(e.logical_id)) for e in entries]
 
     def knowledge_show(self, ident: str) -> dict[str, Any]:
         from lore_core.knowledge.book import entry_json
 
-        versions = self._run(self.store.knowledge_versions(ident.removeprefix("k:")))
+        knowledge = self._tier(KnowledgeStore)
+        versions = self._run(knowledge.knowledge_versions(ident.removeprefix("k:")))
         if not versions:
             raise _CommandError(f"no knowledge entry {ident!r}", 1)
-        metric = self._run(self.store.knowledge_metrics([versions[-1].logical_id])).get(
+        metric = self._run(knowledge.knowledge_metrics([versions[-1].logical_id])).get(
             versions[-1].logical_id
         )
         return {"entry": entry_json(versions[-1], metric), "versions": [entry_json(v) for v in versions]}
@@ -696,6 +708,9 @@ def _with_reader(args: argparse.Namespace, action: Any) -> int:
     except _CommandError as exc:
         print(f"lore: {exc}", file=sys.stderr)
         return exc.code
+    except TierUnavailable as exc:  # read directly from a store without the tier a command needs
+        print(f"lore: {exc}", file=sys.stderr)
+        return 3
     finally:
         reader.close()
 

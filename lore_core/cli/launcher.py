@@ -60,10 +60,9 @@ def run_agent(agent: str, args: list[str]) -> int:
     try:
         harness = find_harness(registry.harnesses, agent)
         url = gateway_url(host, port)
-        try:
-            plan = harness.launch(url, list(args))
-        except NotImplementedError:
-            raise LaunchError(f"the {agent!r} harness does not know how to launch a client") from None
+        if not harness.launches:
+            raise LaunchError(f"the {agent!r} harness does not know how to launch a client")
+        plan = harness.launch(url, list(args))
         env = client_env(plan, url)
         exe = resolve_executable(harness, plan, env)
         status = ensure_gateway(host, port)
@@ -115,8 +114,9 @@ def _load_settings() -> tuple[Any, Any]:
 
 
 def launchable_names(harnesses: Mapping[str, Harness]) -> list[str]:
-    """Harness names ``lore run`` accepts (the kernel's generic fallback launches nothing)."""
-    return sorted(name for name in harnesses if name != "generic")
+    """Harness names ``lore run`` accepts: those that launch a client (the kernel's generic
+    fallback launches nothing)."""
+    return sorted(name for name, harness in harnesses.items() if harness.launches)
 
 
 def find_harness(harnesses: Mapping[str, Harness], agent: str) -> Harness:

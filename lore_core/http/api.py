@@ -20,7 +20,14 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, current_app, request
 
-from lore_core.interfaces import EventLogStore, TierUnavailable, tier_of
+from lore_core.interfaces import (
+    DistillationStore,
+    EventLogStore,
+    KnowledgeStore,
+    TierUnavailable,
+    require_tier,
+    tier_of,
+)
 from lore_core.knowledge.book import UNPAIRED_SURROGATE, entry_json, is_text
 from lore_core.projects import project_root
 from lore_core.storage.records import main_branch, normal_project
@@ -348,7 +355,7 @@ async def recall() -> Response:
 @api.get("/distillations")
 async def distillations() -> Response:
     await _settled()
-    rows = await _gateway().store.list_distillations(
+    rows = await require_tier(_gateway().store, DistillationStore).list_distillations(
         request.args.get("session") or None, include_archived=request.args.get("archived") != "0"
     )
     return _json(200, [d.as_json() for d in rows])
@@ -356,7 +363,7 @@ async def distillations() -> Response:
 
 @api.get("/distillations/<path:distillation_id>")
 async def distillation(distillation_id: str) -> Response:
-    found = await _gateway().store.get_distillation(distillation_id)
+    found = await require_tier(_gateway().store, DistillationStore).get_distillation(distillation_id)
     if found is None:
         return _json(404, {"error": f"no distillation {distillation_id!r}"})
     return _json(200, found.as_json())
@@ -429,10 +436,10 @@ async def knowledge_list() -> Response:
     project = _project_filter(request.args.get("project"))
     include_global = request.args.get("global") != "0"
     if request.args.get("deleted") == "1":
-        entries = await book.store.deleted_knowledge(project, include_global=include_global)
+        entries = await book.knowledge_store.deleted_knowledge(project, include_global=include_global)
     else:
         entries = await book.entries(project, include_global=include_global)
-    metrics = await book.store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
+    metrics = await book.knowledge_store.knowledge_metrics([e.logical_id for e in entries]) if entries else {}
     return _json(200, [entry_json(e, metrics.get(e.logical_id)) for e in entries])
 
 
@@ -719,7 +726,7 @@ async def knowledge_decide() -> Response:
 
 @api.get("/knowledge/<path:logical_id>")
 async def knowledge_show(logical_id: str) -> Response:
-    store = _gateway().store
+    store = require_tier(_gateway().store, KnowledgeStore)
     versions = await store.knowledge_versions(logical_id.removeprefix("k:"))
     if not versions:
         return _json(404, {"error": f"no knowledge entry {logical_id!r}"})
