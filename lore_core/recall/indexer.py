@@ -170,8 +170,10 @@ class VectorIndexer:
     async def start(self) -> None:
         self._stopping = False
         if not has_tier(self.store, Tier.VECTORS):
-            self.state, self.error = "unsupported", f"the {self.store.name} store has no vector index"
-            log.warning("vector indexer: %s; recall uses full-text search only", self.error)
+            # Declared, not a failure: /health stays ok and shows the state.
+            self.state = "unsupported"
+            log.info("vector indexer: the %s store has no vector index; recall uses full-text search only",
+                     self.store.name)  # fmt: skip
             return
         self.state = "starting"
         self._task = asyncio.create_task(self._run(), name="lore-vector-indexer")
