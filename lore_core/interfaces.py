@@ -4,9 +4,12 @@ Objects implementing these are handed to the kernel through the registration hoo
 :mod:`lore_core.hookspecs`. ``Harness``, ``Store``, ``Embedder``, ``PromptLayer`` and
 ``Curator`` are base classes: an implementation inherits from one (``class
 MyStore(Store)``), which gives it the documented default of every optional member, so the
-kernel calls those members without probing for them. They are ``typing.Protocol`` classes
-so that a type checker also reports a required member an implementation lacks; nothing is
-checked at runtime.
+kernel calls those members without probing for them. ``Harness``, ``Embedder``,
+``PromptLayer`` and ``Curator`` are ``typing.Protocol`` classes so that a type checker also
+reports a required member an implementation lacks. ``Store`` and the interfaces of its
+optional tiers (:class:`Tier`) are abstract base classes: a store class missing a required
+member cannot be instantiated, and the tiers a store declares are checked against the
+interfaces it derives from when the kernel builds it (:func:`check_tiers`).
 """
 
 from __future__ import annotations
