@@ -5,8 +5,8 @@ An entry has one ``logical_id`` and many immutable versions; exactly one is curr
 appends a version; a delete appends a *death certificate* (a current version with
 ``is_deleted``). Nothing is overwritten or physically removed. Lookups that must see
 deletions (every import lane asks "did the user throw this away?") read the base table
-through :meth:`~lore_core.interfaces.Store.knowledge_tombstone`, never the "current and
-alive" listing (:meth:`~lore_core.interfaces.Store.current_knowledge`), which by definition
+through :meth:`~lore_core.interfaces.KnowledgeStore.knowledge_tombstone`, never the "current and
+alive" listing (:meth:`~lore_core.interfaces.KnowledgeStore.current_knowledge`), which by definition
 cannot show what it would guard against.
 
 The two mutable numbers of an entry, ``confidence`` and ``last_reinforced_at``, live in a

@@ -178,8 +178,8 @@ class SearchHit:
 @attrs.frozen
 class PassageRef:
     """A passage a vector search found, before its text is read
-    (:meth:`lore_core.interfaces.Store.nearest_passages`): its item's id as stored (a
-    distillation's without the ``d:`` prefix: :meth:`~lore_core.interfaces.Store.read_passages`
+    (:meth:`lore_core.interfaces.VectorStore.nearest_passages`): its item's id as stored (a
+    distillation's without the ``d:`` prefix: :meth:`~lore_core.interfaces.VectorStore.read_passages`
     tells the kinds apart), the passage's index and the cosine similarity."""
 
     item: str
