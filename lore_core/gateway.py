@@ -308,7 +308,7 @@ class Gateway:
                 await self.writer.stop(grace)
             await self.worker.close()
             await self.upstream.close()
-            # The embedder's inference thread and model (hundreds of MB) go with the gateway.
+            # The embedder's inference thread goes with the gateway (the process keeps the model).
             if self.embedder is not None:
                 try:
                     await self.embedder.close()

@@ -56,7 +56,8 @@ DEFAULT_CHUNK_OVERLAP = 32
 
 
 class _Runtime:
-    """The loaded model: used only from the inference thread."""
+    """The loaded model: run from inference threads (an onnxruntime session and a tokenizer
+    may be used from several threads at once)."""
 
     def __init__(self, session: Any, encoder: Any, np: Any, input_names: set[str], output: str) -> None:
         self.session = session
@@ -64,6 +65,15 @@ class _Runtime:
         self.np = np
         self.input_names = input_names
         self.output = output
+
+
+#: Models loaded in this process, by their files and settings: an embedder asking for one
+#: loaded before gets it at once. A process runs one gateway, which loads the model when it
+#: first embeds and keeps it until it stops (so does its process); a process that builds
+#: several in turn (the test suite, a program embedding Lore) loads it once (0.5-0.8 s of
+#: CPU each time otherwise), and keeps it (~100 MB) for its life.
+_LOADED: dict[tuple[str, str, int, int], _Runtime] = {}
+_LOADED_LOCK = threading.Lock()
 
 
 class _Query:
@@ -226,7 +236,8 @@ class LocalEmbedder(Embedder):
         return pieces
 
     async def close(self) -> None:
-        """Stop the inference thread (waiting for the batch it runs) and drop the model."""
+        """Stop the inference thread (waiting for the batch it runs); the model stays loaded
+        for the next embedder of this process that asks for it (:data:`_LOADED`)."""
         executor, self._executor = self._executor, None
         if executor is not None:
             await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
@@ -269,13 +280,22 @@ class LocalEmbedder(Embedder):
                 if self._error is not None:
                     raise EmbedderUnavailable(self._error)
                 try:
-                    self._runtime = self._load()
+                    self._runtime = self._shared_runtime()
                 except Exception as exc:
                     self._error = _one_line(exc) if isinstance(exc, ModelFileError) else _describe(exc)
                     # Once, here: later calls raise at once without logging again.
                     log.warning(self._unavailable_detail(self._error))
                     raise EmbedderUnavailable(self._error) from exc
             return self._runtime
+
+    def _shared_runtime(self) -> _Runtime:
+        model, tokenizer = self._paths()
+        key = (str(model.resolve()), str(tokenizer.resolve()), self.settings.max_tokens, self.threads)
+        with _LOADED_LOCK:
+            runtime = _LOADED.get(key)
+            if runtime is None:
+                runtime = _LOADED[key] = self._load()
+            return runtime
 
     def _load(self) -> _Runtime:
         model_path, tokenizer_path = self._paths()
