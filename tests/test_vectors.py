@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.interfaces import Embedder, EmbedderUnavailable, Tier
+from lore_core.interfaces import EmbedderUnavailable, Tier
 from lore_core.recall.fusion import RERANK_FULL_TEXT_SHARE
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import recall, store_recall_engine
 from lore_core.storage.records import ItemVectors, StoredDistillation, distillation_id
+from lore_core.testing.builders import TopicEmbedder as KitTopicEmbedder
 from lore_core.testing.builders import answer, batch_of, exchange, text
 
 # Topics of a tiny "embedding model": synonyms land on the same axis, so vector search finds
@@ -29,28 +30,20 @@ _TOPICS = [
 ]
 
 
-class TopicEmbedder(Embedder):
-    """A deterministic embedder: one axis per topic, plus a small constant component."""
+class TopicEmbedder(KitTopicEmbedder):
+    """The test kit's topic embedder over this file's topics (a vector space of its own, so a
+    model id of its own), recording the batches it was given."""
 
-    name = "topics"
-    model_id = "topics-v1"
-    dimensions = len(_TOPICS) + 1
+    model_id = "topics-animals-v1"
+    TOPICS = tuple(frozenset(topic) for topic in _TOPICS)
+    dimensions = len(TOPICS) + 1
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
-    def vector(self, text: str) -> list[float]:
-        words = {w.strip(".,:!?()").lower() for w in text.split()}
-        v = [float(len(words & topic)) for topic in _TOPICS] + [0.05]
-        norm = sum(x * x for x in v) ** 0.5
-        return [x / norm for x in v]
-
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         self.calls.append(list(texts))
         return [self.vector(t) for t in texts]
-
-    def health(self) -> dict[str, Any]:
-        return {"ok": True, "detail": "topics"}
 
 
 class BrokenEmbedder(TopicEmbedder):

@@ -5,8 +5,14 @@
 * :mod:`~lore_core.recall.cascade`: the relaxed full-text cascade;
 * :mod:`~lore_core.recall.expansion`: optional LLM query expansion;
 * :mod:`~lore_core.recall.fusion`: reciprocal rank fusion;
+* :mod:`~lore_core.recall.intent`: how a query is read (one plan the later stages consume);
+* :mod:`~lore_core.recall.entities`: alias expansion of queries, and entities as a searchable kind;
 * :mod:`~lore_core.recall.engine`: :class:`RecallEngine` tying them together;
-* :mod:`~lore_core.recall.tool`: the tool declaration per wire API and its result text.
+* :mod:`~lore_core.recall.store_engine`: the engine over a store, as the gateway and the CLI build it;
+* :mod:`~lore_core.recall.indexer`: the background vector indexer;
+* :mod:`~lore_core.recall.tool`: the tool declaration per wire API and its result text;
+* :mod:`~lore_core.recall.rounds`: the relay's recall rounds (run the searches, send the follow-ups);
+* :mod:`~lore_core.recall.memory`: what went upstream for each recall the client saw as a marker.
 """
 
 from lore_core.recall.engine import RecallEngine, RecallResponse, RecallResult

@@ -70,7 +70,7 @@ def well_formed(message: AssistantMessage) -> AssistantMessage:
     fields strings or ``None``. A model's answer cut mid-emoji arrives as ``"\\ud83d"``;
     UTF-8 cannot hold that, so the journal and the store could not write the exchange, and
     the client resends the answer next turn with the same replacement made
-    (``app._read_json_body``)."""
+    (:func:`lore_core.pipeline.parse.read_json_body`)."""
     for block in message.blocks:
         well_formed_block(block)
         block.tool_input = replace_lone_surrogates(block.tool_input)

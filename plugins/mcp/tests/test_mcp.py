@@ -30,7 +30,6 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from lore_core.context.framing import DATA_NOTICE
-from lore_core.http.app import create_app
 from lore_core.recall.tool import RESULT_LABEL
 from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.net import api_headers, free_port
@@ -38,12 +37,6 @@ from lore_core.testing.server import ThreadedServer
 
 TOOLS = {"recall", "knowledge_search", "knowledge_add", "write_event", "pack", "forget_session"}
 Session = Callable[[], Any]
-
-
-def has_event_routes(server: ThreadedServer) -> bool:
-    """``POST /v1/events`` and ``/v1/pack`` are served (they land separately)."""
-    rules = {rule.rule for rule in create_app(server.gateway).url_map.iter_rules()}
-    return {"/v1/events", "/v1/pack"} <= rules
 
 
 @asynccontextmanager
@@ -267,9 +260,6 @@ def test_the_project_argument_must_be_absolute(gateway: ThreadedServer, project:
 
 
 def test_events_and_packs_over_stdio_and_http(gateway: ThreadedServer, project: Path) -> None:
-    if not has_event_routes(gateway):
-        pytest.skip("POST /v1/events and /v1/pack are not served yet")
-
     async def exercise(session: ClientSession, run_name: str) -> dict[str, Any]:
         written = await session.call_tool(
             "write_event", {"run": run_name, "kind": "note", "content": "the flaky test is test_upload_retry"}
