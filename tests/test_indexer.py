@@ -49,7 +49,7 @@ def run(coro: Any) -> Any:
 
 
 MODEL = vector_index_name(TopicEmbedder())
-MODEL2 = MODEL.replace("topics-v1", "topics-v2")
+MODEL2 = MODEL.replace(TopicEmbedder.model_id, "topics-v2")
 
 
 class FlakyEmbedder(TopicEmbedder):
@@ -198,7 +198,7 @@ def test_new_passage_rules_drop_the_old_index_and_backfill() -> None:
         await VectorIndexer(store, embedder).run_until_idle()
         old = {n: v for n, v in (await store.vector_stats()).items()}
         assert list(old) == [MODEL]
-        stale = "topics-v1"  # how indexes were named before passages
+        stale = TopicEmbedder.model_id  # how indexes were named before passages
         for item in await store.pending_embeddings(stale):
             await store.write_vectors(
                 stale, embedder.dimensions, [ItemVectors(item, [embedder.vector(item.text)])]
@@ -230,7 +230,7 @@ def test_an_index_of_older_facet_rules_serves_recall_until_the_new_one_has_caugh
     async def main() -> None:
         store = await filled_store(2)
         embedder = HeldEmbedder()
-        before_facets = MODEL.replace(VECTOR_RULES, PASSAGE_RULES)  # "topics-v1@p1"
+        before_facets = MODEL.replace(VECTOR_RULES, PASSAGE_RULES)  # "<model>@p1"
         other_passages = MODEL.replace(VECTOR_RULES, "p0.f1")
         for name in (before_facets, other_passages):
             for item in await store.pending_embeddings(name):

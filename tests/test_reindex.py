@@ -76,7 +76,8 @@ def test_reindex_embeds_everything_then_recall_finds_by_meaning(
     assert cli.main(["reindex"]) == 0
     captured = capsys.readouterr()
     assert "6 items embedded" in captured.out and "0 items pending" in captured.out
-    assert f"embedding for topics-v1@{VECTOR_RULES} [" in captured.err and "6/6" in captured.err
+    index = f"{TopicEmbedder.model_id}@{VECTOR_RULES}"
+    assert f"embedding for {index} [" in captured.err and "6/6" in captured.err
     assert "search index [" in captured.err
     # "feline" shares no word with anything stored: only the vectors can find the kitten.
     assert cli.main(["recall", "feline", "--scope", "all", "--json"]) == 0
@@ -85,7 +86,7 @@ def test_reindex_embeds_everything_then_recall_finds_by_meaning(
     assert results[0]["text"] == "[user]\nmy tabby kitten sleeps all day"
     assert "full-text" not in captured.err
     assert cli.main(["status"]) == 0
-    assert f"vectors: topics-v1@{VECTOR_RULES}: 6 vectors, 0 items pending" in capsys.readouterr().out
+    assert f"vectors: {index}: 6 vectors, 0 items pending" in capsys.readouterr().out
     # Nothing left: a second run embeds nothing.
     assert cli.main(["reindex", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
