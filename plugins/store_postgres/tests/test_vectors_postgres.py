@@ -2,7 +2,8 @@
 limit (PostgreSQL's planner answers a selective filter from the session and project indexes,
 exactly, and a broad one from the HNSW index, where pgvector 0.8's iterative scan keeps going
 until enough rows pass), and the approximate index agrees with the exact search on a store of
-2,000 passages (measured recall@10: 1.0)."""
+2,000 passages (measured recall@10: 1.0). The index is built in bulk by ``optimize_vectors``
+once the table holds ``hnswMinVectors`` vectors; before, the same column is searched exactly."""
 
 from __future__ import annotations
 
@@ -39,16 +40,24 @@ def test_hnsw_with_filters_matches_the_exact_search(pg_dsn: str, tmp_path: Path)
     queries = [unit(rng) for _ in range(8)]
 
     async def fill_and_ask(pgvector: bool) -> list[tuple[str, ...]]:
-        store = PostgresStore(PostgresConfig(dsn=pg_dsn, pgvector=pgvector), journal_dir=tmp_path / "j")
+        settings = PostgresConfig(dsn=pg_dsn, pgvector=pgvector, hnsw_min_vectors=400)
+        store = PostgresStore(settings, journal_dir=tmp_path / "j")
         await store.open()
         try:
             model = f"m-{pgvector}"
             if (await store.stats())["messages"] == 0:
                 await store.write(batch_of(*batches))
             vectors = random.Random(7)  # the same vectors for both indexes
+            written = 0
             while items := await store.pending_embeddings(model, limit=500):
                 await store.write_vectors(model, DIMS, [ItemVectors(i, [unit(vectors)]) for i in items])
-            assert (await store.vector_stats(model))[model]["index"] == ("hnsw" if pgvector else "exact")
+                written += len(items)
+                await store.optimize_vectors(model)
+                # Built by the first upkeep past the threshold, not before.
+                built = pgvector and written >= 400
+                assert (await store.vector_stats(model))[model]["index"] == ("hnsw" if built else "exact")
+            # And one per project (4 of 500 vectors each), which the project scope below uses.
+            assert (await store.vector_stats(model))[model]["project_indexes"] == (4 if pgvector else 0)
             answers = []
             for q in queries:
                 for scope in ({}, {"session_id": "s-3"}, {"project": "/p/2"}):
