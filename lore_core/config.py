@@ -259,6 +259,9 @@ class DistillConfig:
     meta_threshold: int = setting(20, low=1)
     # ... which consolidates all but this many of the newest.
     recent_segments_to_keep: int = setting(5, low=0)
+    # How long a gateway's claim on a session's distillation and curation runs before it is
+    # renewed (after each segment) or, its gateway gone, free for another (a shared store).
+    lease_seconds: float = setting(300.0, low=1, high=86_400)
     # Which registered curator writes observation logs: "llm" (the worker model; falls back
     # to "extractive" when no worker is usable) or "extractive" (deterministic, no LLM).
     observer: str = "llm"

@@ -9,11 +9,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pytest
-
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import DistillConfig
-from lore_core.distill import scheduler as scheduler_module
 from lore_core.distill.inputs import Distillation, DistillInput
 from lore_core.distill.observer import Observer
 from lore_core.distill.scheduler import CLAIMED_ELSEWHERE, DistillScheduler, lease_key
@@ -74,9 +71,7 @@ def test_one_scheduler_at_a_time_distils_a_session() -> None:
     asyncio.run(main())
 
 
-def test_a_crashed_holders_lease_runs_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scheduler_module, "LEASE_SECONDS", 0.3)
-
+def test_a_crashed_holders_lease_runs_out() -> None:
     async def main() -> None:
         store = await filled()
         # A gateway claimed the session and died: its lease stays until it expires.
@@ -90,11 +85,12 @@ def test_a_crashed_holders_lease_runs_out(monkeypatch: pytest.MonkeyPatch) -> No
     asyncio.run(main())
 
 
-def test_a_run_whose_lease_was_taken_stops_after_its_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_whose_lease_was_taken_stops_after_its_segment() -> None:
     """A run that outlived its lease (another gateway took the session meanwhile) writes the
     segment it had and stops: the other goes on from what is stored."""
-    monkeypatch.setattr(scheduler_module, "LEASE_SECONDS", 0.2)
-    config = DistillConfig(first_segment_min_messages=1, first_segment_min_tokens=1, segment_max_tokens=60)
+    config = DistillConfig(
+        first_segment_min_messages=1, first_segment_min_tokens=1, segment_max_tokens=60, lease_seconds=0.2
+    )
 
     async def main() -> None:
         store = MemoryStore()

@@ -109,9 +109,6 @@ MAX_TRACKED_SESSIONS = 10_000
 RETRY_SECONDS = (30.0, 60.0, 120.0, 300.0)
 #: At most one warning this often about sessions dropped from tracking.
 UNTRACKED_LOG_EVERY_SECONDS = 300.0
-#: How long a session's lease (``distill:<session>``, Store.claim_lease) runs before it is
-#: renewed (after each segment) or, its holder gone, free for another gateway.
-LEASE_SECONDS = 300.0
 #: The note of a run that found the session claimed by another gateway (a shared store).
 CLAIMED_ELSEWHERE = "claimed by another gateway: it distils and curates the session now"
 
@@ -569,7 +566,9 @@ class DistillScheduler:
         after what was written before it stays written."""
         async with self._lock(session_id):
             key = lease_key(session_id)
-            if not await self.store.claim_lease(key, self.holder, LEASE_SECONDS):
+            # The lease (distill.leaseSeconds) is renewed after each segment; a gateway gone
+            # holds the session off until it runs out.
+            if not await self.store.claim_lease(key, self.holder, self.config.lease_seconds):
                 self.counts["claimed_elsewhere"] += 1
                 return DistillReport(session_id, notes=[CLAIMED_ELSEWHERE])
             try:
@@ -644,7 +643,7 @@ class DistillScheduler:
             if progress is not None:
                 progress(index + 1, total)
             if index + 1 < total and not await self.store.claim_lease(
-                lease_key(session_id), self.holder, LEASE_SECONDS
+                lease_key(session_id), self.holder, self.config.lease_seconds
             ):
                 # The lease ran out and another gateway holds it now: it goes on from what
                 # is written (the undistilled part is derived from the store), consolidates

@@ -54,6 +54,9 @@ class Reply:
     error_body: Any = None
     headers: dict[str, str] = attrs.field(factory=dict)
     delay_headers: float = 0.0  # seconds before the response headers
+    # Held until the test sets this event (at most a minute), then answered: a worker call
+    # kept open while the test does something else (another gateway, a kill).
+    hold: threading.Event | None = None
     chunk_delay: float = 0.0  # seconds between SSE events
     compress: str | None = None  # "gzip" | "br" | "zstd"
     drop_after_events: int | None = None  # close the connection after this many events
@@ -215,6 +218,8 @@ class FakeUpstream:
         reply = self._next_reply(rec)
         if reply.delay_headers:
             await asyncio.sleep(reply.delay_headers)
+        if reply.hold is not None:
+            await asyncio.to_thread(reply.hold.wait, 60.0)
         try:
             payload = rec.json or {}
         except ValueError:

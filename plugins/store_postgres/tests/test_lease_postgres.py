@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-import pytest
 from lore_store_postgres.config import PostgresConfig
 from lore_store_postgres.store import PostgresStore
 
 from lore_core.config import DistillConfig
-from lore_core.distill import scheduler as scheduler_module
 from lore_core.distill.inputs import Distillation, DistillInput
 from lore_core.distill.observer import Observer
 from lore_core.distill.scheduler import CLAIMED_ELSEWHERE, DistillScheduler, lease_key
@@ -48,7 +46,7 @@ def stores(dsn: str) -> tuple[PostgresStore, PostgresStore]:
     )
 
 
-def test_two_gateways_one_distillation(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_gateways_one_distillation(pg_dsn: str) -> None:
     async def main() -> None:
         one, two = stores(pg_dsn)
         await one.open()
@@ -74,7 +72,6 @@ def test_two_gateways_one_distillation(pg_dsn: str, monkeypatch: pytest.MonkeyPa
             await one.write(batch_of(exchange(more, answer("the lexer too"), session="s-1")))
             assert await one.claim_lease(lease_key("s-1"), "crashed", 1.0)
             await one.close()
-            monkeypatch.setattr(scheduler_module, "LEASE_SECONDS", 60.0)
             assert (await b.distill_session("s-1")).notes == [CLAIMED_ELSEWHERE]
             await asyncio.sleep(1.2)
             report = await b.distill_session("s-1")

@@ -1,7 +1,9 @@
 """Two gateway processes (real ``lore serve``, on one machine, one PostgreSQL database)
 driven by real sockets: a history resent through both at once is stored once, a turn
-answered by one is listed and found by the other right away, and knowledge added through
-one gateway's API is in the next new session's prompt on the other."""
+answered by one is listed and found by the other right away, knowledge added through one
+gateway's API is in the next new session's prompt on the other, a session both gateways saw
+is distilled once per segment (with a worker model on the loopback), and a gateway killed
+while it holds the session's lease holds it off only until the lease runs out."""
 
 from __future__ import annotations
 
@@ -13,16 +15,18 @@ import sys
 import tempfile
 import threading
 import urllib.error
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from lore_core.testing.fake_upstream import FakeUpstream, echo_responder
-from lore_core.testing.fake_worker import request_texts
+from lore_core.distill.prompts import OBSERVER_MARKER
+from lore_core.distill.scheduler import CLAIMED_ELSEWHERE
+from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply, echo_responder
+from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import (
     api_headers,
     free_port,
@@ -36,27 +40,36 @@ from lore_core.testing.poll import poll
 API_KEY = "sk-ant-api03-ManyGateways-" + "Qw7e" * 8
 
 
-@pytest.fixture
-def serve(tmp_path: Path, lore_env: dict[str, str], pg_dsn: str) -> Iterator[Callable[..., str]]:
-    """``serve(name, dsn=None)``: a ``lore serve`` process on the test database (or ``dsn``);
-    its URL."""
-    Path(lore_env["LORE_CONFIG"]).write_text(
-        json.dumps({"store": {"backend": "postgres", "flushIntervalMs": 50}})
-    )
-    procs: list[subprocess.Popen[bytes]] = []
+class Gateways:
+    """``gateways(name, dsn=None, config=None)`` starts a ``lore serve`` process on the test
+    database (or ``dsn``), with ``config``'s sections besides the store's, and returns its
+    URL; ``processes`` holds each by name."""
 
-    def start(name: str, dsn: str | None = None) -> str:
+    def __init__(self, tmp_path: Path, lore_env: dict[str, str], dsn: str) -> None:
+        self.tmp_path, self.lore_env, self.dsn = tmp_path, lore_env, dsn
+        self.base: dict[str, Any] = {"store": {"backend": "postgres", "flushIntervalMs": 50}}
+        Path(lore_env["LORE_CONFIG"]).write_text(json.dumps(self.base))
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def __call__(self, name: str, dsn: str | None = None, config: dict[str, Any] | None = None) -> str:
         port = free_port()
-        env = {**lore_env, "LORE_DB_PATH": dsn or pg_dsn, "LORE_PORT": str(port)}
-        log = tmp_path / f"gateway-{name}.log"
-        proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=tmp_path)
-        procs.append(proc)
+        env = {**self.lore_env, "LORE_DB_PATH": dsn or self.dsn, "LORE_PORT": str(port)}
+        if config is not None:
+            env["LORE_CONFIG"] = str(self.tmp_path / f"lore-{name}.json")
+            Path(env["LORE_CONFIG"]).write_text(json.dumps({**self.base, **config}))
+        log = self.tmp_path / f"gateway-{name}.log"
+        proc = spawn_logged([sys.executable, "-m", "lore_core.cli", "serve"], env, log, cwd=self.tmp_path)
+        self.processes[name] = proc
         url = f"http://127.0.0.1:{port}"
         wait_until_serving(proc, url + "/health", log)
         return url
 
-    yield start
-    for proc in procs:
+
+@pytest.fixture
+def serve(tmp_path: Path, lore_env: dict[str, str], pg_dsn: str) -> Iterator[Gateways]:
+    gateways = Gateways(tmp_path, lore_env, pg_dsn)
+    yield gateways
+    for proc in gateways.processes.values():
         stop_process(proc)
 
 
@@ -106,9 +119,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def test_two_gateways_share_one_database(
-    serve: Callable[..., str], fake_upstream: FakeUpstream, project: Path
-) -> None:
+def test_two_gateways_share_one_database(serve: Gateways, fake_upstream: FakeUpstream, project: Path) -> None:
     fake_upstream.responder = echo_responder()
     a, b = serve("a"), serve("b")
     assert get_json(a + "/health")["store"]["backend"] == "postgres"
@@ -160,7 +171,7 @@ def test_two_gateways_share_one_database(
 
 @pytest.mark.slow
 def test_a_server_restart_under_load_loses_nothing_acknowledged(
-    serve: Callable[..., str], fake_upstream: FakeUpstream, project: Path
+    serve: Gateways, fake_upstream: FakeUpstream, project: Path
 ) -> None:
     """Both gateways answer a stream of new turns while the server restarts (pg_ctl restart
     -m fast, a server of this test's own): every turn a client got its answer to is stored
@@ -232,3 +243,134 @@ def test_a_server_restart_under_load_loses_nothing_acknowledged(
     finally:
         server.cleanup()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- distillation: one gateway at a time per session -------------------------------------------
+
+#: Small segments, so a conversation is several; no idle runs, so the test says when a
+#: distillation runs (a turn past segmentMaxTokens may still start one: that is a gateway
+#: claiming the session too).
+DISTILL = {
+    "observer": "llm",
+    "firstSegmentMinMessages": 1,
+    "firstSegmentMinTokens": 1,
+    "segmentMaxTokens": 150,
+    "idleTimeoutSeconds": 3600,
+    "metaThreshold": 100,
+}
+
+
+class HeldWorker:
+    """The worker model, on the fake upstream: observer prompts answered (``observer_responder``)
+    once ``release`` is set, every other request echoed. ``observed`` counts the observer
+    calls; ``arrived`` is set at the first."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.arrived = threading.Event()
+        self.observed = 0
+        self._lock = threading.Lock()
+        self._answer = observer_responder(echo_responder())
+
+    def __call__(self, req: RecordedRequest) -> Reply | None:
+        reply = self._answer(req)
+        if OBSERVER_MARKER in request_texts(req.json)[0]:
+            with self._lock:
+                self.observed += 1
+            self.arrived.set()
+            assert reply is not None
+            reply.hold = self.release
+        return reply
+
+
+def gateway_config(fake: FakeUpstream, lease_seconds: float) -> dict[str, Any]:
+    return {
+        # A configured worker: either gateway can distil, whichever saw the session's client.
+        "worker": {"upstream": fake.url, "apiKey": "worker-key", "model": "claude-test"},
+        "distill": {**DISTILL, "leaseSeconds": lease_seconds},
+    }
+
+
+def long_conversation(urls: list[str], session: str, project: Path) -> None:
+    """Eight turns of ~300-character messages (several segments), sent through ``urls`` in
+    turn, each request resending the history."""
+    history: list[dict[str, Any]] = []
+    for t in range(8):
+        words = " ".join(f"step{t}-{w} of the heron migration touches src/heron/db{t}.py" for w in range(5))
+        history = [*history, {"role": "user", "content": words}]
+        answer = send(urls[t % len(urls)], history, session, project)
+        history = [*history, {"role": "assistant", "content": answer}]
+
+
+def distill(url: str, session: str) -> list[dict[str, Any]]:
+    with httpx.Client(base_url=url, headers=api_headers(), timeout=120) as client:
+        resp = client.post("/lore/api/distill", params={"session": session})
+    assert resp.status_code == 200, resp.text
+    reports = resp.json()["reports"]
+    assert isinstance(reports, list)
+    return reports
+
+
+def claimed_elsewhere(reports: list[dict[str, Any]]) -> bool:
+    return any(CLAIMED_ELSEWHERE in r["notes"] for r in reports)
+
+
+def assert_one_log_per_segment(url: str, session: str) -> int:
+    """Every message of the session is in exactly one observation log; their count."""
+    messages = {m["id"] for m in get_json(url + f"/lore/api/sessions/{session}")["messages"]}
+    logs = [d for d in get_json(url + f"/lore/api/distillations?session={session}") if d["generation"] == 0]
+    sources = [i for d in logs for i in d["source_ids"]]
+    assert len(sources) == len(set(sources)), "a message distilled twice"
+    assert set(sources) == messages and len(logs) >= 3
+    return len(logs)
+
+
+def test_two_gateways_distil_each_segment_once(
+    serve: Gateways, fake_upstream: FakeUpstream, project: Path
+) -> None:
+    worker = HeldWorker()
+    fake_upstream.responder = worker
+    a, b = (serve(name, config=gateway_config(fake_upstream, 300)) for name in ("a", "b"))
+    # Both gateways see the session: its turns alternate between them.
+    long_conversation([a, b], "s-distil", project)
+
+    # Both asked to distil it at once, the worker's answers held: the lease lets one of them
+    # (or the run a turn already started) distil, the other says it is claimed and returns.
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(distill, url, "s-distil") for url in (a, b)]
+        done, _ = wait(runs, timeout=120, return_when=FIRST_COMPLETED)
+        assert done and claimed_elsewhere(next(iter(done)).result())
+        assert worker.arrived.wait(60)  # the holder's first segment, at the worker
+        worker.release.set()
+        for run in runs:
+            run.result(timeout=120)
+    # What is left (a run started by a turn distils full segments only) on either gateway.
+    distill(a, "s-distil")
+    distill(b, "s-distil")
+    logs = assert_one_log_per_segment(b, "s-distil")
+    # No segment was sent to the worker twice.
+    assert worker.observed == logs
+
+
+@pytest.mark.slow
+def test_a_gateway_killed_holding_the_lease_blocks_the_session_until_it_runs_out(
+    serve: Gateways, fake_upstream: FakeUpstream, project: Path
+) -> None:
+    worker = HeldWorker()
+    fake_upstream.responder = worker
+    lease = 10.0
+    a, b = (serve(name, config=gateway_config(fake_upstream, lease)) for name in ("a", "b"))
+    long_conversation([a], "s-killed", project)
+    # A claims the session (this call, or a run a turn started) and waits on the worker.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(distill, a, "s-killed")
+        assert worker.arrived.wait(60)
+        serve.processes["a"].kill()
+        serve.processes["a"].wait(10)
+    # A's lease outlives it: B is refused until it runs out, then distils everything.
+    assert claimed_elsewhere(distill(b, "s-killed"))
+    worker.release.set()
+    poll(lambda: not claimed_elsewhere(distill(b, "s-killed")), "the dead gateway's lease to run out")
+    logs = assert_one_log_per_segment(b, "s-killed")
+    # A's one held call never wrote; every other segment was observed once, by B.
+    assert worker.observed == logs + 1
