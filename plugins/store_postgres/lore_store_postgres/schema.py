@@ -238,8 +238,26 @@ V2 = [
     )""",
 ]
 
+# Version 3: the vector indexers' claims. Each gateway's indexer claims the next pending
+# items of a model (a range of item seqs, with its holder and an expiry on the server's
+# clock) before it embeds them, so two gateways embed different items; a range is marked
+# done when its vectors are written, and the model's watermark advances over the done
+# ranges that follow it with nothing pending between (vector_models.watermark keeps its
+# meaning: every item at or below it is embedded).
+V3 = [
+    """CREATE TABLE vector_claims (
+        model TEXT NOT NULL,
+        first_seq BIGINT NOT NULL,
+        last_seq BIGINT NOT NULL,
+        holder TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        done BOOLEAN NOT NULL DEFAULT false,
+        PRIMARY KEY (model, first_seq)
+    )""",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1, V2]
+MIGRATIONS: list[list[str]] = [V1, V2, V3]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: pg_advisory_xact_lock keys: the migration, and writes that draw from item_seq.
 MIGRATION_LOCK = 0x4C4F5245_0001

@@ -19,7 +19,10 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import re
+import secrets
+import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,6 +97,9 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 #: HNSW candidates per search (pgvector's ``hnsw.ef_search``, default 40): at least the
 #: limit asked, at most pgvector's maximum.
 _EF_SEARCH_MAX = 1000
+#: How long a store's claim on pending items runs before another store may take them (a
+#: gateway that died with a batch in hand).
+_CLAIM_SECONDS = 300.0
 #: Passages written per executemany.
 _PASSAGE_BATCH = 2000
 #: How long a call waits for a pooled connection before it fails (every one is busy, or
@@ -202,11 +208,20 @@ _SESSION_SQL = """
 # Messages and distillations share the seq, so one watermark per model covers both.
 _PENDING_SQL = f"""SELECT * FROM (
         SELECT seq, '{VECTOR_MESSAGE}' AS kind, id, text, session_id, project, created_at, role, blocks
-        FROM messages WHERE seq > %(after)s
+        FROM messages WHERE seq > %(after)s AND seq < coalesce(%(before)s, 9223372036854775807)
         UNION ALL
         SELECT seq, '{VECTOR_DISTILLATION}', id, content, session_id, project, created_at, NULL, NULL
-        FROM distillations WHERE seq > %(after)s
+        FROM distillations WHERE seq > %(after)s AND seq < coalesce(%(before)s, 9223372036854775807)
     ) AS items ORDER BY seq LIMIT %(limit)s"""
+#: The first item above the watermark that no claim covers (nothing has taken it yet).
+_UNCLAIMED_SQL = """SELECT min(seq) FROM (
+        SELECT seq FROM messages WHERE seq > %(after)s AND seq <= %(upto)s
+        UNION ALL SELECT seq FROM distillations WHERE seq > %(after)s AND seq <= %(upto)s
+    ) AS items
+    WHERE NOT EXISTS (
+        SELECT 1 FROM vector_claims c
+        WHERE c.model = %(model)s AND items.seq BETWEEN c.first_seq AND c.last_seq
+    )"""
 _BEHIND_SQL = """SELECT (SELECT count(*) FROM messages WHERE seq > %(after)s)
     + (SELECT count(*) FROM distillations WHERE seq > %(after)s)"""
 
@@ -321,6 +336,8 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
         # Resolves the tool of results whose record does not name it, within this process.
         self._calls = CallMemo()
         self._opened_at: float | None = None
+        # Who this store is when its indexer claims pending items (pending_embeddings).
+        self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -420,6 +437,17 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
         )
 
     async def close(self) -> None:
+        if self._pool is not None:
+            # The items this store claimed and did not embed are free for another at once
+            # (a store that died leaves its claims until they run out).
+            try:
+                await self._call(
+                    lambda con: con.execute(
+                        "DELETE FROM vector_claims WHERE holder = %s AND NOT done", (self._holder,)
+                    )
+                )
+            except (StoreUnavailable, psycopg.Error) as exc:
+                log.info("could not give back the vector claims at close: %s", exc)
         pool, self._pool = self._pool, None
         if pool is not None:
             await asyncio.to_thread(pool.close)
@@ -1034,10 +1062,42 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
         await self._call(run)
 
     async def pending_embeddings(self, model: str, limit: int = 256) -> list[EmbeddingItem]:
+        """The next pending items no other store (gateway) has claimed, claimed for this one
+        until its vectors are written or ``_CLAIM_SECONDS`` pass. Asking again gives up what
+        this store had claimed and not written: the same items come back first."""
+
         def run(con: Conn) -> list[tuple[Any, ...]]:
+            con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"vclaim:{model}",))
+            con.execute(
+                """DELETE FROM vector_claims WHERE model = %s AND NOT done
+                AND (holder = %s OR expires_at <= extract(epoch FROM clock_timestamp()))""",
+                (model, self._holder),
+            )
             found = self._model_row(con, model)
             watermark = found[3] if found else 0
-            return con.execute(_PENDING_SQL, {"after": watermark, "limit": max(0, limit)}).fetchall()
+            claimed = con.execute(
+                "SELECT first_seq, last_seq FROM vector_claims WHERE model = %s AND last_seq > %s "
+                "ORDER BY first_seq",
+                (model, watermark),
+            ).fetchall()
+            # The gaps between the claimed ranges, in order: the first that holds items.
+            after, rows = watermark, []
+            for first, last in [*claimed, (None, None)]:
+                if first is None or first > after + 1:
+                    rows = con.execute(
+                        _PENDING_SQL,
+                        {"after": after, "before": first, "limit": max(0, limit)},
+                    ).fetchall()
+                    if rows:
+                        break
+                after = max(after, int(last)) if last is not None else after
+            if rows:
+                con.execute(
+                    """INSERT INTO vector_claims (model, first_seq, last_seq, holder, expires_at)
+                    VALUES (%s, %s, %s, %s, extract(epoch FROM clock_timestamp()) + %s)""",
+                    (model, rows[0][0], rows[-1][0], self._holder, _CLAIM_SECONDS),
+                )
+            return rows
 
         rows = await self._call(run)
         return [
@@ -1063,7 +1123,8 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                     f"the {model!r} vector index holds {dims}-dimensional vectors, not {dimensions}"
                 )
             fresh = [iv for iv in items if iv.item.cursor > watermark]
-            # An item forgotten (or gone) since it was read as pending gets no vectors.
+            # An item forgotten (or gone) since it was read as pending gets no vectors, nor
+            # one another store wrote first (its claim ran out and was taken meanwhile).
             ids = list({iv.item.id for iv in fresh})
             alive = {
                 r[0]
@@ -1071,6 +1132,15 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                     "SELECT id FROM messages WHERE id = ANY(%s) "
                     "UNION SELECT id FROM distillations WHERE id = ANY(%s)",
                     (ids, ids),
+                ).fetchall()
+            }
+            alive -= {
+                r[0]
+                for r in con.execute(
+                    sql.SQL("SELECT DISTINCT item_id FROM {} WHERE item_id = ANY(%s)").format(
+                        sql.Identifier(table)
+                    ),
+                    (ids,),
                 ).fetchall()
             }
             rows = []
@@ -1094,12 +1164,54 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                 with con.cursor().copy(copy_sql) as copy:
                     for row in rows:
                         copy.write_row(row)
-            newest = max((iv.item.cursor for iv in items), default=0)
-            if newest > watermark:
-                con.execute("UPDATE vector_models SET watermark = %s WHERE model = %s", (newest, model))
+            if fresh:
+                self._advance_watermark(con, model, watermark, [iv.item.cursor for iv in fresh])
             return len(rows)
 
         return await self._call(run)
+
+    def _advance_watermark(self, con: Conn, model: str, watermark: int, written: list[int]) -> None:
+        """Mark the items ``written`` (their seqs) done, then move the watermark over the done
+        ranges that follow it, up to the first item still claimed or not claimed at all."""
+        con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"vclaim:{model}",))
+        low, high = min(written), max(written)
+        # This store's claim over them is done; the part of it past them stays claimed.
+        con.execute(
+            """UPDATE vector_claims SET first_seq = %(high)s + 1
+            WHERE model = %(model)s AND holder = %(holder)s AND NOT done
+                AND first_seq <= %(high)s AND last_seq > %(high)s""",
+            {"model": model, "holder": self._holder, "high": high},
+        )
+        con.execute(
+            """DELETE FROM vector_claims WHERE model = %(model)s AND holder = %(holder)s AND NOT done
+                AND first_seq <= %(high)s AND last_seq >= %(low)s""",
+            {"model": model, "holder": self._holder, "low": low, "high": high},
+        )
+        con.execute(
+            """INSERT INTO vector_claims (model, first_seq, last_seq, holder, expires_at, done)
+            VALUES (%s, %s, %s, %s, 0, true)
+            ON CONFLICT (model, first_seq) DO UPDATE
+            SET last_seq = greatest(vector_claims.last_seq, excluded.last_seq), done = true""",
+            (model, low, high, self._holder),
+        )
+        (undone, top) = con.execute(
+            """SELECT min(first_seq) FILTER (WHERE NOT done), max(last_seq) FILTER (WHERE done)
+            FROM vector_claims WHERE model = %s""",
+            (model,),
+        ).fetchone() or (None, None)
+        if top is None:
+            return
+        upto = int(top) if undone is None else min(int(top), int(undone) - 1)
+        (unclaimed,) = con.execute(
+            _UNCLAIMED_SQL, {"after": watermark, "upto": upto, "model": model}
+        ).fetchone() or (None,)
+        if unclaimed is not None:
+            upto = int(unclaimed) - 1
+        if upto > watermark:
+            con.execute("UPDATE vector_models SET watermark = %s WHERE model = %s", (upto, model))
+            con.execute(
+                "DELETE FROM vector_claims WHERE model = %s AND done AND last_seq <= %s", (model, upto)
+            )
 
     async def nearest_passages(
         self,
@@ -1274,6 +1386,7 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             if found is not None:
                 con.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(found[0])))
                 con.execute("DELETE FROM vector_models WHERE model = %s", (model,))
+            con.execute("DELETE FROM vector_claims WHERE model = %s", (model,))
 
         await self._call(run)
 
