@@ -919,6 +919,28 @@ class MessagesConformance(_StoreSuite):
         if implemented[0] and self.persistent:
             self.reopen(make_store, after)
 
+    def test_leases_between_two_gateways_of_a_shared_store(self, make_store: Callable[[], Store]) -> None:
+        """A store several gateways share (``Store.shared``): a lease one instance holds is
+        refused to another instance on the same data until it is released or expires."""
+
+        async def body(one: TieredStore) -> None:
+            if not one.shared:
+                pytest.skip("this store is not shared between gateways")
+            two = make_store()
+            await two.open()
+            try:
+                assert await one.claim_lease("distill:s", "gw-a", 60)
+                assert not await two.claim_lease("distill:s", "gw-b", 60)
+                await one.release_lease("distill:s", "gw-a")
+                assert await two.claim_lease("distill:s", "gw-b", 0.3)
+                assert not await one.claim_lease("distill:s", "gw-a", 60)
+                await asyncio.sleep(0.5)  # gw-b died with it: it runs out
+                assert await one.claim_lease("distill:s", "gw-a", 60)
+            finally:
+                await two.close()
+
+        self.run(make_store, body)
+
     def test_copy_every_tier_in_and_out(self, make_store: Callable[[], Store]) -> None:
         """``inventory`` and ``set_knowledge_metrics`` let :func:`~lore_core.storage.copy.copy_store`
         carry every tier through the store's interfaces: a full memory copied into this store
