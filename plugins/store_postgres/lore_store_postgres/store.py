@@ -1175,7 +1175,8 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
         ranges that follow it, up to the first item still claimed or not claimed at all."""
         con.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"vclaim:{model}",))
         low, high = min(written), max(written)
-        # This store's claim over them is done; the part of it past them stays claimed.
+        # This store's claim over them is done; the part of it past them stays claimed. (A
+        # claim another store took over meanwhile stays its own: it is done when it writes.)
         con.execute(
             """UPDATE vector_claims SET first_seq = %(high)s + 1
             WHERE model = %(model)s AND holder = %(holder)s AND NOT done
@@ -1191,7 +1192,8 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             """INSERT INTO vector_claims (model, first_seq, last_seq, holder, expires_at, done)
             VALUES (%s, %s, %s, %s, 0, true)
             ON CONFLICT (model, first_seq) DO UPDATE
-            SET last_seq = greatest(vector_claims.last_seq, excluded.last_seq), done = true""",
+            SET last_seq = greatest(vector_claims.last_seq, excluded.last_seq), done = true
+            WHERE vector_claims.holder = excluded.holder""",
             (model, low, high, self._holder),
         )
         (undone, top) = con.execute(
