@@ -20,6 +20,13 @@ the same queries (two words from the corpus vocabulary, default scope ``project`
   was before), ``vector search`` (``store.vector_search`` alone) and ``query embedding``
   (the model on one query).
 
+With ``--stores duckdb,postgres`` each level is built and timed on both stores in the same run.
+The PostgreSQL store writes its vectors without an HNSW index, builds it in bulk
+(``optimize_vectors``), then writes the last 2,000 items' vectors into the built index row by
+row (the baseline write rate: every write before the bulk build); it is timed first with that
+shared index alone (the baseline: a project filtered by pgvector's iterative scan), then again,
+on new queries, after its per-project HNSW indexes are built.
+
 Throughput. Texts per second at batch 1 and 32 through the indexer's path (cutting into
 passages plus ``LocalEmbedder.embed``) against the tokenizer and onnxruntime called directly on the same
 model and texts (``embed.py``'s ``Direct``), interleaved in rounds.
