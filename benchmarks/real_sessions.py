@@ -454,9 +454,12 @@ def run_store(
             print(f"indexing finished {indexing:.0f} s after the replay")
             stats = server.call(server.gateway.store.stats(), timeout=60)
             print(f"store: {stats.get('messages')} messages, {stats.get('size_bytes', 0) / 1e6:.0f} MB")
-            vectors = server.call(server.gateway.store.vector_stats(), timeout=60)
-            for model, figures in vectors.items():
-                print(f"vectors: {model}: {figures.get('vectors')} ({figures.get('index') or figures})")
+            if server.gateway.indexer is not None:
+                vectors = server.call(server.gateway.indexer.vectors.vector_stats(), timeout=60)
+                for model, figures in vectors.items():
+                    # PostgreSQL names its search (hnsw, exact); DuckDB whether its ANN index is built.
+                    kind = figures.get("index") or ("ANN" if figures.get("ann_index") else "flat")
+                    print(f"vectors: {model}: {figures.get('vectors')} ({kind})")
             if not args.reuse and indexing > 1:
                 text_mb = (
                     sum(len(replayed_text(i)) for s in sessions for w in s.windows for i in w.items) / 1e6
