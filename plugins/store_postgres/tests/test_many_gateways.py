@@ -291,14 +291,18 @@ def gateway_config(fake: FakeUpstream, lease_seconds: float) -> dict[str, Any]:
     }
 
 
-def long_conversation(urls: list[str], session: str, project: Path) -> None:
+def long_conversation(urls: list[str], session: str, project: Path, at_once: bool = False) -> None:
     """Eight turns of ~300-character messages (several segments), sent through ``urls`` in
-    turn, each request resending the history."""
+    turn, each request resending the history; ``at_once``: the whole history in one request
+    (a resumed session), so at most one distillation starts with it."""
     history: list[dict[str, Any]] = []
     for t in range(8):
         words = " ".join(f"step{t}-{w} of the heron migration touches src/heron/db{t}.py" for w in range(5))
         history = [*history, {"role": "user", "content": words}]
-        answer = send(urls[t % len(urls)], history, session, project)
+        if at_once and t < 7:
+            answer = f"done with step {t} of the heron migration"
+        else:
+            answer = send(urls[t % len(urls)], history, session, project)
         history = [*history, {"role": "assistant", "content": answer}]
 
 
@@ -360,8 +364,9 @@ def test_a_gateway_killed_holding_the_lease_blocks_the_session_until_it_runs_out
     fake_upstream.responder = worker
     lease = 10.0
     a, b = (serve(name, config=gateway_config(fake_upstream, lease)) for name in ("a", "b"))
-    long_conversation([a], "s-killed", project)
-    # A claims the session (this call, or a run a turn started) and waits on the worker.
+    # One request: A's lease is claimed just before its first worker call, not turns earlier.
+    long_conversation([a], "s-killed", project, at_once=True)
+    # A claims the session (this call, or a run the turn started) and waits on the worker.
     with ThreadPoolExecutor(1) as pool:
         pool.submit(distill, a, "s-killed")
         assert worker.arrived.wait(60)
