@@ -133,5 +133,8 @@ class Exchange:
     #: How ``request`` was composed: its :class:`~lore_core.interfaces.CompositionContext`
     #: (``None``: not composed by the gateway, e.g. a recall follow-up).
     composed: Any = None
+    #: The context layer (0-4, docs/context.md) the request went upstream at, taken from its
+    #: composition when it finishes (``None``: not composed by the gateway).
+    context_layer: int | None = None
     #: The request continues a conversation the provider keeps: it carries only new items.
     server_state: bool = False

@@ -749,11 +749,15 @@ class ContextManager:
     def exchange_finished(self, exchange: Exchange) -> None:
         """Learn from a response's usage: calibration, cache state, cost; and give the
         exchange back the client's own request view (what the store must record), in place
-        of the composed one that went upstream. Called before anything else sees the
-        exchange. Never raises."""
+        of the composed one that went upstream, and the layer that one was composed at.
+        Called before anything else sees the exchange. Never raises."""
         sent = _record_of(exchange)
         composed = exchange.composed
         client = composed.client_view if isinstance(composed, CompositionContext) else None
+        plan = composed.composition if isinstance(composed, CompositionContext) else None
+        if isinstance(plan, Composition):
+            # Stored with the answer (the session reader shows each turn's layer).
+            exchange.context_layer = plan.layer
         # Consumed here: the exchange lives on in the writer's queue and the distiller, the
         # plan and the composed view need not.
         exchange.composed = None

@@ -106,6 +106,8 @@ class RecallRounds:
             project=base.project,
             upstream=base.upstream,
             server_state=base.server_state,
+            # The follow-up extends the composed request: the same layer.
+            context_layer=base.context_layer,
         )
 
     async def _marker_round(self, result: RoundResult) -> tuple[list[str], dict[str, str]]:

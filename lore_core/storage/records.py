@@ -128,6 +128,9 @@ class StoredMessage:
     origin: str = ORIGIN_REQUEST
     stop_reason: str | None = None
     error: str | None = None
+    #: On an answer: the context layer (0-4) its request was sent at. ``None``: not known
+    #: (not composed by the gateway, a request message, or stored before the stores kept it).
+    context_layer: int | None = None
 
     @property
     def tool_names(self) -> list[str]:
@@ -1103,6 +1106,7 @@ def records_from_exchange(
                 origin=ORIGIN_RESPONSE,
                 stop_reason=response.stop_reason,
                 error=mask_secrets(response.error) if response.error else None,
+                context_layer=exchange.context_layer,
             )
         )
     return batch

@@ -308,6 +308,7 @@ class MessagesConformance(_StoreSuite):
             tool_result("call_1", "README.md\nsetup.py", is_error=True),
         ]
         ex = exchange(msgs, answer("There are two files.", input_tokens=123, output_tokens=45))
+        ex.context_layer = 3  # the layer the context manager sent the request at
 
         async def body(store: TieredStore) -> None:
             added = await store.write(batch_of(ex))
@@ -342,6 +343,7 @@ class MessagesConformance(_StoreSuite):
                 and last.usage["output_tokens"] == 45
             )
             assert last.model == "test-model-1" and last.stop_reason == "end_turn"
+            assert last.context_layer == 3 and stored[0].context_layer is None
             assert last.text == "There are two files."
             assert stored[0].harness == "claude" and stored[0].created_at == 1_700_000_000.0
             assert "Bash" in stored[1].text and "ls -la" in stored[1].text

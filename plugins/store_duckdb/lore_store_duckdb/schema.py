@@ -290,8 +290,14 @@ V8 = [
     FROM leaves l LEFT JOIN missing d ON d.session_id = l.session_id""",
 ]
 
+# Version 9: an answer keeps the context layer (0-4) its request was sent at, for the session
+# reader. Answers stored before it have none (NULL: not known).
+V9 = [
+    "ALTER TABLE messages ADD COLUMN context_layer TINYINT",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1, V2, V3, V4, V5, V6, V7, V8]
+MIGRATIONS: list[list[str]] = [V1, V2, V3, V4, V5, V6, V7, V8, V9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -309,18 +315,30 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
             f"the database has schema version {found}, newer than this lore-store-duckdb "
             f"({SCHEMA_VERSION}): upgrade the plugin"
         )
-    for version in range(found, SCHEMA_VERSION):
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for statement in MIGRATIONS[version]:
-                con.execute(statement)
-            con.execute(
-                """INSERT INTO lore_meta (key, value) VALUES ('schema_version', ?)
-                ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
-                (str(version + 1),),
-            )
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+    if found == SCHEMA_VERSION:
+        return found
+    # Each migration's commit checkpoints, so no migration is ever replayed from the WAL:
+    # DuckDB (1.5) fails to replay an ALTER TABLE ADD COLUMN on a table with a sequence
+    # default (``messages``: "Failure while replaying WAL file ... GetDefaultDatabase"), and a
+    # gateway killed before its next checkpoint left a store that no longer opened.
+    row = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    threshold = str(row[0]) if row else "16MiB"
+    con.execute("SET checkpoint_threshold = '0b'")
+    try:
+        for version in range(found, SCHEMA_VERSION):
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for statement in MIGRATIONS[version]:
+                    con.execute(statement)
+                con.execute(
+                    """INSERT INTO lore_meta (key, value) VALUES ('schema_version', ?)
+                    ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
+                    (str(version + 1),),
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+    finally:
+        con.execute(f"SET checkpoint_threshold = '{threshold}'")
     return found

@@ -161,6 +161,7 @@ _MESSAGE_COLUMNS = (
     "origin",
     "stop_reason",
     "error",
+    "context_layer",
 )
 _ARROW_MESSAGES = pa.schema(
     [
@@ -181,6 +182,7 @@ _ARROW_MESSAGES = pa.schema(
         ("origin", pa.string()),
         ("stop_reason", pa.string()),
         ("error", pa.string()),
+        ("context_layer", pa.int8()),
     ]
 )
 #: The full-text index holds passages (lore_core.storage.passages): one row per passage of a
@@ -2379,6 +2381,7 @@ def _arrow_messages(messages: Sequence[StoredMessage]) -> pa.Table:
         columns["origin"].append(m.origin)
         columns["stop_reason"].append(m.stop_reason)
         columns["error"].append(m.error)
+        columns["context_layer"].append(m.context_layer)
     return pa.table(columns, schema=_ARROW_MESSAGES)
 
 

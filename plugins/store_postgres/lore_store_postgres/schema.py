@@ -256,8 +256,14 @@ V3 = [
     )""",
 ]
 
+# Version 4: an answer keeps the context layer (0-4) its request was sent at, for the session
+# reader. Answers stored before it have none (NULL: not known).
+V4 = [
+    "ALTER TABLE messages ADD COLUMN context_layer SMALLINT",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1, V2, V3]
+MIGRATIONS: list[list[str]] = [V1, V2, V3, V4]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: pg_advisory_xact_lock keys: the migration, and writes that draw from item_seq.
 MIGRATION_LOCK = 0x4C4F5245_0001

@@ -124,10 +124,11 @@ _MESSAGE_COLUMNS = (
     "origin",
     "stop_reason",
     "error",
+    "context_layer",
 )
 _MESSAGE_TYPES = (
     "text", "text", "text", "int4", "text", "text", "text", "text", "text", "text", "text", "text",
-    "float8", "bool", "text", "text", "text",
+    "float8", "bool", "text", "text", "text", "int2",
 )  # fmt: skip
 _KNOWLEDGE_COLUMNS = (
     "version_id",
@@ -556,6 +557,7 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                 json.dumps(m.blocks, ensure_ascii=False), _clean(m.text), m.model,
                 json.dumps(m.usage) if m.usage is not None else None, m.harness, m.project, m.api,
                 m.created_at, m.complete, m.origin, _clean(m.stop_reason), _clean(m.error),
+                m.context_layer,
             )  # fmt: skip
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
