@@ -41,6 +41,7 @@ from lore_core.interfaces import (
     MountAuth,
 )
 from lore_core.model import Usage
+from lore_core.storage.records import StoredMessage, main_branch
 from lore_dashboard import auth
 from lore_dashboard.web import BadRequest, Request, Response, json_response, redirect
 
@@ -71,6 +72,14 @@ CONTRADICTION_STATUSES = ("open", "cleared", "kept", "resolved")
 #: layer floor the context manager keeps (forceMinLayer).
 RECALL_STATE_KEY = "recall.restore"
 LAYER_STATE_KEY = "forceMinLayer"
+#: What the prompt of each context layer holds (docs/context.md), shown beside each answer.
+LAYER_MEANINGS = {
+    0: "the full conversation",
+    1: "older turns distilled",
+    2: "older turns distilled, tool outputs before the last 2 turns annotated",
+    3: "older turns distilled, tool outputs outside this turn annotated",
+    4: "emergency: the newest distillations and a short raw tail",
+}
 #: The periods the spend page offers, in days.
 SPEND_PERIODS = (7, 30, 90)
 #: Sessions listed by spend.
@@ -220,6 +229,52 @@ def day_bars(days: list[Mapping[str, Any]], width: int = 720, height: int = 160)
             }
         )
     return {"width": width, "height": height, "bars": bars, "top": top}
+
+
+def layer_label(layer: Any) -> str:
+    """What the reader says of the layer an answer's request was sent at."""
+    if not isinstance(layer, int) or layer not in LAYER_MEANINGS:
+        return "layer unknown"
+    return f"layer {layer}: {LAYER_MEANINGS[layer]}"
+
+
+def spend_over_time(
+    answers: list[tuple[float, float]], width: int = 720, height: int = 160
+) -> dict[str, Any]:
+    """How a session's spend added up: ``answers`` are each priced answer's time and dollars.
+    The SVG geometry (attributes, not CSS: the policy allows no inline style) of the running
+    total answer by answer, evenly spaced (a steeper stretch is dearer turns: a growing
+    prompt, a cache rewritten), at most one point per horizontal unit however many answers;
+    and the figures by local hour, for when."""
+    answers = sorted(answers)
+    if not answers:
+        return {"width": width, "height": height, "points": "", "hours": [], "total": 0.0, "answers": 0}
+    total = sum(usd for _, usd in answers)
+    usable = height - 10  # the top stays clear of the frame
+    reached: dict[float, float] = {}
+    hours: dict[str, dict[str, Any]] = {}
+    running = 0.0
+    for number, (at, usd) in enumerate(answers, 1):
+        running += usd
+        reached[round(width * number / len(answers))] = running
+        hour = time.strftime("%Y-%m-%d %H:00", time.localtime(at))
+        row = hours.setdefault(hour, {"hour": hour, "answers": 0, "usd": 0.0})
+        row["answers"] += 1
+        row["usd"] += usd
+        row["running"] = running
+    points = [(0.0, 0.0), *reached.items()]
+    return {
+        "width": width,
+        "height": height,
+        "points": " ".join(
+            f"{x:g},{round(height - (usable * r / total if total > 0 else 0.0), 2):g}" for x, r in points
+        ),
+        "hours": list(hours.values()),
+        "total": total,
+        "start": answers[0][0],
+        "end": answers[-1][0],
+        "answers": len(answers),
+    }
 
 
 #: A recall id in text: its kind letter and a store-made key of at least 8 characters (so that
@@ -575,8 +630,9 @@ class Dashboard(Mount):
                 found[sid] = hit
         return list(found.values())[:MENTIONS_SHOWN]
 
-    async def _session(self, session_id: str) -> tuple[int, Any]:
-        return await self._get(f"/lore/api/sessions/{urllib.parse.quote(session_id, safe='')}")
+    async def _session(self, session_id: str, branches: str = "") -> tuple[int, Any]:
+        path = f"/lore/api/sessions/{urllib.parse.quote(session_id, safe='')}"
+        return await self._get(path, {"branches": branches} if branches else None)
 
     async def session_page(self, request: Request, session: auth.Session) -> Response:
         session_id = request.arg("id")
@@ -586,10 +642,17 @@ class Dashboard(Mount):
             page = max(1, int(request.arg("page") or 1))
         except ValueError:
             raise BadRequest("page must be a number") from None
-        status, body = await self._session(session_id)
+        # Every branch: the spend counts the side requests and sub-agents too; the
+        # conversation shown is the main branch, as the local API picks it by default.
+        status, body = await self._session(session_id, branches="all")
         if status != 200 or not isinstance(body, dict):
             return self._api_error(session, status, body, "Session")
-        messages = body.get("messages") or []
+        every = body.get("messages") or []
+        chart = spend_over_time(
+            [(float(m.get("created_at") or 0.0), cost) for m in every if (cost := self._cost(m)) is not None]
+        )
+        by_id = {m.get("id"): m for m in every}
+        messages = [by_id[m.id] for m in main_branch([StoredMessage(**m) for m in every])]
         pages = max(1, math.ceil(len(messages) / MESSAGES_PER_PAGE))
         at = request.arg("at")
         if at:
@@ -614,6 +677,8 @@ class Dashboard(Mount):
                 "covered_by": covering.get(str(m.get("id")), []),
                 "cache_share": cache_read_share(m.get("usage") or {}),
                 "cost": self._cost(m),
+                # Only an answer was sent upstream at a layer (the request messages were resent).
+                "layer": layer_label(m.get("context_layer")) if m.get("origin") == "response" else None,
             }
             for m in shown
         ]
@@ -633,6 +698,7 @@ class Dashboard(Mount):
             info=body["session"],
             recalls=recalls,
             layer_floor=state.get(LAYER_STATE_KEY),
+            spend=chart,
             distillations=distillations,
             messages=shown,
             first_number=(page - 1) * MESSAGES_PER_PAGE + 1,

@@ -12,6 +12,7 @@ Screenshots go to ``LORE_SCREENSHOTS`` when set, else to the test's temporary di
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from lore_dashboard.app import LAYER_MEANINGS
 
 from lore_core.testing.fake_upstream import FakeUpstream, Reply
 from lore_core.testing.net import api_headers
@@ -73,8 +75,15 @@ def _send(
 
 
 def _replay(server: ThreadedServer, fake: FakeUpstream, project: Path) -> None:
-    fake.enqueue(Reply(text="I will read the billing module first."))
-    fake.enqueue(Reply(text=f"The {SECRET_WORD} refund path double-counts the fee; fixed in ledger.py."))
+    # Usage as a coding agent's turns report it: the prompt written to the cache, then read back.
+    fake.enqueue(
+        Reply(text="I will read the billing module first.", input_tokens=2_400, cache_write_tokens=18_000,
+              output_tokens=120)
+    )  # fmt: skip
+    fake.enqueue(
+        Reply(text=f"The {SECRET_WORD} refund path double-counts the fee; fixed in ledger.py.",
+              input_tokens=900, cache_read_tokens=18_000, cache_write_tokens=6_500, output_tokens=310)
+    )  # fmt: skip
     fake.enqueue(Reply(text="Added exponential backoff to the webhook handler."))
     first = [{"role": "user", "content": f"Why does the {SECRET_WORD} refund test fail?"}]
     _send(server, fake, "s-billing", project, first)
@@ -89,6 +98,8 @@ def _replay(server: ThreadedServer, fake: FakeUpstream, project: Path) -> None:
              "content": "".join(f"{n:4}  def line_{n}(): return {n}\n" for n in range(200))},
         ]},
     ]  # fmt: skip
+    # As after an overflow: the context manager sends the second turn at layer 2.
+    server.call(server.gateway.context.force_min_layer("s-billing", 2))
     _send(server, fake, "s-billing", project, second)
     _send(server, fake, "s-webhook", project, [{"role": "user", "content": "Add retries to the webhook."}])
 
@@ -172,11 +183,21 @@ def test_the_dashboard_in_a_browser(
     call = page.locator("details.tool", has_text="Tool call: read_file")
     expect(call).to_have_count(1)
     assert "src/ledger.py" in (call.text_content() or "")
+    # The answer says the layer its request went upstream at, and what that layer holds (the
+    # assistant message before it is the client's own, as it resent it: no layer).
+    layer = page.locator(".message.assistant .tag.layer")
+    expect(layer).to_have_text(f"layer 2: {LAYER_MEANINGS[2]}")
+    expect(layer).to_be_visible()
+    # The session's spend as it added up: a line over time, its figures by hour.
+    expect(page.get_by_role("heading", name="Spend over time")).to_be_visible()
+    expect(page.locator("figure.chart svg polyline.line")).to_be_visible()
+    page.get_by_text("The figures by hour", exact=True).click()
+    expect(page.get_by_role("row", name=re.compile(r"^\d{4}-\d\d-\d\d \d\d:00 2 "))).to_have_count(1)
+    page.screenshot(path=str(shots / "session.png"), full_page=True)
     tool = page.locator("details.tool", has_text="Tool result of read_file")
     assert not tool.evaluate("d => d.open")
     tool.locator("summary").first.click()
     assert tool.evaluate("d => d.open")
-    page.screenshot(path=str(shots / "session.png"), full_page=True)
 
     page.get_by_role("link", name="Search").click()
     page.get_by_label("Query").fill(SECRET_WORD)

@@ -30,8 +30,10 @@ from typing import Any
 import httpx
 import pytest
 from lore_dashboard import auth
+from lore_dashboard.app import LAYER_MEANINGS
 
 from lore_core.http.access import rotate_token
+from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
@@ -365,6 +367,54 @@ def test_the_reader_shows_the_conversation_with_tool_output_collapsed(served: Th
     spent = {s["session"]: s["usd"] for s in local_api(served).get("/spend").json()["by_session"]}
     assert len(costs) == 2 and abs(sum(costs) - spent["s-tools"]) < 0.0002, (costs, spent)
     assert "Forget this session" in page
+
+
+def answer_item(page: str, message_id: str) -> str:
+    """The reader's list item of one message."""
+    found = re.search(rf'<li class="message [a-z]+" id="m-{re.escape(message_id)}">(.*?)</li>', page, re.S)
+    assert found, message_id
+    return found.group(1)
+
+
+def test_the_reader_shows_the_layer_each_answer_was_sent_at(
+    served: ThreadedServer, fake_upstream: FakeUpstream, project: Path
+) -> None:
+    # The context manager starts this session at layer 2 (as after an overflow) and says so.
+    assert served.call(served.gateway.context.force_min_layer("s-layer", 2))
+    asked = [{"role": "user", "content": "go on"}]
+    history = send_turn(served, fake_upstream, "s-layer", project, asked, Reply(text="going on"))
+    assert served.gateway.context.session_status("s-layer")["layer"] == 2
+    assert history[-1]["content"][0]["text"] == "going on"
+
+    messages = local_api(served).get("/sessions/s-layer").json()["messages"]
+    assert [(m["text"], m["origin"], m["context_layer"]) for m in messages] == [
+        ("go on", "request", None),
+        ("going on", "response", 2),
+    ]
+    browser = login(served)
+    page = browser.get("/ui/session", params={"id": "s-layer"}).text
+    sent = answer_item(page, messages[1]["id"])
+    assert f'<span class="tag layer">layer 2: {LAYER_MEANINGS[2]}</span>' in sent
+    assert LAYER_MEANINGS[2] == "older turns distilled, tool outputs before the last 2 turns annotated"
+    assert "layer" not in answer_item(page, messages[0]["id"])  # a request message was not sent at one
+    # The other sessions' turns were sent as they were.
+    tools = local_api(served).get("/sessions/s-tools").json()["messages"]
+    page = browser.get("/ui/session", params={"id": "s-tools"}).text
+    answers = [m for m in tools if m["origin"] == "response"]
+    assert len(answers) == 2
+    for m in answers:
+        assert m["context_layer"] == 0
+        assert '<span class="tag layer">layer 0: the full conversation</span>' in answer_item(page, m["id"])
+
+
+def test_the_reader_says_unknown_for_an_answer_stored_without_its_layer(served: ThreadedServer) -> None:
+    old = exchange([text("user", "an old question")], answer("an old answer"), session="s-old", at=1e9)
+    served.call(served.gateway.store.write(batch_of(old)))
+    messages = local_api(served).get("/sessions/s-old").json()["messages"]
+    assert [m["context_layer"] for m in messages] == [None, None]
+    page = login(served).get("/ui/session", params={"id": "s-old"}).text
+    assert '<span class="tag layer">layer unknown</span>' in answer_item(page, messages[1]["id"])
+    assert "layer" not in answer_item(page, messages[0]["id"])
 
 
 def test_search_runs_the_recall_engine(served: ThreadedServer) -> None:
@@ -741,6 +791,46 @@ def test_spend_by_day_model_and_session(served: ThreadedServer) -> None:
     assert browser.get("/ui/spend", params={"days": "x"}).status_code == 400
 
 
+def test_a_sessions_spend_over_time_on_its_page(
+    served: ThreadedServer, fake_upstream: FakeUpstream, project: Path
+) -> None:
+    # A side request of the same session (a title, say): another branch, spent all the same.
+    side = [{"role": "user", "content": "name it"}]
+    send_turn(served, fake_upstream, "s-tools", project, side, Reply(text="T"))
+    spent = {s["session"]: s["usd"] for s in local_api(served).get("/spend").json()["by_session"]}
+    page = login(served).get("/ui/session", params={"id": "s-tools"}).text
+    assert "Spend over time" in page
+    points = re.search(r'<polyline class="line" points="([^"]+)"', page)
+    assert points, page
+    ys = [float(p.split(",")[1]) for p in points.group(1).split()]
+    # From nothing up to the total, answer by answer.
+    assert len(ys) == 4 and ys == sorted(ys, reverse=True) and ys[0] == 160 and ys[-1] == 10
+    # Every answer priced, side request included: what spend says of the session.
+    total = re.search(r"<figcaption class=\"muted\">\$([0-9.]+) over 3 answers \(every branch\)", page)
+    assert total and abs(float(total.group(1)) - spent["s-tools"]) < 0.0002, (total, spent)
+    rows = re.findall(r'"Answers">(\d+)</td><td class="num" data-label="Dollars">([0-9.]+)</td>', page)
+    assert sum(int(n) for n, _ in rows) == 3
+    assert abs(sum(float(d) for _, d in rows) - spent["s-tools"]) < 0.0002
+    # The conversation shown is still the main branch.
+    assert "name it" not in page and f"The {SECRET_WORD} plan is ready." in page
+
+
+def test_spend_over_time_adds_up_answer_by_answer() -> None:
+    from lore_dashboard.app import spend_over_time
+
+    chart = spend_over_time([(7200.0, 1.0), (0.0, 3.0), (7300.0, 0.0)], width=300, height=110)
+    # In time order, one answer per 100 units: up by 3, then by 1, then flat.
+    assert chart["points"] == "0,110 100,35 200,10 300,10"
+    assert chart["total"] == 4.0 and chart["answers"] == 3
+    # By hour: the first answer's, then two hours later the other two.
+    assert [(h["answers"], h["usd"], h["running"]) for h in chart["hours"]] == [(1, 3.0, 3.0), (2, 1.0, 4.0)]
+    # However many answers, at most one point per unit of width (and the start).
+    many = spend_over_time([(i / 10, 0.01) for i in range(5000)], width=100)
+    assert len(many["points"].split()) <= 102 and many["points"].endswith(" 100,10")
+    assert spend_over_time([])["points"] == ""
+    assert spend_over_time([(5.0, 0.0)])["points"] == "0,160 720,160"
+
+
 def test_the_cache_read_share() -> None:
     from lore_dashboard.app import cache_read_share, day_bars
 
@@ -972,8 +1062,12 @@ def test_the_reader_shows_the_recall_calls_and_what_the_model_got(
     }
     answer = httpx.post(served.url + "/v1/messages", json=body, headers=headers, timeout=60)
     assert answer.status_code == 200, answer.text
-    state = local_api(served).get("/sessions/s-recall").json()["state"]
+    stored = local_api(served).get("/sessions/s-recall").json()
+    state = stored["state"]
     assert state.get("recall.restore"), state
+    # The follow-up went upstream as the composed request plus the recall turn: its layer.
+    followed = [m for m in stored["messages"] if m["text"] == "Found the plan."]
+    assert [m["context_layer"] for m in followed] == [0], stored["messages"]
     page = login(served).get("/ui/session", params={"id": "s-recall"}).text
     assert "Recall calls (1)" in page and SECRET_WORD in page
     # The results the model got carry their recall ids, each a link that opens it.
