@@ -30,7 +30,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from lore_core.context.pricing import PriceTable
+from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.interfaces import (
     MOUNT_AUTH_SCOPE_KEY,
     ASGIReceive,
@@ -253,11 +253,17 @@ def spend_over_time(
     usable = height - 10  # the top stays clear of the frame
     reached: dict[float, float] = {}
     hours: dict[str, dict[str, Any]] = {}
+    # Formatting a local time costs ~10 us: once per quarter of an hour (every time zone's
+    # offset is a multiple of one, so a quarter lies within one local hour).
+    labels: dict[int, str] = {}
     running = 0.0
     for number, (at, usd) in enumerate(answers, 1):
         running += usd
         reached[round(width * number / len(answers))] = running
-        hour = time.strftime("%Y-%m-%d %H:00", time.localtime(at))
+        quarter = int(at // 900)
+        hour = labels.get(quarter)
+        if hour is None:
+            hour = labels[quarter] = time.strftime("%Y-%m-%d %H:00", time.localtime(at))
         row = hours.setdefault(hour, {"hour": hour, "answers": 0, "usd": 0.0})
         row["answers"] += 1
         row["usd"] += usd
@@ -648,8 +654,9 @@ class Dashboard(Mount):
         if status != 200 or not isinstance(body, dict):
             return self._api_error(session, status, body, "Session")
         every = body.get("messages") or []
+        costs = self._costs(every)
         chart = spend_over_time(
-            [(float(m.get("created_at") or 0.0), cost) for m in every if (cost := self._cost(m)) is not None]
+            [(float(m.get("created_at") or 0.0), costs[m.get("id")]) for m in every if m.get("id") in costs]
         )
         by_id = {m.get("id"): m for m in every}
         messages = [by_id[m.id] for m in main_branch([StoredMessage(**m) for m in every])]
@@ -676,7 +683,7 @@ class Dashboard(Mount):
                 **m,
                 "covered_by": covering.get(str(m.get("id")), []),
                 "cache_share": cache_read_share(m.get("usage") or {}),
-                "cost": self._cost(m),
+                "cost": costs.get(m.get("id")),
                 # Only an answer was sent upstream at a layer (the request messages were resent).
                 "layer": layer_label(m.get("context_layer")) if m.get("origin") == "response" else None,
             }
@@ -708,14 +715,25 @@ class Dashboard(Mount):
             long_text=LONG_TEXT_CHARS,
         )
 
-    def _cost(self, message: Mapping[str, Any]) -> float | None:
-        """The dollars of one answer's usage at the gateway's prices (``None``: no usage)."""
-        usage = message.get("usage")
-        if not isinstance(usage, dict) or message.get("role") != "assistant":
-            return None
+    def _costs(self, messages: list[dict[str, Any]]) -> dict[Any, float]:
+        """The dollars of each answer's usage at the gateway's prices, by message id (the
+        messages without usage left out). Each model's prices are looked up once: a lookup
+        matches the name against every known prefix, and a long session has thousands of
+        answers."""
+        prices: dict[Any, ModelInfo] = {}
         fields = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-        counts = {k: int(usage.get(k) or 0) for k in fields}
-        return self._prices.lookup(message.get("model")).cost(Usage(**counts))
+        costs = {}
+        for message in messages:
+            usage = message.get("usage")
+            if not isinstance(usage, dict) or message.get("role") != "assistant":
+                continue
+            model = message.get("model")
+            if model not in prices:
+                prices[model] = self._prices.lookup(model)
+            costs[message.get("id")] = prices[model].cost(
+                Usage(**{k: int(usage.get(k) or 0) for k in fields})
+            )
+        return costs
 
     async def forget_page(self, request: Request, session: auth.Session) -> Response:
         session_id = request.arg("id")
