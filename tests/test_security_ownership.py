@@ -5,6 +5,7 @@ of its own, the victim's provider is the configured fake upstream."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from lore_core.builtin.memory_store import MemoryStore
 from lore_core.context import manager
+from lore_core.http.access import SessionOwners
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.poll import poll
@@ -320,3 +323,30 @@ def test_require_token_for_memory(
     model_request(server, VICTIM_KEY, "with-token", project, token=server.gateway.tokens.current())
     assert PLANTED in model_calls(fake_upstream)[-1].body.decode()
     assert stored_sessions(server) == {"with-token"}
+
+
+def test_two_first_requests_of_a_session_at_once_give_it_one_owner() -> None:
+    # Both read "no owner" from the store before either bound it: the second used to bind
+    # the session to itself too (and the last one bound stayed its owner).
+    class SlowStore(MemoryStore):
+        async def get_state(self, session_id: str, key: str, default: Any = None) -> Any:
+            value = await super().get_state(session_id, key, default)
+            await asyncio.sleep(0.05)  # the answer is on its way while the other request reads
+            return value
+
+    async def main() -> tuple[list[bool], bytes | None]:
+        store = SlowStore()
+        owners = SessionOwners(store, b"k" * 32)
+
+        async def no_answers() -> bool:
+            return False
+
+        claims = await asyncio.gather(
+            owners.claim("s-new", {"x-api-key": "first"}, no_answers),
+            owners.claim("s-new", {"x-api-key": "second"}, no_answers),
+        )
+        return list(claims), await SessionOwners(store, b"k" * 32).owner("s-new")
+
+    claims, stored = asyncio.run(main())
+    assert claims == [True, False]
+    assert stored == SessionOwners(MemoryStore(), b"k" * 32).credential({"x-api-key": "first"})

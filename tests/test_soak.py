@@ -8,6 +8,7 @@ sessions makes the check fail."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,13 @@ def test_the_check_fails_when_sessions_are_merged(
     assert len(tally.acknowledged) == 8 * 2  # the clients see nothing wrong
     assert not verdict.ok
     assert verdict.sessions_stored == 1
-    assert len(verdict.merged) == 1 and "8 conversations" in verdict.merged[0]
-    # The six conversations that sent their own session id are filed under another one.
-    assert len({line.split()[0] for line in verdict.misfiled}) == 6
+    # One session for all: the credentials of its first request own it, and the conversations
+    # sent with the other credentials are strangers to it (relayed, not stored). The Anthropic
+    # key carries the 2 Claude Code conversations, the bearer token the other 6.
+    (merged,) = verdict.merged
+    found = re.search(r"(\d+) conversations", merged)
+    assert found is not None and int(found.group(1)) in (2, 6), merged
+    stored = int(found.group(1))
+    assert len({line.split()[0] for line in verdict.missing}) == 8 - stored
+    # Those stored that sent their own session id are filed under another one.
+    assert verdict.misfiled

@@ -373,6 +373,10 @@ class SessionOwners:
             log.warning("could not read the owner of session %s: %s", session_id, exc)
             owner = self._owners.get(session_id)
         if owner is None:
+            # Another first request of the session may have bound it while this one read the
+            # store: binding caches before it awaits, so the cache says (no await between).
+            owner = self._owners.get(session_id)
+        if owner is None:
             await self._bind(session_id, credential)
             return True
         if hmac.compare_digest(owner, credential):
