@@ -22,7 +22,7 @@ import pluggy
 
 from lore_core import __version__
 from lore_core.builtin.handlers import builtin_handlers
-from lore_core.config import ConfigError, LoreConfig, default_data_dir, upstream_env_var
+from lore_core.config import LoreConfig, default_data_dir, upstream_env_var
 from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
@@ -37,7 +37,6 @@ from lore_core.interfaces import (
     CuratorContext,
     EditPolicy,
     Embedder,
-    EmbedderFactory,
     Store,
 )
 from lore_core.knowledge.book import KnowledgeBook
@@ -51,7 +50,7 @@ from lore_core.pipeline.upstream import UpstreamClient
 from lore_core.plugins import Registry, bootstrap
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.memory import RecallMemory
-from lore_core.recall.sources import StoreSessionDirectory, vector_index_name
+from lore_core.recall.sources import StoreSessionDirectory, choose_embedder, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import TOOL_NAME
 from lore_core.storage.amnesia import Amnesia
@@ -477,20 +476,6 @@ def expansion_enabled(config: LoreConfig) -> bool:
         worker = config.worker
         return bool(worker.model or worker.upstream or worker.api_key)
     return mode == "always"
-
-
-def choose_embedder(config: LoreConfig, embedders: Mapping[str, EmbedderFactory]) -> Embedder | None:
-    """The configured embedding provider, else the on-device one when installed. A hosted
-    provider is only ever used when named in ``embedding.provider``, never as a fallback."""
-    name = config.embedding.provider
-    if name:
-        if name not in embedders:
-            installed = ", ".join(sorted(embedders)) or "none"
-            raise ConfigError(f"embedding.provider: {name!r} is not installed (installed: {installed})")
-        return embedders[name](config)
-    if "local" in embedders:
-        return embedders["local"](config)
-    return None
 
 
 def _embedder_health(embedder: Embedder | None) -> dict[str, Any]:

@@ -57,7 +57,11 @@ BUILTIN_PLUGINS = (
     "lore_core.builtin.curators",
     "lore_core.builtin.memory_store",
     "lore_core.builtin.context_layers",
+    "lore_core.builtin.commands",
 )
+#: The built-in plugin of the ``lore`` command's own subcommands: the parser loads it alone
+#: (:func:`lore_core.cli.commands.build_parser`).
+COMMANDS_PLUGIN = "lore_core.builtin.commands"
 CORE_DISTRIBUTION = "lore-core"
 
 
@@ -115,8 +119,10 @@ def make_plugin_manager(
     block: Iterable[str] = (),
     extra: Iterable[object] = (),
     env: Mapping[str, str] | None = None,
+    builtins: Iterable[str] = BUILTIN_PLUGINS,
 ) -> LorePluginManager:
-    """A fresh plugin manager: built-ins, then installed entry points, then ``extra`` objects.
+    """A fresh plugin manager: built-ins (``builtins``, default all), then installed entry
+    points, then ``extra`` objects.
 
     ``block`` and ``LORE_DISABLE_PLUGINS`` (in ``env``, default ``os.environ``) name plugins
     not to load: entry-point or distribution names, built-ins by module name. An entry point
@@ -137,7 +143,7 @@ def make_plugin_manager(
         return bool(hits)
 
     core_version = _version(CORE_DISTRIBUTION)
-    for name in BUILTIN_PLUGINS:
+    for name in builtins:
         pm.origins[name] = (CORE_DISTRIBUTION, core_version)
         if is_disabled(name):
             pm.set_blocked(name)
@@ -349,6 +355,8 @@ def _collect(
                 raise PluginError(f"plugin {plugin} registered a {what} without a name: {obj!r}")
             label = f"{what} {name!r}"
             if label in owners:
+                if owners[label] == COMMANDS_PLUGIN:
+                    raise PluginError(f"plugin {plugin} registered the {label}, a built-in command")
                 raise PluginError(f"the {label} is registered twice: by {owners[label]} and by {plugin}")
             owners[label] = plugin
             found.append(obj)

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from lore_core.cli import main
-from lore_core.cli.commands import _CommandError, build_parser, unique_prefix
+from lore_core.cli.api_client import CommandError
+from lore_core.cli.commands import build_parser
+from lore_core.cli.common import unique_prefix
 from lore_core.cli.completion import bash_script, command_tree
 
 
@@ -74,7 +76,7 @@ def test_unique_prefix() -> None:
     assert unique_prefix("3f2a", ids, "session") == "3f2a9c01"
     assert unique_prefix("77aa", ids, "session") == "77aa"
     assert unique_prefix("zz", ids, "session") == "zz"  # the command's own "not found" speaks
-    with pytest.raises(_CommandError, match="'3f2' begins more than one session: 3f2a9c01, 3f2b0000"):
+    with pytest.raises(CommandError, match="'3f2' begins more than one session: 3f2a9c01, 3f2b0000"):
         unique_prefix("3f2", ids, "session")
 
 

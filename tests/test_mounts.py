@@ -229,57 +229,41 @@ class Hello(Command):
         return 7
 
 
-def commanding(*commands: Command) -> object:
-    class Plugin:
-        @hookimpl
-        def lore_register_commands(self, register: Callable[[Command], None]) -> None:
-            for command in commands:
-                register(command)
+class Commanding:
+    """A plugin registering ``commands``; ``loads`` counts the times it was asked to."""
 
-    return Plugin()
+    def __init__(self, *commands: Command) -> None:
+        self.commands = commands
+        self.loads = 0
 
-
-def with_plugins(monkeypatch: pytest.MonkeyPatch, *plugins: object) -> list[int]:
-    """Make the CLI's plugin manager the built-ins plus ``plugins``; count its loads."""
-    import lore_core.plugins
-
-    loads: list[int] = []
-    real = lore_core.plugins.make_plugin_manager
-
-    def fake(**kwargs: Any) -> Any:
-        loads.append(1)
-        return real(load_entrypoints=False, extra=plugins)
-
-    monkeypatch.setattr(lore_core.plugins, "make_plugin_manager", fake)
-    return loads
+    @hookimpl
+    def lore_register_commands(self, register: Callable[[Command], None]) -> None:
+        self.loads += 1
+        for command in self.commands:
+            register(command)
 
 
-def test_a_plugin_command_runs_and_is_loaded_only_when_needed(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_plugin_command_runs_and_is_loaded_only_when_needed(capsys: pytest.CaptureFixture[str]) -> None:
     from lore_core.cli.commands import build_parser, main
 
-    loads = with_plugins(monkeypatch, commanding(Hello()))
-    assert main(["hello", "--who", "lore"]) == 7
+    plugin = Commanding(Hello())
+    assert main(["hello", "--who", "lore"], extra_plugins=[plugin]) == 7
     assert capsys.readouterr().out == "hello lore\n"
-    assert loads == [1]
-    build_parser(["status"])  # a built-in: no plugin is loaded to parse it
-    assert loads == [1]
+    assert plugin.loads == 1
+    build_parser(["status"], [plugin])  # a built-in: no plugin is loaded to parse it
+    assert plugin.loads == 1
     with pytest.raises(SystemExit):
-        main(["--help"])
+        main(["--help"], extra_plugins=[plugin])
     assert "say hello" in capsys.readouterr().out
 
 
-def test_a_plugin_command_named_like_a_builtin_is_a_plugin_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_plugin_command_named_like_a_builtin_is_a_plugin_error(capsys: pytest.CaptureFixture[str]) -> None:
     from lore_core.cli.commands import main
 
     class Serve(Hello):
         name = "serve"
 
-    with_plugins(monkeypatch, commanding(Serve()))
-    assert main(["--help"]) == 2
+    assert main(["--help"], extra_plugins=[Commanding(Serve())]) == 2
     assert "a built-in command" in capsys.readouterr().err
 
 

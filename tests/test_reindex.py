@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lore_core import cli, plugins
+from lore_core import cli
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.storage.passages import VECTOR_RULES
 from lore_core.testing.builders import answer, batch_of, exchange, text
@@ -31,16 +31,10 @@ def db_path(tmp_path: Path, lore_env: dict[str, str], monkeypatch: pytest.Monkey
 
 
 @pytest.fixture
-def topics(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI loads the topic embedder as the ``topics`` provider."""
-    original = plugins.make_plugin_manager
-
-    def with_topics(*args: Any, **kwargs: Any) -> Any:
-        kwargs["extra"] = (*tuple(kwargs.get("extra") or ()), TopicsPlugin())
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(plugins, "make_plugin_manager", with_topics)
+def topics(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The plugins that give the CLI the topic embedder as the ``topics`` provider."""
     monkeypatch.setenv("LORE_EMBEDDING_PROVIDER", "topics")
+    return [TopicsPlugin()]
 
 
 def write_corpus(path: Path, partly_indexed: int = 0) -> None:
@@ -70,38 +64,38 @@ def write_corpus(path: Path, partly_indexed: int = 0) -> None:
 
 
 def test_reindex_embeds_everything_then_recall_finds_by_meaning(
-    db_path: Path, topics: None, capsys: pytest.CaptureFixture[str]
+    db_path: Path, topics: list[object], capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_corpus(db_path)
-    assert cli.main(["reindex"]) == 0
+    assert cli.main(["reindex"], extra_plugins=topics) == 0
     captured = capsys.readouterr()
     assert "6 items embedded" in captured.out and "0 items pending" in captured.out
     index = f"{TopicEmbedder.model_id}@{VECTOR_RULES}"
     assert f"embedding for {index} [" in captured.err and "6/6" in captured.err
     assert "search index [" in captured.err
     # "feline" shares no word with anything stored: only the vectors can find the kitten.
-    assert cli.main(["recall", "feline", "--scope", "all", "--json"]) == 0
+    assert cli.main(["recall", "feline", "--scope", "all", "--json"], extra_plugins=topics) == 0
     captured = capsys.readouterr()
     results = json.loads(captured.out)
     assert results[0]["text"] == "[user]\nmy tabby kitten sleeps all day"
     assert "full-text" not in captured.err
-    assert cli.main(["status"]) == 0
+    assert cli.main(["status"], extra_plugins=topics) == 0
     assert f"vectors: {index}: 6 vectors, 0 items pending" in capsys.readouterr().out
     # Nothing left: a second run embeds nothing.
-    assert cli.main(["reindex", "--json"]) == 0
+    assert cli.main(["reindex", "--json"], extra_plugins=topics) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["embedded"], summary["vectors"], summary["pending"]) == (0, 6, 0)
 
 
 def test_reindex_resumes_where_it_stopped(
-    db_path: Path, topics: None, capsys: pytest.CaptureFixture[str]
+    db_path: Path, topics: list[object], capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_corpus(db_path, partly_indexed=2)  # an earlier run embedded two items, then stopped
-    assert cli.main(["reindex", "--json"]) == 0
+    assert cli.main(["reindex", "--json"], extra_plugins=topics) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["embedded"], summary["vectors"], summary["pending"]) == (4, 6, 0)
     # --full drops this model's vectors and embeds everything again.
-    assert cli.main(["reindex", "--full", "--json"]) == 0
+    assert cli.main(["reindex", "--full", "--json"], extra_plugins=topics) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["embedded"], summary["vectors"]) == (6, 6)
 
@@ -144,13 +138,6 @@ def test_reindex_says_when_the_model_cannot_be_used(
 ) -> None:
     from tests.test_indexer import BrokenPlugin
 
-    original = plugins.make_plugin_manager
-
-    def with_broken(*args: Any, **kwargs: Any) -> Any:
-        kwargs["extra"] = (*tuple(kwargs.get("extra") or ()), BrokenPlugin())
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(plugins, "make_plugin_manager", with_broken)
     write_corpus(db_path)
-    assert cli.main(["reindex", "--provider", "broken"]) == 3
+    assert cli.main(["reindex", "--provider", "broken"], extra_plugins=[BrokenPlugin()]) == 3
     assert "the embedding model cannot be used: the model file is missing" in capsys.readouterr().err

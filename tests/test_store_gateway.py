@@ -18,7 +18,7 @@ import pytest
 
 from lore_core import cli, hookimpl
 from lore_core.builtin.memory_store import MemoryStore
-from lore_core.cli import commands
+from lore_core.cli.sessions import render_message
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.net import get_json
 from lore_core.testing.server import ThreadedServer
@@ -201,7 +201,7 @@ def test_client_disconnect_mid_stream_stores_partial_answer(
     assert answer["complete"] is False
     assert answer["text"] and " ".join(words).startswith(answer["text"])
     assert len(answer["text"]) < len(" ".join(words))
-    assert "INCOMPLETE" in "\n".join(commands._render_message(answer))
+    assert "INCOMPLETE" in "\n".join(render_message(answer))
 
 
 class FailingStore(MemoryStore):

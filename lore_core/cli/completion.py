@@ -14,6 +14,9 @@ import argparse
 import shlex
 import sys
 
+from lore_core.cli.help_texts import example_lines
+from lore_core.interfaces import Command
+
 SHELLS = ("bash", "zsh", "fish")
 
 DESCRIPTION = """\
@@ -29,16 +32,19 @@ examples:
   source <(lore completion bash)               # this shell only"""
 
 
-def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    completion = sub.add_parser(
-        "completion",
-        help="print a shell completion script (bash, zsh, fish)",
-        description=DESCRIPTION,
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    completion.add_argument("shell", choices=SHELLS)
-    completion.set_defaults(func=cmd_completion)
+class CompletionCommand(Command):
+    """``lore completion bash|zsh|fish``."""
+
+    name = "completion"
+    help = "print a shell completion script (bash, zsh, fish)"
+    description = DESCRIPTION
+    examples = example_lines(EXAMPLES)
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("shell", choices=SHELLS)
+
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_completion(args)
 
 
 def command_tree(parser: argparse.ArgumentParser) -> dict[tuple[str, ...], tuple[list[str], list[str]]]:
@@ -118,9 +124,12 @@ def fish_script(tree: dict[tuple[str, ...], tuple[list[str], list[str]]]) -> str
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
+    from lore_core.cli.api_client import extra_plugins
     from lore_core.cli.commands import build_parser
 
-    tree = command_tree(build_parser([]))  # no built-in command named: plugins' commands too
+    tree = command_tree(
+        build_parser([], extra_plugins(args))
+    )  # no built-in command named: plugins' commands too
     script = {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[args.shell](tree)
     sys.stdout.write(script)
     return 0

@@ -244,6 +244,11 @@ HELP: dict[str, tuple[str, list[str]]] = {
 }
 
 
+def example_lines(block: str) -> tuple[str, ...]:
+    """The command lines of an ``examples:`` block (what :func:`examples` makes of them)."""
+    return tuple(line.strip() for line in block.splitlines()[1:] if line.strip())
+
+
 def examples(lines: list[str]) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 

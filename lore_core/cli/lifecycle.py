@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from lore_core.config import FLAT_KEY, LoreConfig, ServerConfig, default_data_dir, env_overrides
+from lore_core.interfaces import Command
 from lore_core.plugins import LorePluginManager
 
 if TYPE_CHECKING:
@@ -29,51 +30,72 @@ if TYPE_CHECKING:
     from lore_core.interfaces import Store
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The lifecycle subcommands, on the ``lore`` parser."""
-    raw = argparse.RawDescriptionHelpFormatter
-    stop = sub.add_parser(
-        "stop",
-        help="stop the gateway running on the configured port (or --port, --all)",
-        description="Stop a gateway as Ctrl+C would: answers in flight finish and queued writes "
+class StopCommand(Command):
+    """``lore stop``."""
+
+    name = "stop"
+    help = "stop the gateway running on the configured port (or --port, --all)"
+    description = (
+        "Stop a gateway as Ctrl+C would: answers in flight finish and queued writes "
         "are flushed. It finds the gateway through the pid file lore run and lore serve keep in "
-        "the data directory (gateway-<port>.pid).",
-        epilog="examples:\n  lore stop\n  lore stop --port 8400\n  lore stop --all --force",
-        formatter_class=raw,
+        "the data directory (gateway-<port>.pid)."
     )
-    stop.add_argument("--port", type=int, default=None, help="the gateway's port (default: server.port)")
-    stop.add_argument("--all", action="store_true", help="every gateway a pid file names")
-    stop.add_argument(
-        "--timeout", type=float, default=None, help="seconds to wait (default: its stop budget)"
-    )
-    stop.add_argument("--force", action="store_true", help="kill it when it has not stopped in time")
-    stop.add_argument("--json", action="store_true", help="print what was done as JSON")
-    stop.set_defaults(func=cmd_stop)
+    examples = ("lore stop", "lore stop --port 8400", "lore stop --all --force")
 
-    doctor = sub.add_parser(
-        "doctor",
-        help="check the setup: configuration, data directory, store, gateway, plugins, clients, "
-        "agent setups, worker",
-        description="Check what Lore needs and say what to do about each problem. Exit code 1 when "
-        "something is broken (FAIL), 0 otherwise (warnings included).",
-        epilog="examples:\n  lore doctor\n  lore doctor --json",
-        formatter_class=raw,
-    )
-    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
-    doctor.set_defaults(func=cmd_doctor)
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--port", type=int, default=None, help="the gateway's port (default: server.port)"
+        )
+        parser.add_argument("--all", action="store_true", help="every gateway a pid file names")
+        parser.add_argument(
+            "--timeout", type=float, default=None, help="seconds to wait (default: its stop budget)"
+        )
+        parser.add_argument("--force", action="store_true", help="kill it when it has not stopped in time")
+        parser.add_argument("--json", action="store_true", help="print what was done as JSON")
 
-    config = sub.add_parser(
-        "config",
-        help="print the effective configuration and where each value comes from",
-        description="Every setting as the gateway would use it, with its origin: default, a "
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_stop(args)
+
+
+class DoctorCommand(Command):
+    """``lore doctor``."""
+
+    name = "doctor"
+    help = (
+        "check the setup: configuration, data directory, store, gateway, plugins, clients, "
+        "agent setups, worker"
+    )
+    description = (
+        "Check what Lore needs and say what to do about each problem. Exit code 1 when "
+        "something is broken (FAIL), 0 otherwise (warnings included)."
+    )
+    examples = ("lore doctor", "lore doctor --json")
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_doctor(args)
+
+
+class ConfigCommand(Command):
+    """``lore config``."""
+
+    name = "config"
+    help = "print the effective configuration and where each value comes from"
+    description = (
+        "Every setting as the gateway would use it, with its origin: default, a "
         "configuration file (later files win), or an environment variable (wins over files). "
-        "Secrets are shown as (set).",
-        epilog="examples:\n  lore config\n  lore config server\n  lore config worker.model --json",
-        formatter_class=raw,
+        "Secrets are shown as (set)."
     )
-    config.add_argument("key", nargs="?", help="only this section or key (server, upstream.anthropic)")
-    config.add_argument("--json", action="store_true", help="print JSON")
-    config.set_defaults(func=cmd_config)
+    examples = ("lore config", "lore config server", "lore config worker.model --json")
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("key", nargs="?", help="only this section or key (server, upstream.anthropic)")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_config(args)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,9 @@ from typing import Any
 
 import attrs
 
+from lore_core.cli.help_texts import example_lines
 from lore_core.config import default_data_dir
-from lore_core.interfaces import ClientSetting, Harness
+from lore_core.interfaces import ClientSetting, Command, Harness
 from lore_core.storage.private import users_umask
 
 LEDGER_NAME = "setup.json"
@@ -338,22 +339,25 @@ examples:
   lore setup undo claude       # put the earlier values back"""
 
 
-def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    setup = sub.add_parser(
-        "setup",
-        help="point an agent at the gateway in its own configuration (setup undo: take it back)",
-        description=DESCRIPTION,
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    setup.add_argument("agent", nargs="?", help="claude, codex, opencode (or 'undo')")
-    setup.add_argument("undo_agent", nargs="?", metavar="AGENT", help="with undo: the agent")
-    setup.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
-    setup.add_argument(
-        "--no-start", action="store_true", help="do not start a gateway in the background if none runs"
-    )
-    setup.add_argument("--json", action="store_true", help="print what changed as JSON")
-    setup.set_defaults(func=cmd_setup)
+class SetupCommand(Command):
+    """``lore setup [undo] <agent>``."""
+
+    name = "setup"
+    help = "point an agent at the gateway in its own configuration (setup undo: take it back)"
+    description = DESCRIPTION
+    examples = example_lines(EXAMPLES)
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("agent", nargs="?", help="claude, codex, opencode (or 'undo')")
+        parser.add_argument("undo_agent", nargs="?", metavar="AGENT", help="with undo: the agent")
+        parser.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+        parser.add_argument(
+            "--no-start", action="store_true", help="do not start a gateway in the background if none runs"
+        )
+        parser.add_argument("--json", action="store_true", help="print what changed as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_setup(args)
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -2,54 +2,48 @@
 
 Read from what the gateway keeps in the store (:mod:`lore_core.context.spend`): through the
 running gateway's local API (``GET /lore/api/spend``, which saves today's latest figures
-first), or from the store directly when no gateway runs.
+first), or from the same route on the store in this process when no gateway runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
 from typing import Any
+
+from lore_core.interfaces import Command
 
 BY = ("day", "model", "session")
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``lore spend``, on the ``lore`` parser."""
-    spend = sub.add_parser(
-        "spend",
-        help="what the model calls cost, by day, model or session (--days, --by)",
-        description="Spend of the sessions' model calls over the last days (local days, today "
+class SpendCommand(Command):
+    """``lore spend``."""
+
+    name = "spend"
+    help = "what the model calls cost, by day, model or session (--days, --by)"
+    description = (
+        "Spend of the sessions' model calls over the last days (local days, today "
         "included), priced from the usage upstreams report and the price table. By model and by "
         "session from the day this was first recorded on; the background worker's spend of today "
-        "is shown apart.",
-        epilog="examples:\n  lore spend\n  lore spend --days 30 --by model\n"
-        "  lore spend --by session --limit 0 --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "is shown apart."
     )
-    spend.add_argument("--days", type=int, default=7, help="how many days, today included (default 7)")
-    spend.add_argument("--by", choices=BY, default="day", help="one row per day (default), model or session")
-    spend.add_argument(
-        "--limit",
-        type=int,
-        default=20,
-        help="rows by model or session, most first (0: all; default 20)",
-    )
-    spend.add_argument("--json", action="store_true", help="print JSON")
-    spend.set_defaults(func=cmd_spend)
+    examples = ("lore spend", "lore spend --days 30 --by model", "lore spend --by session --limit 0 --json")
 
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--days", type=int, default=7, help="how many days, today included (default 7)")
+        parser.add_argument(
+            "--by", choices=BY, default="day", help="one row per day (default), model or session"
+        )
+        parser.add_argument(
+            "--limit",
+            type=int,
+            default=20,
+            help="rows by model or session, most first (0: all; default 20)",
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON")
 
-def _report(reader: Any, days: int) -> dict[str, Any]:
-    """The report (lore_core.context.spend.spend_report's shape) from either reader."""
-    if hasattr(reader, "url"):  # the running gateway's local API
-        report: dict[str, Any] = reader._get("/spend", days=days)
-        return report
-    from lore_core.context.spend import spend_report
-
-    report = reader._run(spend_report(reader.store, dt.date.today(), days))
-    report["daily_budget_usd"] = reader.config.budget.daily_budget_usd
-    return report
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_spend(args)
 
 
 def _rows(report: dict[str, Any], by: str, limit: int) -> list[dict[str, Any]]:
@@ -58,18 +52,19 @@ def _rows(report: dict[str, Any], by: str, limit: int) -> list[dict[str, Any]]:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from lore_core.cli.commands import _print_json, _with_reader
+    from lore_core.cli.api_client import ApiClient, with_client
+    from lore_core.cli.common import print_json
 
     if args.days < 1:
         print("lore: --days must be at least 1", file=sys.stderr)
         return 2
 
-    def action(reader: Any) -> int:
-        report = _report(reader, args.days)
+    def action(client: ApiClient) -> int:
+        report: dict[str, Any] = client.get("/spend", days=args.days)
         rows = _rows(report, args.by, args.limit)
         if args.json:
             summary = {key: value for key, value in report.items() if not key.startswith("by_")}
-            _print_json({**summary, "by": args.by, "rows": rows})
+            print_json({**summary, "by": args.by, "rows": rows})
             return 0
         budget = report.get("daily_budget_usd") or 0
         print(
@@ -103,4 +98,4 @@ def cmd_spend(args: argparse.Namespace) -> int:
             print(f"background worker today (UTC): ${worker.get('cost', 0):.4f} in {worker['calls']} calls")
         return 0
 
-    return _with_reader(args, action)
+    return with_client(args, action)

@@ -32,8 +32,9 @@ from typing import Any
 
 import attrs
 
+from lore_core.cli.help_texts import HELP
 from lore_core.config import ConfigError, LoreConfig, load_config
-from lore_core.interfaces import Store, StoreFactory
+from lore_core.interfaces import Command, Store, StoreFactory
 
 #: Environment variables that would override a configuration file's store section.
 _STORE_ENV = ("LORE_DB_PATH", "LORE_STORE")
@@ -43,43 +44,47 @@ class StoreSpecError(ValueError):
     """A --from / --to that names no store: the message says why."""
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``lore store migrate|copy`` on the ``lore`` parser."""
-    store = sub.add_parser(
-        "store", help="store operations: apply schema migrations, copy a memory to another store"
-    )
-    ssub = store.add_subparsers(dest="store_command", metavar="ACTION")
-    ssub.required = True
-    migrate = ssub.add_parser("migrate", help="apply the configured store's pending schema migrations")
-    migrate.add_argument(
-        "--json", action="store_true", help="print {backend, location, before, after, applied}"
-    )
-    migrate.set_defaults(func=cmd_store_migrate)
-    copy = ssub.add_parser(
-        "copy",
-        help="copy every tier of one store into another (progress, then a count check per tier)",
-    )
-    copy.add_argument(
-        "--from",
-        dest="source",
-        default=None,
-        metavar="STORE",
-        help="the store to read (default: the configured one): a DSN, BACKEND:LOCATION, a backend "
-        "name, a .json configuration file, or a DuckDB file",
-    )
-    copy.add_argument(
-        "--to", dest="destination", required=True, metavar="STORE", help="the store to write, as --from"
-    )
-    copy.add_argument(
-        "--merge",
-        action="store_true",
-        help="copy into a destination that already holds data (a copy cut short, or another memory): "
-        "what it holds stays, what it lacks is added",
-    )
-    copy.add_argument(
-        "--json", action="store_true", help="print the report (tiers, counts, failures) as JSON"
-    )
-    copy.set_defaults(func=cmd_store_copy)
+class StoreCommand(Command):
+    """``lore store migrate|copy``."""
+
+    name = "store"
+    help = "store operations: apply schema migrations, copy a memory to another store"
+    description, examples = HELP[name][0], tuple(HELP[name][1])
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        ssub = parser.add_subparsers(dest="store_command", metavar="ACTION")
+        ssub.required = True
+        migrate = ssub.add_parser("migrate", help="apply the configured store's pending schema migrations")
+        migrate.add_argument(
+            "--json", action="store_true", help="print {backend, location, before, after, applied}"
+        )
+        copy = ssub.add_parser(
+            "copy",
+            help="copy every tier of one store into another (progress, then a count check per tier)",
+        )
+        copy.add_argument(
+            "--from",
+            dest="source",
+            default=None,
+            metavar="STORE",
+            help="the store to read (default: the configured one): a DSN, BACKEND:LOCATION, a backend "
+            "name, a .json configuration file, or a DuckDB file",
+        )
+        copy.add_argument(
+            "--to", dest="destination", required=True, metavar="STORE", help="the store to write, as --from"
+        )
+        copy.add_argument(
+            "--merge",
+            action="store_true",
+            help="copy into a destination that already holds data (a copy cut short, or another memory): "
+            "what it holds stays, what it lacks is added",
+        )
+        copy.add_argument(
+            "--json", action="store_true", help="print the report (tiers, counts, failures) as JSON"
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_store_migrate(args) if args.store_command == "migrate" else cmd_store_copy(args)
 
 
 # -- naming a store ---------------------------------------------------------------------------
@@ -140,9 +145,9 @@ def store_config(
 
 
 def _gateway_note(config: LoreConfig) -> str:
-    from lore_core.cli.commands import _gateway_url
+    from lore_core.cli.api_client import gateway_url
 
-    url = _gateway_url(config.server.host, config.server.port)
+    url = gateway_url(config.server.host, config.server.port)
     return f" (a gateway is running at {url}: stop it first with 'lore stop')" if url else ""
 
 

@@ -21,7 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lore_core.cli.help_texts import example_lines
 from lore_core.config import ConfigError, default_data_dir, load_config, user_config_path
+from lore_core.interfaces import Command
 
 DESCRIPTION = """\
 Stop every gateway, undo every `lore setup`, and remove the program (when installed with
@@ -34,23 +36,26 @@ examples:
   lore uninstall --purge       # remove the memory and the configuration too"""
 
 
-def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    uninstall = sub.add_parser(
-        "uninstall",
-        help="stop the gateways, undo every setup, remove the program (--purge: the memory too)",
-        description=DESCRIPTION,
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    uninstall.add_argument(
-        "--purge", action="store_true", help="also remove the data directory and the user configuration"
-    )
-    uninstall.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
-    uninstall.add_argument(
-        "--keep-program", action="store_true", help="leave the installed program (only stop, undo, purge)"
-    )
-    uninstall.add_argument("--json", action="store_true", help="print what was done as JSON")
-    uninstall.set_defaults(func=cmd_uninstall)
+class UninstallCommand(Command):
+    """``lore uninstall``."""
+
+    name = "uninstall"
+    help = "stop the gateways, undo every setup, remove the program (--purge: the memory too)"
+    description = DESCRIPTION
+    examples = example_lines(EXAMPLES)
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--purge", action="store_true", help="also remove the data directory and the user configuration"
+        )
+        parser.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
+        parser.add_argument(
+            "--keep-program", action="store_true", help="leave the installed program (only stop, undo, purge)"
+        )
+        parser.add_argument("--json", action="store_true", help="print what was done as JSON")
+
+    def run(self, args: argparse.Namespace) -> int:
+        return cmd_uninstall(args)
 
 
 def program_removal() -> tuple[list[str] | None, str]:

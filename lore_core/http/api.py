@@ -31,7 +31,6 @@ from lore_core.interfaces import (
 from lore_core.knowledge.book import UNPAIRED_SURROGATE, entry_json, is_text
 from lore_core.projects import project_root
 from lore_core.storage.records import main_branch, normal_project
-from lore_core.worker.client import WorkerError
 
 api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
 
@@ -372,6 +371,8 @@ async def distillation(distillation_id: str) -> Response:
 @api.post("/distill")
 async def distill() -> Response:
     """Distil one session now (``?session=``), or every stored session. Answers when done."""
+    from lore_core.worker.client import WorkerError
+
     await _settled()
     gateway = _gateway()
     session_id = request.args.get("session") or None

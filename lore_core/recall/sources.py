@@ -14,12 +14,13 @@ Sources return :class:`SourceHit` keys *without* the id prefix; the engine adds 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from lore_core.interfaces import DistillationStore, Embedder, Store, VectorStore, tier_of
+from lore_core.config import ConfigError, LoreConfig
+from lore_core.interfaces import DistillationStore, Embedder, EmbedderFactory, Store, VectorStore, tier_of
 from lore_core.recall.ids import Kind, Scope
 from lore_core.storage.passages import (
     VECTOR_RULES,
@@ -378,3 +379,17 @@ class StoreDistillationOpener:
         return SourceHit(
             key=d.id, score=0.0, text=text if text is not None else d.text, meta=meta, kind=Kind.DISTILLATION
         )
+
+
+def choose_embedder(config: LoreConfig, embedders: Mapping[str, EmbedderFactory]) -> Embedder | None:
+    """The configured embedding provider, else the on-device one when installed. A hosted
+    provider is only ever used when named in ``embedding.provider``, never as a fallback."""
+    name = config.embedding.provider
+    if name:
+        if name not in embedders:
+            installed = ", ".join(sorted(embedders)) or "none"
+            raise ConfigError(f"embedding.provider: {name!r} is not installed (installed: {installed})")
+        return embedders[name](config)
+    if "local" in embedders:
+        return embedders["local"](config)
+    return None
