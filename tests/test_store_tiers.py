@@ -168,3 +168,28 @@ def test_a_store_missing_a_member_cannot_be_built() -> None:
         Partial()  # type: ignore[abstract]
     missing = str(raised.value)
     assert "vector_stats" in missing and "search" in missing and "write," not in missing
+
+
+def test_lore_commands_without_a_gateway_read_a_messages_only_store_through_the_routes(
+    lore_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No gateway runs: a command calls the local API's routes in its own process, so a tier
+    the store lacks is the route's answer (exit 3 with the reason), as through a gateway."""
+    from lore_core import cli
+    from lore_core.testing.net import free_port
+
+    monkeypatch.setenv("LORE_STORE", "messages-only")
+    monkeypatch.setenv("LORE_PORT", str(free_port()))  # no gateway answers there
+    plugins = [MessagesOnlyPlugin()]
+
+    assert cli.main(["sessions", "--json"], extra_plugins=plugins) == 0
+    captured = capsys.readouterr()
+    assert "reading the messages-only store directly" in captured.err
+    assert json.loads(captured.out) == []
+    for argv, tier in (
+        (["distillations"], "distillations"),
+        (["knowledge", "list", "--all"], "knowledge"),
+        (["entity", "list", "--all"], "entities"),
+    ):
+        assert cli.main(argv, extra_plugins=plugins) == 3, argv
+        assert f"lore: the messages-only store has no {tier}\n" in capsys.readouterr().err
