@@ -148,7 +148,7 @@ def store_app(gateway: StoreOnlyGateway) -> Quart:
     """A Quart app with the local API's routes only, on ``gateway``."""
     from lore_core.http.api import api
 
-    app = Quart("lore-store-api")
+    app = Quart(__name__)
     app.extensions["lore"] = gateway
     app.register_blueprint(api)
     return app
@@ -167,21 +167,18 @@ class StoreApi(LocalApi):
     ) -> ApiAnswer:
         """``method path`` (its query in the path, or ``params``); ``body``: bytes as they
         are, anything else as JSON."""
-        data: bytes | None
+        headers: dict[str, str] = {}
         if body is None or isinstance(body, bytes):
-            data = body
+            data = body or b""
         else:
-            data = json.dumps(body).encode()
+            data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
         parts = urlsplit(path)
         # What an ASGI server hands the app: the path decoded, the query as it came.
         target = unquote(parts.path) + (f"?{parts.query}" if parts.query else "")
-        headers = (
-            {"Content-Type": "application/json"} if data is not None and not isinstance(body, bytes) else {}
-        )
         response = await self._client.open(
             target,
             method=method,
-            data=data or b"",
+            data=data,
             headers=headers,
             query_string=dict(params) if params else None,
         )
