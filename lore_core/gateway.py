@@ -623,7 +623,7 @@ def claim_store(store: Store, url: str) -> StoreClaim | None:
     except OSError:
         holder = _read_claim(fd)
         os.close(fd)
-        raise StoreHeld(_held_message(store, holder)) from None
+        raise StoreHeld(held_message(store, holder)) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "url": url, "since": time.time()}).encode(), 0)
     return StoreClaim(path, fd)
@@ -659,7 +659,8 @@ def _read_claim(fd: int) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _held_message(store: Store, holder: Mapping[str, Any]) -> str:
+def held_message(store: Store, holder: Mapping[str, Any]) -> str:
+    """What to say when ``holder`` (:func:`store_holder`) holds the store another process wants."""
     where = store.location or store.name
     pid, url = holder.get("pid"), holder.get("url")
     who = f"the gateway at {url}" if url else "another gateway"

@@ -142,6 +142,16 @@ def test_a_second_gateway_on_a_store_another_holds_refuses_to_start(
     )
     assert "Traceback" not in second.stdout + second.stderr
     assert "listening" not in second.stdout
+    # A command that finds no gateway on its port cannot open the store either, and says why.
+    reader = subprocess.run(
+        [sys.executable, "-m", "lore_core.cli", "sessions"],
+        env={**os.environ, **lore_env, "LORE_PORT": str(port)}, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert reader.returncode == 3, reader.stderr
+    assert f"lore: the store {store} is in use by the gateway at {first.url} (pid {first.proc.pid})" in (
+        reader.stderr
+    )
     # The first one is untouched, and still names itself in its pid file.
     assert get_json(first.url + "/health")["status"] == "ok"
     assert (data_dir(lore_env) / f"gateway-{first.port}.pid").read_text().strip() == str(first.proc.pid)

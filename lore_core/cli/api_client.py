@@ -113,7 +113,7 @@ class InProcessClient(ApiClient):
             self._loop.run_until_complete(store.open())
         except Exception as exc:
             self._loop.close()
-            raise CommandError(f"cannot open the store: {exc}", 3) from None
+            raise CommandError(_cannot_open(store, exc), 3) from None
         self._gateway = StoreOnlyGateway(store, boot.config, boot.registry)
         self._api = StoreApi(self._gateway)
 
@@ -132,6 +132,15 @@ class InProcessClient(ApiClient):
             self._loop.run_until_complete(self.store.close())
         finally:
             self._loop.close()
+
+
+def _cannot_open(store: Any, exc: Exception) -> str:
+    """Why the store did not open: a gateway holding it (on another port: none answered on the
+    configured one) is named, with what to do; else the store's own error."""
+    from lore_core.gateway import held_message, store_holder
+
+    holder = store_holder(store)
+    return held_message(store, holder) if holder is not None else f"cannot open the store: {exc}"
 
 
 def gateway_url(host: str, port: int) -> str | None:
