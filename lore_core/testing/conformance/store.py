@@ -701,6 +701,53 @@ class MessagesConformance(_StoreSuite):
 
         self.run(make_store, body)
 
+    def test_search_weighs_rare_words_up(self, make_store: Callable[[], Store]) -> None:
+        """BM25's IDF: one occurrence of a word few passages hold, in a longer passage,
+        outranks three of a word nearly every passage holds (a ranking without corpus
+        statistics, PostgreSQL's ts_rank, puts the three first)."""
+
+        async def body(store: TieredStore) -> None:
+            everyday = [
+                exchange([text("user", f"the widget is fine, check {i}")], session=f"w-{i}", at=10.0 + i)
+                for i in range(7)
+            ]
+            await store.write(
+                batch_of(
+                    *everyday,
+                    exchange([text("user", "widget widget widget")], session="many", at=50.0),
+                    exchange(
+                        [text("user", "we talked about zanzibar and the weather and the tides at length")],
+                        session="rare",
+                        at=60.0,
+                    ),
+                )
+            )
+            hits = await store.search("widget zanzibar")
+            assert hits[0].session_id == "rare"
+            assert hits[1].session_id == "many"
+
+        self.run(make_store, body)
+
+    def test_search_scores_forget_what_was_forgotten(self, make_store: Callable[[], Store]) -> None:
+        """A forgotten session leaves nothing in the ranking's statistics: the scores are
+        those from before it was written."""
+
+        async def body(store: TieredStore) -> None:
+            await store.write(self._corpus())
+            before = [(h.id, round(h.score, 6)) for h in await store.search("postgres deadlock")]
+            await store.write(
+                batch_of(
+                    *(
+                        exchange([text("user", f"postgres postgres note {i}")], session="noise", at=900.0 + i)
+                        for i in range(5)
+                    )
+                )
+            )
+            await store.forget_session("noise")
+            assert [(h.id, round(h.score, 6)) for h in await store.search("postgres deadlock")] == before
+
+        self.run(make_store, body)
+
     def test_search_filters_and_limit(self, make_store: Callable[[], Store]) -> None:
         async def body(store: TieredStore) -> None:
             await store.write(self._corpus())

@@ -262,8 +262,31 @@ V4 = [
     "ALTER TABLE messages ADD COLUMN context_layer SMALLINT",
 ]
 
+# Version 5: BM25 for the full-text index. ``ts_rank`` knows nothing of the corpus (no IDF);
+# BM25 needs each passage's length and each word's document frequency. A passage's length is
+# its count of word occurrences (``terms``, derived from its tsvector). ``passage_terms``
+# holds, per lexeme, how many passages hold it and how often it occurs in all; the row of the
+# empty lexeme (no real lexeme is empty) counts every passage and every occurrence (the
+# corpus size and total length). Written in the transaction that writes or deletes passages,
+# which holds the item-seq lock (SEQ_LOCK), so its rows are never updated by two writers
+# at once. Filled here for the passages already stored.
+V5 = [
+    """CREATE FUNCTION lore_tsv_terms(tsvector) RETURNS integer
+        LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+        AS $$ SELECT coalesce(sum(coalesce(cardinality(positions), 1)), 0)::integer FROM unnest($1) $$""",
+    "ALTER TABLE passages ADD COLUMN terms INTEGER GENERATED ALWAYS AS (lore_tsv_terms(tsv)) STORED",
+    """CREATE TABLE passage_terms (
+        lexeme TEXT PRIMARY KEY,
+        docs BIGINT NOT NULL,
+        terms BIGINT NOT NULL
+    ) WITH (fillfactor = 70)""",
+    """INSERT INTO passage_terms (lexeme, docs, terms)
+        SELECT word, ndoc, nentry FROM ts_stat('SELECT tsv FROM passages')
+        UNION ALL SELECT '', count(*), coalesce(sum(terms), 0) FROM passages""",
+]
+
 #: Index i upgrades the schema from version i to version i + 1.
-MIGRATIONS: list[list[str]] = [V1, V2, V3, V4]
+MIGRATIONS: list[list[str]] = [V1, V2, V3, V4, V5]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: pg_advisory_xact_lock keys: the migration, and writes that draw from item_seq.
 MIGRATION_LOCK = 0x4C4F5245_0001

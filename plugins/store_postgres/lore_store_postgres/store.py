@@ -2,10 +2,11 @@
 
 Full text is PostgreSQL's own: the kernel cuts each message and distillation into passages
 (:mod:`lore_core.storage.passages`), and the write that stores an item stores its passages,
-with a weighted ``tsvector`` under a GIN index, in the same transaction: a message is
-searchable as soon as its write committed, on every gateway of the database, with no index
-thread and no watermark. Vectors live in one table per embedding model, as pgvector
-``vector(n)`` columns under an HNSW index when the server has the ``vector`` extension, and
+with a weighted ``tsvector`` under a GIN index, in the same transaction, and adds their words
+to BM25's counts (``passage_terms``): a message is searchable as soon as its write
+committed, on every gateway of the database, with no index thread and no watermark, and
+ranked by BM25 as the DuckDB store's index ranks it. Vectors live in one table per embedding
+model, as pgvector ``vector(n)`` columns under an HNSW index when the server has the ``vector`` extension, and
 as ``real[]`` searched exactly (cosine in SQL over every row the filters keep) when not.
 
 Calls run the synchronous psycopg driver in a worker thread (``asyncio.to_thread``), one
@@ -102,6 +103,11 @@ _EF_SEARCH_MAX = 1000
 _CLAIM_SECONDS = 300.0
 #: Passages written per executemany.
 _PASSAGE_BATCH = 2000
+#: The columns of a passage row (:meth:`PostgresStore._passage_rows`), as _PASSAGE_INSERT names them.
+_PASSAGE_FIELDS = (
+    "item", "passage", "session", "project", "role", "tool", "source", "position", "created_at",
+    "start_at", "end_at", "text", "header", "body",
+)  # fmt: skip
 #: How long a call waits for a pooled connection before it fails (every one is busy, or
 #: the server went away and the pool is reconnecting).
 _POOL_WAIT_SECONDS = 30.0
@@ -189,11 +195,77 @@ _DISTILLATION_COLUMNS = (
     "created_at",
 )
 _ARCHIVE_SQL = "UPDATE distillations SET archived = true WHERE id = ANY(%s) AND NOT archived"
-_PASSAGE_INSERT = """INSERT INTO passages (item_id, passage, session_id, project, role, tool, source,
-        position, created_at, start_at, end_at, text, tsv)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-        setweight(to_tsvector(%s::regconfig, %s), 'B') || setweight(to_tsvector(%s::regconfig, %s), 'A'))
-    ON CONFLICT (item_id, passage) DO NOTHING"""
+# Every passage's word counts go into passage_terms (BM25's statistics, schema.py) in the
+# statement that writes or deletes it: ``counted`` is the rows written or deleted.
+_COUNTS_SQL = """SELECT u.lexeme, count(*) AS docs, sum(coalesce(cardinality(u.positions), 1)) AS terms
+        FROM counted, unnest(counted.tsv) AS u GROUP BY u.lexeme
+        UNION ALL SELECT '', count(*), coalesce(sum(counted.terms), 0) FROM counted HAVING count(*) > 0"""
+# One statement a batch: the passages from arrays (unnest), their counts added to BM25's.
+# The header line (role, tool, command) at weight B, the body at A.
+_PASSAGE_INSERT = f"""WITH rows AS (
+        SELECT * FROM unnest(%(item)s::text[], %(passage)s::int4[], %(session)s::text[], %(project)s::text[],
+            %(role)s::text[], %(tool)s::text[], %(source)s::text[], %(position)s::int4[],
+            %(created_at)s::float8[], %(start_at)s::int4[], %(end_at)s::int4[], %(text)s::text[],
+            %(header)s::text[], %(body)s::text[])
+            AS r(item_id, passage, session_id, project, role, tool, source, position, created_at,
+                 start_at, end_at, text, header, body)
+    ), counted AS (
+        INSERT INTO passages (item_id, passage, session_id, project, role, tool, source,
+            position, created_at, start_at, end_at, text, tsv)
+        SELECT item_id, passage, session_id, project, role, tool, source, position, created_at,
+            start_at, end_at, text,
+            setweight(to_tsvector(%(config)s::regconfig, header), 'B')
+              || setweight(to_tsvector(%(config)s::regconfig, body), 'A')
+        FROM rows
+        ON CONFLICT (item_id, passage) DO NOTHING
+        RETURNING tsv, terms
+    )
+    INSERT INTO passage_terms (lexeme, docs, terms)
+    SELECT * FROM ({_COUNTS_SQL}) AS c ORDER BY lexeme
+    ON CONFLICT (lexeme) DO UPDATE SET docs = passage_terms.docs + excluded.docs,
+        terms = passage_terms.terms + excluded.terms"""
+#: The passages of a session deleted, their counts taken out of BM25's.
+_PASSAGE_FORGET = f"""WITH counted AS (
+        DELETE FROM passages WHERE session_id = %s RETURNING tsv, terms
+    ), counts AS ({_COUNTS_SQL}
+    ), updated AS (
+        UPDATE passage_terms t SET docs = t.docs - c.docs, terms = t.terms - c.terms
+        FROM counts c WHERE t.lexeme = c.lexeme RETURNING 1
+    )
+    SELECT count(*) FROM counted"""
+#: BM25's parameters, the usual ones (Robertson's; LanceDB's, so both stores rank alike).
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: The passages holding any of the query's words, best first by BM25 (Okapi, with the
+#: Lucene form of IDF, never negative): for each query word w in a passage of length dl,
+#: idf(w) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)), summed. A word's document
+#: frequency, the passage count and the average length come from passage_terms; tf is the
+#: word's count in the passage (its positions in the tsvector, header and body alike).
+#: Only the query's words are taken out of each passage's tsvector: weight every word D,
+#: the query's words C, keep the C ones (three C functions over the tsvector, cheaper than
+#: unnesting all of it for each candidate).
+_BM25_SQL = f"""WITH q AS (
+        SELECT websearch_to_tsquery(%(config)s::regconfig, %(terms)s) AS query,
+            tsvector_to_array(to_tsvector(%(config)s::regconfig, %(terms)s)) AS words
+    ), corpus AS (
+        SELECT greatest(docs, 1)::float8 AS n, greatest(terms::float8 / greatest(docs, 1), 1.0) AS avgdl
+        FROM (SELECT coalesce(max(docs), 0) AS docs, coalesce(max(terms), 0) AS terms
+              FROM passage_terms WHERE lexeme = '') AS t
+    ), idf AS (
+        SELECT w.lexeme, ln(1.0 + (c.n - coalesce(t.docs, 0) + 0.5) / (coalesce(t.docs, 0) + 0.5)) AS idf
+        FROM q, corpus c, unnest(q.words) AS w(lexeme)
+        LEFT JOIN passage_terms t ON t.lexeme = w.lexeme
+    )
+    SELECT p.item_id, p.passage, p.start_at, p.end_at, p.session_id, p.project, p.role, p.tool, p.source,
+        p.position, p.created_at, p.text,
+        (SELECT coalesce(sum(i.idf * f.tf * ({BM25_K1} + 1)
+                / (f.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * p.terms / c.avgdl))), 0)
+         FROM unnest(ts_filter(setweight(setweight(p.tsv, 'D'), 'C', q.words), ARRAY['c']::"char"[])) AS u
+         JOIN idf i ON i.lexeme = u.lexeme,
+         LATERAL (SELECT coalesce(cardinality(u.positions), 1)::float8 AS tf) AS f) AS score
+    FROM passages p, q, corpus c
+    WHERE p.tsv @@ q.query {{filters}}
+    ORDER BY score DESC, p.item_id, p.passage LIMIT %(limit)s"""
 _SESSION_SQL = """
     SELECT s.id, s.project, s.harness, s.model, s.created_at, s.updated_at, s.title,
            coalesce(c.n, 0), coalesce(c.leaves, 0)
@@ -469,7 +541,7 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             "detail": f"PostgreSQL {self._server_version} at {self.location}",
             "dsn": self.location,
             "vectors": vectors,
-            "fulltext": f"tsvector ({self._config}) with a GIN index",
+            "fulltext": f"tsvector ({self._config}) with a GIN index, ranked by BM25",
             "pool": {
                 "size": stats.get("pool_size", 0),
                 "available": stats.get("pool_available", 0),
@@ -598,15 +670,18 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             rows.append(
                 (
                     item, p.index, session, project, role, p.tool, _clean(p.source), position, created_at,
-                    p.start, p.end, _clean(p.text), self._config, _clean(header), self._config, _clean(body),
+                    p.start, p.end, _clean(p.text), _clean(header), _clean(body),
                 )
             )  # fmt: skip
         return rows
 
-    @staticmethod
-    def _insert_passages(cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
+    def _insert_passages(self, cur: psycopg.Cursor[Any], rows: list[tuple[Any, ...]]) -> None:
+        """Write passages and add their words to BM25's counts; the caller holds SEQ_LOCK."""
         for start in range(0, len(rows), _PASSAGE_BATCH):
-            cur.executemany(_PASSAGE_INSERT, rows[start : start + _PASSAGE_BATCH])
+            columns = [list(c) for c in zip(*rows[start : start + _PASSAGE_BATCH], strict=True)]
+            params: dict[str, Any] = dict(zip(_PASSAGE_FIELDS, columns, strict=True))
+            params["config"] = self._config
+            cur.execute(_PASSAGE_INSERT, params)
 
     async def set_state(self, session_id: str, key: str, value: Any) -> None:
         await self.set_states([(session_id, key, value)])
@@ -731,27 +806,19 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
         words = _WORD.findall(query or "")
         if not words or limit <= 0:
             return []
-        # Any of the words, as BM25 would (websearch_to_tsquery parses "a or b" safely: the
-        # words are \w+ runs, so no operator of its syntax reaches it); stop words drop out,
-        # and a query of stop words alone matches nothing.
+        # Any of the words (websearch_to_tsquery parses "a or b" safely: the words are \w+
+        # runs, so no operator of its syntax reaches it); stop words drop out, and a query of
+        # stop words alone matches nothing. Ranked by BM25 (_BM25_SQL).
         terms = " or ".join(dict.fromkeys(w.lower() for w in words))
         filters = ""
-        params: list[Any] = [self._config, _clean(terms)]
+        params: dict[str, Any] = {"config": self._config, "terms": _clean(terms), "limit": limit}
         if session_id is not None:
-            filters += " AND session_id = %s"
-            params.append(session_id)
+            filters += " AND p.session_id = %(session)s"
+            params["session"] = session_id
         if project is not None:
-            filters += " AND project = %s"
-            params.append(project)
-        params.append(limit)
-        rows = await self._rows(
-            f"""WITH q AS (SELECT websearch_to_tsquery(%s::regconfig, %s) AS q)
-            SELECT item_id, passage, start_at, end_at, session_id, project, role, tool, source, position,
-                created_at, text, ts_rank(tsv, q.q, 1) AS score
-            FROM passages, q WHERE tsv @@ q.q {filters}
-            ORDER BY score DESC, item_id, passage LIMIT %s""",
-            params,
-        )
+            filters += " AND p.project = %(project)s"
+            params["project"] = project
+        rows = await self._rows(_BM25_SQL.format(filters=filters), params)
         return [
             SearchHit(
                 id=item, session_id=session, project=proj or "", role=role, score=float(score),
@@ -776,6 +843,7 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             if progress is not None:
                 progress(0, int(total))
             cur.execute("DELETE FROM passages")
+            cur.execute("DELETE FROM passage_terms")
             calls = CallMemo()
             done, after = 0, 0
             while True:
@@ -835,7 +903,8 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             ]
             messages = cur.execute("DELETE FROM messages WHERE session_id = %s", one).rowcount
             distillations = cur.execute("DELETE FROM distillations WHERE session_id = %s", one).rowcount
-            passages = cur.execute("DELETE FROM passages WHERE session_id = %s", one).rowcount
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SEQ_LOCK,))  # passage_terms' writer
+            (passages,) = cur.execute(_PASSAGE_FORGET, one).fetchone() or (0,)
             vectors = 0
             for (table,) in cur.execute("SELECT table_name FROM vector_models ORDER BY model").fetchall():
                 vectors += cur.execute(
@@ -1889,7 +1958,11 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
                 "distillations": int(distillations),
                 "knowledge": int(knowledge),
                 "entities": int(entities),
-                "index": {"ok": True, "passages": int(passages), "kind": f"tsvector ({self._config}), GIN"},
+                "index": {
+                    "ok": True,
+                    "passages": int(passages),
+                    "kind": f"tsvector ({self._config}), GIN, BM25",
+                },
                 "server_version": self._server_version,
                 "pgvector": self._pgvector,
             }

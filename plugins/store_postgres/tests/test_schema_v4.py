@@ -33,8 +33,12 @@ def test_version_3_database_reads_old_answers_without_a_layer(pg_dsn: str, tmp_p
             await store.close()
 
     assert asyncio.run(write(old)) == [("q1", None), ("a1", 2)]
-    # As the version-3 plugin left the database: no context_layer column, version 3.
+    # As the version-3 plugin left the database: no context_layer column (nor version 5's
+    # BM25 counts), version 3.
     with psycopg.connect(pg_dsn, autocommit=True) as con:
+        con.execute("DROP TABLE passage_terms")
+        con.execute("ALTER TABLE passages DROP COLUMN terms")
+        con.execute("DROP FUNCTION lore_tsv_terms(tsvector)")
         con.execute("ALTER TABLE messages DROP COLUMN context_layer")
         con.execute("UPDATE lore_meta SET value = '3' WHERE key = 'schema_version'")
 
