@@ -157,6 +157,11 @@ async def catch_up(store: Store) -> None:
         await sync()
 
 
+#: The PostgreSQL store's ``hnswBuildMemory`` (MB) in this run (``--pg-build-memory``; None:
+#: the store's default).
+PG_BUILD_MEMORY: int | None = None
+
+
 def open_store(kind: str, path: Path, dsn: str | None, per_project: bool = False) -> Store:
     """The level's store; a PostgreSQL one with the project indexes only when asked (the
     run times the store without them first: the baseline)."""
@@ -166,7 +171,10 @@ def open_store(kind: str, path: Path, dsn: str | None, per_project: bool = False
     from lore_store_postgres.store import PostgresStore
 
     assert dsn is not None
-    return PostgresStore(PostgresConfig(dsn=dsn, hnsw_per_project=per_project), journal_dir=None)
+    settings = PostgresConfig(dsn=dsn, hnsw_per_project=per_project)
+    if PG_BUILD_MEMORY is not None:
+        settings = PostgresConfig(dsn=dsn, hnsw_per_project=per_project, hnsw_build_memory=PG_BUILD_MEMORY)
+    return PostgresStore(settings, journal_dir=None)
 
 
 async def write_random_vectors(store: VectorStore, vrng: np.random.Generator, items: list[Any]) -> int:
@@ -449,6 +457,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="throughput: rounds")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument(
+        "--pg-build-memory",
+        type=int,
+        default=None,
+        help="the PostgreSQL store's hnswBuildMemory in MB (a 1M-vector graph needs ~2 GB in memory)",
+    )
+    parser.add_argument(
         "--stores",
         default="duckdb",
         help="comma-separated: duckdb, postgres (each level is built and timed on each, in this run)",
@@ -466,6 +480,8 @@ def main() -> None:
         "(default: a temporary dir)",
     )
     args = parser.parse_args()
+    global PG_BUILD_MEMORY
+    PG_BUILD_MEMORY = args.pg_build_memory
     levels = [x.strip().lower() for x in args.levels.split(",") if x.strip()]
     unknown = [x for x in levels if x not in LEVELS]
     if unknown:
