@@ -72,7 +72,8 @@ from lore_core.storage.records import (
     merge_session,
 )
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Runs of letters and digits (an underscore splits, as in the DuckDB store's index).
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 # A handful of English stop words, so that queries behave like the real backends' analysers.
 _STOP = frozenset("a an and are as at be by for from in is it of on or that the this to was with".split())
 _K1, _B = 1.2, 0.75

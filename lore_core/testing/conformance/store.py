@@ -728,6 +728,17 @@ class MessagesConformance(_StoreSuite):
 
         self.run(make_store, body)
 
+    def test_search_finds_words_inside_paths_and_names(self, make_store: Callable[[], Store]) -> None:
+        """A file name, a path, a branch or a snake_case name is searched by its words."""
+
+        async def body(store: TieredStore) -> None:
+            said = "fixed push_common.go, then rebased onto origin/soph/one-to-one-checkpoints"
+            await store.write(batch_of(exchange([text("user", said)], session="paths", at=10.0)))
+            for word in ("common", "push", "soph", "checkpoints"):
+                assert [h.session_id for h in await store.search(word)] == ["paths"], word
+
+        self.run(make_store, body)
+
     def test_search_scores_forget_what_was_forgotten(self, make_store: Callable[[], Store]) -> None:
         """A forgotten session leaves nothing in the ranking's statistics: the scores are
         those from before it was written."""
