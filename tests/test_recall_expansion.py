@@ -166,7 +166,7 @@ def _recall_through_gateway(start_gateway, fake_upstream, config: dict) -> tuple
     from lore_core.testing.fake_upstream import ToolCall
 
     server = start_gateway(config={"store": {"backend": "memory"}, "embedding": {"index": False}, **config})
-    fact = "the flaky suite was fixed by mocking the clock in tests/test_timer.py"
+    fact = "the flaky suite was fixed by mocking the clock in tests/test_sleepy.py"
 
     def responder(req):
         if EXPAND_MARKER in str(req.json):
