@@ -93,11 +93,11 @@ from lore_core.context import compose as C
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import ModelInfo, PriceTable
 from lore_core.context.tokens import TokenCounter
+from lore_core.curation import DistillInput, ObservationInput
 from lore_core.distill.extractive import extractive_observe
-from lore_core.distill.inputs import DistillInput, ObservationInput
-from lore_core.distill.observer import Observer, observer_prompt
+from lore_core.distill.observer import LLMObserver, observer_prompt
 from lore_core.distill.prompts import load_prompt
-from lore_core.distill.reflector import Reflector
+from lore_core.distill.reflector import LLMReflector
 from lore_core.distill.render import render_segment, tool_names_of
 from lore_core.distill.scheduler import TOOL_WAIT_FACTOR, _previous_text, _row, policy_of
 from lore_core.distill.segment import split_segments
@@ -920,8 +920,8 @@ class ReplayDistiller:
         self.counter = counter
         self.config = config.distill
         self.policy = policy_of(config.distill)
-        self.observer = Observer(worker)  # type: ignore[arg-type]
-        self.reflector = Reflector(worker) if worker is not None else None  # type: ignore[arg-type]
+        self.observer = LLMObserver(worker)  # type: ignore[arg-type]
+        self.reflector = LLMReflector(worker) if worker is not None else None  # type: ignore[arg-type]
         self.memo = C.Memo()
         self.covered: set[str] = set()
         self.version = 0

@@ -12,7 +12,7 @@ Input, one of:
   session goes the way production takes it: its wire items (Anthropic Messages blocks,
   Responses API items, read by ``benchmarks/transcripts.py``) are parsed by the real codecs,
   turned into stored messages by :func:`lore_core.storage.records.records_from_exchange`, then into
-  :class:`~lore_core.distill.inputs.DistillInput` as the scheduler does; a message's time
+  :class:`~lore_core.curation.DistillInput` as the scheduler does; a message's time
   is that of its first transcript line. Each context window (the part between two of the
   client's own compactions) is segmented as the scheduler segments it
   (:func:`~lore_core.distill.segment.split_segments`, ``distill.segmentMaxTokens`` 16,000,
@@ -105,7 +105,7 @@ from typing import Any
 
 import attrs
 
-from lore_core.distill.inputs import DistillInput
+from lore_core.curation import DistillInput
 from lore_core.distill.observer import ExtractiveObserver
 from lore_core.distill.render import clean, render_message, render_segment, tool_names_of
 from lore_core.distill.segment import SegmentPolicy, estimate_tokens, split_segments

@@ -340,6 +340,10 @@ class KnowledgeConfig:
     lore_md: bool = True
     # Also write .lore.md into repositories that have none.
     create_lore_md: bool = False
+    # Which registered knowledge curator curates: "llm" (the worker model, with
+    # distill.observer "llm" only: "extractive" means no LLM calls in the background).
+    # Plugins may register more (lore_register_curators).
+    curator: str = "llm"
     # Show entries of sensitivity "sensitive" to the worker model (the knowledge curator's
     # prompt). Off by default: the worker is often a hosted model. Restricted entries never.
     worker_sees_sensitive: bool = False

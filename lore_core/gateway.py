@@ -27,14 +27,13 @@ from lore_core.context.economics import CostTracker, Throttle
 from lore_core.context.manager import ContextManager
 from lore_core.context.pricing import PriceTable
 from lore_core.context.spend import SpendBook
-from lore_core.distill.scheduler import DistillScheduler, build_curators
+from lore_core.distill.scheduler import DistillScheduler
 from lore_core.events.log import EventLog
 from lore_core.http.access import SessionOwners, TokenKeeper, allowed_upstreams, owner_key
 from lore_core.http.metrics import Metrics, opentelemetry_tracer
 from lore_core.http.peers import PeerUsers
 from lore_core.interfaces import (
     Codec,
-    CuratorContext,
     EditPolicy,
     Embedder,
     Store,
@@ -42,7 +41,6 @@ from lore_core.interfaces import (
 from lore_core.knowledge.book import KnowledgeBook
 from lore_core.knowledge.contradictions import ContradictionFinder, ContradictionJudge
 from lore_core.knowledge.curation import KnowledgeUpkeep
-from lore_core.knowledge.curator import KnowledgeCurator
 from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.inject import KnowledgeInjector
 from lore_core.pipeline.send import Pacer
@@ -207,28 +205,22 @@ class Gateway:
         self.recall_tool_name = TOOL_NAME
         _report_codec_features(registry.codecs.values())
         _report_codec_upstreams(registry, config)
-        # Distillation runs in the background on idle sessions (never on the request path).
-        observer, reflector = build_curators(config, registry.curators, self.worker)
-        # The knowledge curator follows distillation; .lore.md and decay run beside it. It
-        # runs with the LLM observer only: distill.observer "extractive" means no LLM calls
-        # in the background, and none are made for knowledge either.
-        curator_factory = (
-            registry.curators.get("knowledge", {}).get("llm") if config.distill.observer == "llm" else None
-        )
-        curator = (
-            curator_factory(CuratorContext(config=config, worker=self.worker)) if curator_factory else None
-        )
+        # Distillation runs in the background on idle sessions (never on the request path);
+        # the knowledge curator follows it, .lore.md and decay run beside it.
+        curators = registry.choose_curators(config, self.worker)
         # Contradictions are judged by the worker under the same rule as curation.
         self.contradictions = ContradictionFinder(
             self.knowledge,
-            ContradictionJudge(self.worker) if curator_factory else None,
+            # The LLM curator's rule: distill.observer "extractive" means no LLM calls in the
+            # background, so none for contradictions either.
+            ContradictionJudge(self.worker) if config.distill.observer == "llm" else None,
             self.embedder,
             include_sensitive=config.knowledge.worker_sees_sensitive,
         )
         self.knowledge_upkeep = KnowledgeUpkeep(
             self.knowledge,
             config.knowledge,
-            curator if isinstance(curator, KnowledgeCurator) else None,
+            curators.knowledge,
             self.embedder,
             contradictions=self.contradictions,
             entities=self.entities,
@@ -238,8 +230,8 @@ class Gateway:
             config.distill,
             self.worker,
             settle=self.settle_writes,
-            observer=observer,
-            reflector=reflector,
+            observer=curators.observer,
+            reflector=curators.reflector,
             after_run=self.knowledge_upkeep.after_distill,
         )
         #: Requests the gateway answers itself, in the order they are asked.

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import argparse
 
     from lore_core.config import LoreConfig
+    from lore_core.curation import Curation, Distillation, DistillInput, ObservationInput
     from lore_core.storage.entities import Entity
     from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
     from lore_core.storage.forget import ForgetReport
@@ -1385,15 +1386,76 @@ class CuratorContext:
 class Curator(Protocol):
     """Turns stored exchanges into derived memory, off the request path.
 
-    ``kind`` says which job it does and so which method it has: an ``"observer"`` has
-    ``async observe(messages, previous, *, session_id, tool_names) -> Distillation`` (a
-    segment of undistilled messages in, one observation log out); a ``"reflector"`` has
-    ``async reflect(...)`` (observation logs in, one meta-distillation out). Both must be
-    deterministic in what they consume: the scheduler may run one again on the same input
-    after a crash, and stores keep one row per input. Implementations inherit from it."""
+    ``kind`` says which job it does, and so which of the kinds below it is and which method
+    it has: :class:`Observer`, :class:`Reflector` or :class:`KnowledgeCurator`
+    (:data:`CURATOR_KINDS`). Implementations inherit from the kind's class (the kernel
+    checks that, so a curator of a kind it does not run is refused, not ignored). Observers and
+    reflectors must be deterministic in what they consume: the scheduler may run one again
+    on the same input after a crash, and stores keep one row per input."""
 
     name: str
     kind: str
+
+
+class Observer(Curator):
+    """Writes observation logs: a segment of undistilled messages in, one log out."""
+
+    kind: str = "observer"
+
+    @abstractmethod
+    async def observe(
+        self,
+        messages: Sequence[DistillInput],
+        previous: str = "",
+        *,
+        session_id: str | None = None,
+        tool_names: Mapping[str, str] | None = None,
+    ) -> Distillation:
+        """The log of ``messages``; ``previous`` is the session's last log (for continuity),
+        ``tool_names`` a tool call id's tool where the messages do not say it."""
+
+
+class Reflector(Curator):
+    """Consolidates observation logs: logs in, one meta-distillation out."""
+
+    kind: str = "reflector"
+
+    @abstractmethod
+    async def reflect(
+        self,
+        observations: Sequence[ObservationInput],
+        previous_meta: str = "",
+        *,
+        session_id: str | None = None,
+    ) -> Distillation:
+        """One meta-distillation of ``observations``, continuing ``previous_meta``."""
+
+
+class KnowledgeCurator(Curator):
+    """Curates long-term knowledge: recent observation logs and the project's entries in,
+    operations on entries (create, update, delete, reconfirm) and named entities out. The
+    caller validates and applies them through the knowledge book."""
+
+    kind: str = "knowledge"
+
+    @abstractmethod
+    async def curate(
+        self,
+        observations: Sequence[StoredDistillation],
+        entries: Sequence[KnowledgeVersion],
+        *,
+        session_id: str | None = None,
+        entities: Sequence[Entity] = (),
+    ) -> Curation:
+        """The operations ``observations`` call for on ``entries``."""
+
+
+#: Each curator kind the kernel runs, and the class its curators are.
+CURATOR_KINDS: dict[str, type[Curator]] = {
+    "observer": Observer,
+    "reflector": Reflector,
+    "knowledge": KnowledgeCurator,
+}
 
 
 #: ``None``: the curator cannot work here (e.g. an LLM curator without a worker client);

@@ -25,16 +25,22 @@ import attrs
 import pluggy
 
 from lore_core import hookspecs
-from lore_core.config import LoreConfig, load_config, upstream_settings
+from lore_core.config import ConfigError, LoreConfig, load_config, upstream_settings
 from lore_core.interfaces import (
+    CURATOR_KINDS,
     Codec,
     Command,
+    Curator,
+    CuratorContext,
     CuratorFactory,
     EmbedderFactory,
     Harness,
+    KnowledgeCurator,
     Mount,
+    Observer,
     PromptLayer,
     Provider,
+    Reflector,
     RequestHandler,
     StoreFactory,
 )
@@ -235,6 +241,16 @@ class Factory:
         return self.build(arg)
 
 
+@attrs.frozen
+class ChosenCurators:
+    """The curators the configuration chose (:meth:`Registry.choose_curators`); a reflector or
+    knowledge curator that cannot work here (no worker) is ``None``."""
+
+    observer: Observer
+    reflector: Reflector | None
+    knowledge: KnowledgeCurator | None
+
+
 @attrs.define
 class Registry:
     """Everything the plugins registered, collected once at startup."""
@@ -282,6 +298,13 @@ class Registry:
         handlers = collect("lore_register_request_handlers", lambda h: ("request handler", h.name))
         reg.request_handlers = sorted(handlers, key=lambda handler: (handler.priority, handler.name))
         for curator in collect("lore_register_curators", lambda c: (f"{c.kind} curator", c.name)):
+            if curator.kind not in CURATOR_KINDS:
+                owner = reg.owners.get(f"{curator.kind} curator {curator.name!r}", "a plugin")
+                log.warning(
+                    "curator %r of kind %r (%s) is not used: this kernel runs %s curators",
+                    curator.name, curator.kind, owner, ", ".join(CURATOR_KINDS),
+                )  # fmt: skip
+                continue
             reg.curators.setdefault(curator.kind, {})[curator.name] = curator
         for command in collect("lore_register_commands", lambda c: ("command", c.name)):
             reg.commands[command.name] = command
@@ -289,6 +312,36 @@ class Registry:
             _check_mount_path(mount, reg)
             reg.mounts[mount.name] = mount
         return reg
+
+    def choose_curators(self, config: LoreConfig, worker: Any) -> ChosenCurators:
+        """The curators ``distill.observer``, ``distill.reflector`` and ``knowledge.curator``
+        name, built with ``worker`` (the worker model's client, or ``None``)."""
+        ctx = CuratorContext(config=config, worker=worker)
+        observer = self._curator("observer", config.distill.observer, ctx, "distill.observer")
+        if observer is None:
+            raise ConfigError(f"distill.observer: the observer {config.distill.observer!r} cannot work here")
+        return ChosenCurators(
+            observer=observer,
+            reflector=self._curator("reflector", config.distill.reflector, ctx, "distill.reflector"),
+            knowledge=self._curator("knowledge", config.knowledge.curator, ctx, "knowledge.curator"),
+        )
+
+    def _curator(self, kind: str, name: str, ctx: CuratorContext, key: str) -> Any:
+        """The curator of ``kind`` called ``name`` (``None``: it cannot work here); a name
+        nothing registered, or a curator that is not of its kind's class, is a
+        configuration error naming ``key``."""
+        factories = self.curators.get(kind, {})
+        if name not in factories:
+            known = ", ".join(sorted(factories)) or "none"
+            raise ConfigError(f"{key}: no {kind} named {name!r} is installed (installed: {known})")
+        curator: Curator | None = factories[name](ctx)
+        expected = CURATOR_KINDS[kind]
+        if curator is not None and not isinstance(curator, expected):
+            raise ConfigError(
+                f"{key}: the {kind} {name!r} is a {type(curator).__name__}, not a "
+                f"lore_core.interfaces.{expected.__name__} (its class must inherit from that one)"
+            )
+        return curator
 
     def codec_of_provider(self, name: str | None) -> Codec | None:
         """The first registered codec speaking provider ``name`` (its error shape is the

@@ -11,8 +11,8 @@ from typing import Any
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import DistillConfig
-from lore_core.distill.inputs import Distillation, DistillInput
-from lore_core.distill.observer import Observer
+from lore_core.curation import Distillation, DistillInput
+from lore_core.distill.observer import LLMObserver
 from lore_core.distill.scheduler import CLAIMED_ELSEWHERE, DistillScheduler, lease_key
 from lore_core.testing.builders import answer, batch_of, exchange, text
 
@@ -23,7 +23,7 @@ class HeldObserver:
     """The extractive observer, held at its first segment until ``go`` is set."""
 
     def __init__(self) -> None:
-        self.inner = Observer(None)
+        self.inner = LLMObserver(None)
         self.entered = asyncio.Event()
         self.go = asyncio.Event()
 

@@ -1,4 +1,4 @@
-"""Observer and reflector calls with the loopback fake upstream acting as the worker."""
+"""LLMObserver and reflector calls with the loopback fake upstream acting as the worker."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import re
 import pytest
 
 from lore_core.config import WorkerConfig
-from lore_core.distill.inputs import DistillInput, ObservationInput
-from lore_core.distill.observer import Observer
+from lore_core.curation import DistillInput, ObservationInput
+from lore_core.distill.observer import LLMObserver
 from lore_core.distill.prompts import OBSERVER_MARKER, REFLECTOR_MARKER, load_prompt
-from lore_core.distill.reflector import SECTIONS, Reflector, missing_sections
+from lore_core.distill.reflector import SECTIONS, LLMReflector, missing_sections
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block
 from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.fake_worker import observer_responder, request_texts
@@ -66,7 +66,7 @@ def test_observer_through_the_fake_worker(fake_upstream, api):
 
     async def go():
         try:
-            return await Observer(client).observe(segment(), previous="- 13:00 earlier event")
+            return await LLMObserver(client).observe(segment(), previous="- 13:00 earlier event")
         finally:
             await client.close()
 
@@ -107,7 +107,7 @@ def test_reflector_through_the_fake_worker(fake_upstream, api):
 
     async def go():
         try:
-            return await Reflector(client).reflect(observations)
+            return await LLMReflector(client).reflect(observations)
         finally:
             await client.close()
 
@@ -136,14 +136,14 @@ def test_fake_worker_passes_other_requests_through(fake_upstream):
 
 def test_observer_falls_back_to_extractive_without_a_worker(fake_upstream):
     client = WorkerClient(WorkerConfig())  # nothing configured, no session seen
-    result = asyncio.run(Observer(client).observe(segment()))
+    result = asyncio.run(LLMObserver(client).observe(segment()))
     assert result.provenance.method == "extractive"
     assert "no session credentials" in (result.provenance.fallback_reason or "")
     assert "-> $ pytest" in result.text and "2 failed" in result.text
     assert client.status()["skipped_by_purpose"] == {"observer": 1}
     assert fake_upstream.api_requests() == []
     with pytest.raises(NoWorker):
-        asyncio.run(Observer(client, fallback=False).observe(segment()))
+        asyncio.run(LLMObserver(client, fallback=False).observe(segment()))
 
 
 def test_observer_failure_is_raised_not_papered_over(fake_upstream):
@@ -154,7 +154,7 @@ def test_observer_failure_is_raised_not_papered_over(fake_upstream):
 
     async def go():
         try:
-            return await Observer(client).observe(segment())
+            return await LLMObserver(client).observe(segment())
         finally:
             await client.close()
 
@@ -171,7 +171,7 @@ def test_an_answer_that_is_not_a_log_never_becomes_one(fake_upstream):
     async def go(fallback: bool):
         client = worker(fake_upstream)
         try:
-            return await Observer(client, fallback=fallback).observe(segment())
+            return await LLMObserver(client, fallback=fallback).observe(segment())
         finally:
             await client.close()
 
@@ -190,7 +190,7 @@ def reflect_answered(fake_upstream, answer: str):
 
     async def go():
         try:
-            return await Reflector(client).reflect([ObservationInput("d1", "- 10:00 x", T0, T0)])
+            return await LLMReflector(client).reflect([ObservationInput("d1", "- 10:00 x", T0, T0)])
         finally:
             await client.close()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lore_core.distill.inputs import DistillInput
+from lore_core.curation import DistillInput
 from lore_core.distill.render import render_message, render_segment, strip_housekeeping
 from lore_core.distill.segment import SegmentPolicy, estimate_tokens, split_segments
 from lore_core.model import IMAGE, TEXT, THINKING, TOOL_CALL, TOOL_RESULT, Block

@@ -18,8 +18,8 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import DistillConfig, WorkerConfig
+from lore_core.curation import DistillInput
 from lore_core.distill import scheduler as scheduler_module
-from lore_core.distill.inputs import DistillInput
 from lore_core.distill.scheduler import (
     FIRST_EXCHANGE_MAX_ITEMS,
     MAX_PARALLEL_SESSIONS,

@@ -397,13 +397,13 @@ def test_curator_entities_are_parsed_leniently() -> None:
 def test_curation_writes_entities_through_the_book_and_without_a_worker_none() -> None:
     from lore_core.config import KnowledgeConfig
     from lore_core.knowledge.curation import KnowledgeUpkeep
-    from lore_core.knowledge.curator import Curation, KnowledgeCurator, ProposedEntity, ProposedRelation
+    from lore_core.knowledge.curator import Curation, LLMKnowledgeCurator, ProposedEntity, ProposedRelation
     from lore_core.storage.records import StoredDistillation
     from lore_core.worker.client import NoWorker
 
     shown: list[list[str]] = []
 
-    class Scripted(KnowledgeCurator):
+    class Scripted(LLMKnowledgeCurator):
         def __init__(self, answer: Curation | Exception) -> None:
             self.answer = answer
 

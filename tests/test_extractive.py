@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+from lore_core.curation import DistillInput
 from lore_core.distill.extractive import extractive_observe
-from lore_core.distill.inputs import DistillInput
 from lore_core.distill.observer import ExtractiveObserver
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT, Block
 

@@ -13,7 +13,6 @@ import attrs
 from tests.test_import_rules import KERNEL, ROOT, check, imports_of, module_name, python_files
 
 TABLE = ROOT / "docs" / "architecture.md"
-CONTRACT = ("hookspecs", "interfaces", "model", "plugins", "config", "toolkinds")
 _TICKED = re.compile(r"`([^`]+)`")
 
 
@@ -30,13 +29,15 @@ def table_rows() -> list[Row]:
     text = TABLE.read_text(encoding="utf-8")
     table = text[text.index("| Package | Lines |") :].split("\n\n", 1)[0]
     rows = []
+    contract: tuple[str, ...] = ()  # the first row's modules (the table says so below it)
     for line in table.splitlines()[2:]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         parts = tuple(name.rstrip("/") for name in _TICKED.findall(cells[0]))
+        contract = contract or parts
         may = cells[-1]
         allowed = [f"lore_core.{name.replace('/', '.')}" for name in _TICKED.findall(may)]
         if "the contract" in may or "each other" in may:
-            allowed += [f"lore_core.{name}" for name in CONTRACT]
+            allowed += [f"lore_core.{name}" for name in contract]
         rows.append(Row(parts, tuple(allowed), "everything" in may))
     return rows
 

@@ -18,7 +18,7 @@ from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import KnowledgeConfig
 from lore_core.knowledge.book import KnowledgeBook
 from lore_core.knowledge.curation import DAY, FAILURE_LOG_EVERY_SECONDS, KnowledgeUpkeep
-from lore_core.knowledge.curator import Curation, KnowledgeCurator, Operation, parse_operations
+from lore_core.knowledge.curator import Curation, LLMKnowledgeCurator, Operation, parse_operations
 from lore_core.storage.knowledge import KnowledgeVersion
 from lore_core.storage.records import StoredDistillation
 from lore_core.worker.client import NoWorker, WorkerError
@@ -44,7 +44,7 @@ class BagOfWords:
         return [v + [0.0] * (width - len(v)) for v in out]
 
 
-class Scripted(KnowledgeCurator):
+class Scripted(LLMKnowledgeCurator):
     """Answers with the operations it was given. ``shows_only_normal``: like the LLM curator,
     its worker sees only ``normal`` entries and it says which (``Curation.shown_ids``)."""
 

@@ -19,7 +19,7 @@ from lore_core.config import KnowledgeConfig, LoreConfig
 from lore_core.interfaces import CuratorContext
 from lore_core.knowledge.book import CREATED, KnowledgeBook
 from lore_core.knowledge.curation import KnowledgeUpkeep
-from lore_core.knowledge.curator import KnowledgeCurator
+from lore_core.knowledge.curator import LLMKnowledgeCurator
 from lore_core.knowledge.imports import (
     AGENTS,
     DEFAULT_CATEGORY,
@@ -462,7 +462,7 @@ def test_the_worker_prompt_never_holds_restricted_entries_and_sensitive_ones_onl
             }
         )
         curator = factory(CuratorContext(config=config, worker=worker))
-        assert isinstance(curator, KnowledgeCurator)
+        assert isinstance(curator, LLMKnowledgeCurator)
         await book.store.write_distillation(
             StoredDistillation(id="log1", session_id="s1", generation=0, text="- notes", project=PROJECT)
         )

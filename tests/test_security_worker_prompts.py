@@ -10,7 +10,7 @@ import re
 import pytest
 
 from lore_core.context.framing import WORKER_TAGS, worker_data
-from lore_core.distill.inputs import ObservationInput
+from lore_core.curation import ObservationInput
 from lore_core.distill.observer import observer_prompt
 from lore_core.distill.prompts import load_prompt as load_distill_prompt
 from lore_core.distill.reflector import reflector_prompt

@@ -15,10 +15,10 @@ from lore_core.plugins import Factory
 
 
 def _llm_observer(ctx: CuratorContext) -> Curator:
-    from lore_core.distill.observer import Observer
+    from lore_core.distill.observer import LLMObserver
 
     # Falls back to the extractive observer whenever the worker is unusable.
-    return Observer(ctx.worker, ctx.config.distill.tool_output_max_chars)
+    return LLMObserver(ctx.worker, ctx.config.distill.tool_output_max_chars)
 
 
 def _extractive_observer(ctx: CuratorContext) -> Curator:
@@ -29,19 +29,20 @@ def _extractive_observer(ctx: CuratorContext) -> Curator:
 
 def _llm_knowledge(ctx: CuratorContext) -> Curator | None:
     # Without a worker client nothing is invented: knowledge then comes from people only.
-    if ctx.worker is None:
+    # Nor with distill.observer "extractive", which means no LLM calls in the background.
+    if ctx.worker is None or ctx.config.distill.observer != "llm":
         return None
-    from lore_core.knowledge.curator import KnowledgeCurator
+    from lore_core.knowledge.curator import LLMKnowledgeCurator
 
-    return KnowledgeCurator(ctx.worker, include_sensitive=ctx.config.knowledge.worker_sees_sensitive)
+    return LLMKnowledgeCurator(ctx.worker, include_sensitive=ctx.config.knowledge.worker_sees_sensitive)
 
 
 def _llm_reflector(ctx: CuratorContext) -> Curator | None:
     # Without a worker client consolidation waits: an extractive summary of summaries would
     # lose what the logs keep.
-    from lore_core.distill.reflector import Reflector
+    from lore_core.distill.reflector import LLMReflector
 
-    return Reflector(ctx.worker) if ctx.worker is not None else None
+    return LLMReflector(ctx.worker) if ctx.worker is not None else None
 
 
 @hookimpl

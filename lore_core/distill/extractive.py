@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from lore_core.curation import DistillInput
 from lore_core.distill.facts import (
     CODE_FENCE,
     MARKDOWN_LEAD,
@@ -51,7 +52,6 @@ from lore_core.distill.facts import (
     states_conclusion,
     states_decision,
 )
-from lore_core.distill.inputs import DistillInput
 from lore_core.distill.render import SKIPPED_ROLES, clean, tool_names_of
 from lore_core.model import TEXT, THINKING, TOOL_CALL, TOOL_RESULT
 from lore_core.toolkinds import ToolKind, tool_kind

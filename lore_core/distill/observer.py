@@ -1,6 +1,6 @@
 """The observer (generation 0): one segment of conversation in, one observation log out.
 
-:class:`Observer` asks the worker model (prompt: ``prompts/observer.md``); when no worker is
+:class:`LLMObserver` asks the worker model (prompt: ``prompts/observer.md``); when no worker is
 usable it falls back to the :mod:`extractive <lore_core.distill.extractive>` observer and
 says so in the provenance. :class:`ExtractiveObserver` is the extractive one on its own, for
 setups without any worker and for benchmarks.
@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from lore_core.context.framing import worker_data
+from lore_core.curation import Distillation, DistillInput, Provenance
 from lore_core.distill.extractive import extractive_observe
-from lore_core.distill.inputs import Distillation, DistillInput, Provenance
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.render import DEFAULT_TOOL_OUTPUT_MAX_CHARS, render_segment
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
-from lore_core.interfaces import Curator
+from lore_core.interfaces import Observer
 from lore_core.worker.client import WorkerClient, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.distill")
@@ -68,7 +68,7 @@ def _source_tokens(messages: Sequence[DistillInput], estimate: TokenEstimate) ->
     return sum(estimate(m.raw_text) for m in messages)
 
 
-class ExtractiveObserver(Curator):
+class ExtractiveObserver(Observer):
     """The deterministic observer: no LLM, no network, same output shape."""
 
     name = "extractive-observer"
@@ -101,7 +101,7 @@ class ExtractiveObserver(Curator):
         )
 
 
-class Observer(Curator):
+class LLMObserver(Observer):
     """The LLM observer, the default. Falls back to the extractive observer when the worker is
     unavailable (none configured, circuit open); a call that was attempted and failed raises
     :class:`~lore_core.worker.client.WorkerError`, so the caller can try the segment again later

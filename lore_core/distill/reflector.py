@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from lore_core.context.framing import worker_data
-from lore_core.distill.inputs import Distillation, ObservationInput, Provenance
+from lore_core.curation import Distillation, ObservationInput, Provenance
 from lore_core.distill.observer import has_bullets, strip_fences
 from lore_core.distill.prompts import load_prompt
 from lore_core.distill.segment import TokenEstimate, estimate_tokens
-from lore_core.interfaces import Curator
+from lore_core.interfaces import Reflector
 from lore_core.worker.client import WorkerClient, WorkerError
 
 SECTIONS = ("Current state", "Key decisions", "Technical changes", "Timeline")
@@ -49,7 +49,7 @@ def missing_sections(text: str) -> list[str]:
     return [name for name in SECTIONS if not re.search(rf"(?im)^#+\s*{re.escape(name)}\s*$", text)]
 
 
-class Reflector(Curator):
+class LLMReflector(Reflector):
     name = "reflector"
     kind = "reflector"
 

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from lore_core.curation import DistillInput
 from lore_core.distill.facts import find_error_lines, find_paths
-from lore_core.distill.inputs import DistillInput
 from lore_core.model import IMAGE, TEXT, TOOL_CALL, TOOL_RESULT
 from lore_core.storage.housekeeping import strip_housekeeping
 from lore_core.storage.records import map_json, mask_secrets

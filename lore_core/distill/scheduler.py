@@ -53,22 +53,22 @@ import secrets
 import socket
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
 
-from lore_core.config import ConfigError, DistillConfig, LoreConfig
+from lore_core.config import DistillConfig
+from lore_core.curation import Distillation, DistillInput, ObservationInput
 from lore_core.distill.extractive import extractive_observe
-from lore_core.distill.inputs import Distillation, DistillInput, ObservationInput
-from lore_core.distill.observer import Observer
-from lore_core.distill.reflector import Reflector
+from lore_core.distill.observer import LLMObserver
+from lore_core.distill.reflector import LLMReflector
 from lore_core.distill.render import tool_names_of
 from lore_core.distill.segment import Segment, SegmentPolicy, message_sizes, split_segments
 from lore_core.interfaces import (
-    CuratorContext,
-    CuratorFactory,
     DistillationStore,
+    Observer,
+    Reflector,
     Store,
     Tier,
     has_tier,
@@ -143,22 +143,6 @@ class DistillReport:
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
-
-
-def build_curators(
-    config: LoreConfig, curators: Mapping[str, Mapping[str, CuratorFactory]], worker: WorkerClient | None
-) -> tuple[Any, Any]:
-    """The observer and reflector ``distill.observer`` / ``distill.reflector`` name, from the
-    registered curators; an unknown name is a configuration error naming the key."""
-    ctx = CuratorContext(config=config, worker=worker)
-    chosen = []
-    for kind, name in (("observer", config.distill.observer), ("reflector", config.distill.reflector)):
-        factories = curators.get(kind, {})
-        if name not in factories:
-            known = ", ".join(sorted(factories)) or "none"
-            raise ConfigError(f"distill.{kind}: no {kind} named {name!r} is installed (installed: {known})")
-        chosen.append(factories[name](ctx))
-    return chosen[0], chosen[1]
 
 
 def policy_of(config: DistillConfig) -> SegmentPolicy:
@@ -291,8 +275,8 @@ class DistillScheduler:
         *,
         settle: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.time,
-        observer: Any = None,
-        reflector: Any = None,
+        observer: Observer | None = None,
+        reflector: Reflector | None = None,
         after_run: Callable[[str, str, str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
@@ -302,11 +286,11 @@ class DistillScheduler:
         self.config = config
         self.worker = worker
         self.policy = policy_of(config)
-        # The curators come from the plugin registry (see build_curators); these defaults
+        # The curators come from the plugin registry (Registry.choose_curators); these defaults
         # serve callers without a registry.
-        self.observer = observer or Observer(worker, config.tool_output_max_chars)
-        self.reflector = (
-            reflector if reflector is not None else (Reflector(worker) if worker is not None else None)
+        self.observer: Observer = observer or LLMObserver(worker, config.tool_output_max_chars)
+        self.reflector: Reflector | None = (
+            reflector if reflector is not None else (LLMReflector(worker) if worker is not None else None)
         )
         # Called before reading the store: lets exchanges already queued to the writer land.
         self._settle = settle

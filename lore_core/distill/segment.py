@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from lore_core.distill.inputs import DistillInput
+from lore_core.curation import DistillInput
 from lore_core.distill.render import DEFAULT_TOOL_OUTPUT_MAX_CHARS, render_message, tool_names_of
 
 TokenEstimate = Callable[[str], int]

@@ -115,11 +115,11 @@ class StoreOnlyGateway:
 
     @functools.cached_property
     def distiller(self) -> Any:
-        from lore_core.distill.scheduler import DistillScheduler, build_curators
+        from lore_core.distill.scheduler import DistillScheduler
 
-        observer, reflector = build_curators(self.config, self.registry.curators, self.worker)
+        chosen = self.registry.choose_curators(self.config, self.worker)
         return DistillScheduler(
-            self.store, self.config.distill, self.worker, observer=observer, reflector=reflector
+            self.store, self.config.distill, self.worker, observer=chosen.observer, reflector=chosen.reflector
         )
 
     async def forget_session(self, session_id: str) -> Any:

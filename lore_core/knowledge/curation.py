@@ -38,11 +38,11 @@ from typing import Any
 import attrs
 
 from lore_core.config import KnowledgeConfig
-from lore_core.interfaces import DistillationStore, Embedder, Tier, tier_of
+from lore_core.curation import Operation, ProposedEntity
+from lore_core.interfaces import DistillationStore, Embedder, KnowledgeCurator, Tier, tier_of
 from lore_core.knowledge import lorefile
 from lore_core.knowledge.book import CREATED, REFUSED, KnowledgeBook, Provenance, WriteResult
 from lore_core.knowledge.contradictions import ContradictionFinder
-from lore_core.knowledge.curator import KnowledgeCurator, Operation, ProposedEntity
 from lore_core.knowledge.entities import REFUSED as ENTITY_REFUSED
 from lore_core.knowledge.entities import EntityBook
 from lore_core.knowledge.search import EntryVectors, cosine

@@ -30,10 +30,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import attrs
-
 from lore_core.context.framing import worker_data
-from lore_core.interfaces import Curator
+from lore_core.curation import Curation, Operation, ProposedEntity, ProposedRelation
+from lore_core.interfaces import KnowledgeCurator
 from lore_core.knowledge.entities import EntityInputError, check_name, check_predicate
 from lore_core.knowledge.prompts import load_prompt
 from lore_core.storage.entities import ENTITY_KINDS, Entity
@@ -49,51 +48,6 @@ MAX_OBSERVATION_CHARS = 60_000
 MAX_PROPOSED_ENTITIES = 50
 MAX_PROMPT_ENTITIES = 200
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n```\s*$", re.S)
-
-
-@attrs.define
-class Operation:
-    op: str
-    logical_id: str | None = None
-    category: str | None = None
-    title: str | None = None
-    content: str | None = None
-    rejected: str | None = None
-    reason: str | None = None
-    source: str | None = None
-
-
-@attrs.define
-class ProposedRelation:
-    predicate: str
-    #: The target entity's name, as the curator gave it.
-    target: str
-
-
-@attrs.define
-class ProposedEntity:
-    """An entity the curator named (validated field by field; written by the caller)."""
-
-    name: str
-    kind: str = "other"
-    aliases: list[str] = attrs.field(factory=list)
-    relations: list[ProposedRelation] = attrs.field(factory=list)
-
-
-@attrs.define
-class Curation:
-    """The operations of one call, what was dropped, and which worker answered."""
-
-    operations: list[Operation]
-    warnings: list[str]
-    worker_provider: str | None = None
-    worker_model: str | None = None
-    #: The entities of the answer, and how many of its entity items (or their aliases and
-    #: relations) were not usable.
-    entities: list[ProposedEntity] = attrs.field(factory=list)
-    entities_skipped: int = 0
-    #: The ids of the entries the worker was shown; None: every entry it was given.
-    shown_ids: frozenset[str] | None = None
 
 
 def _iso(ts: float) -> str:
@@ -271,7 +225,7 @@ def parse_entities(raw: Any) -> tuple[list[ProposedEntity], int, list[str]]:
     return out, skipped, warnings
 
 
-class KnowledgeCurator(Curator):
+class LLMKnowledgeCurator(KnowledgeCurator):
     name = "knowledge"
     kind = "knowledge"
 

@@ -1,8 +1,10 @@
-"""What distillation consumes and produces, independent of the store's record types.
+"""What curators consume and produce (the records :mod:`lore_core.interfaces`' curator kinds
+name), independent of the store's record types.
 
-The store adapts its records to :class:`DistillInput` (a message) and
-:class:`ObservationInput` (a stored distillation); distillation returns a
-:class:`Distillation` whose :class:`Provenance` says where it came from.
+The store's records are adapted to :class:`DistillInput` (a message) and
+:class:`ObservationInput` (a stored distillation); an observer or a reflector returns a
+:class:`Distillation` whose :class:`Provenance` says where it came from; a knowledge curator
+returns a :class:`Curation` (operations on entries, and entities it named).
 """
 
 from __future__ import annotations
@@ -106,3 +108,48 @@ class Provenance:
 class Distillation:
     text: str
     provenance: Provenance
+
+
+@attrs.define
+class Operation:
+    op: str
+    logical_id: str | None = None
+    category: str | None = None
+    title: str | None = None
+    content: str | None = None
+    rejected: str | None = None
+    reason: str | None = None
+    source: str | None = None
+
+
+@attrs.define
+class ProposedRelation:
+    predicate: str
+    #: The target entity's name, as the curator gave it.
+    target: str
+
+
+@attrs.define
+class ProposedEntity:
+    """An entity the curator named (validated field by field; written by the caller)."""
+
+    name: str
+    kind: str = "other"
+    aliases: list[str] = attrs.field(factory=list)
+    relations: list[ProposedRelation] = attrs.field(factory=list)
+
+
+@attrs.define
+class Curation:
+    """The operations of one call, what was dropped, and which worker answered."""
+
+    operations: list[Operation]
+    warnings: list[str]
+    worker_provider: str | None = None
+    worker_model: str | None = None
+    #: The entities of the answer, and how many of its entity items (or their aliases and
+    #: relations) were not usable.
+    entities: list[ProposedEntity] = attrs.field(factory=list)
+    entities_skipped: int = 0
+    #: The ids of the entries the worker was shown; None: every entry it was given.
+    shown_ids: frozenset[str] | None = None
