@@ -11,7 +11,7 @@ Input, one of:
   ``questions.jsonl`` and ``sessions/``; it is never copied into this repository). Each
   session goes the way production takes it: its wire items (Anthropic Messages blocks,
   Responses API items, read by ``benchmarks/transcripts.py``) are parsed by the real codecs,
-  turned into stored messages by :func:`lore_core.storage.records.records_from_exchange`, then into
+  turned into stored messages by :func:`lore_core.storage.convert.records_from_exchange`, then into
   :class:`~lore_core.curation.DistillInput` as the scheduler does; a message's time
   is that of its first transcript line. Each context window (the part between two of the
   client's own compactions) is segmented as the scheduler segments it
@@ -110,7 +110,7 @@ from lore_core.distill.observer import ExtractiveObserver
 from lore_core.distill.render import clean, render_message, render_segment, tool_names_of
 from lore_core.distill.segment import SegmentPolicy, estimate_tokens, split_segments
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Exchange
-from lore_core.storage.records import records_from_exchange
+from lore_core.storage.convert import records_from_exchange
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec
 

@@ -32,7 +32,8 @@ import lore_core
 from lore_core.context.compose import Memo, analyse
 from lore_core.context.tokens import TokenCounter
 from lore_core.model import TEXT, AssistantMessage, Block, Exchange, Usage
-from lore_core.storage.records import ChainMemo, records_from_exchange
+from lore_core.storage.convert import records_from_exchange
+from lore_core.storage.identity import ChainMemo
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 from lore_core.wire.jsonbody import loads_object
 from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec

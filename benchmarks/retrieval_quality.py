@@ -67,8 +67,10 @@ from lore_core.recall.ids import Kind, parse_id
 from lore_core.recall.indexer import VectorIndexer
 from lore_core.recall.sources import StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
+from lore_core.storage.convert import records_from_exchange
+from lore_core.storage.identity import logical_messages
 from lore_core.storage.passages import split_key
-from lore_core.storage.records import WriteBatch, logical_messages, records_from_exchange
+from lore_core.storage.records import WriteBatch
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "longmemeval"
 METHODS = ("bm25", "vector", "hybrid")

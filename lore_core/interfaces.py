@@ -666,7 +666,7 @@ class Store(ABC):
     :mod:`lore_core.testing.conformance.store` (one mixin per tier); a backend proves itself by
     passing the suites of what it declares. Records are the attrs classes of
     :mod:`lore_core.storage.records`; message ids are computed by the kernel
-    (:func:`lore_core.storage.records.message_id`), never by a backend, so every backend agrees.
+    (:func:`lore_core.storage.identity.message_id`), never by a backend, so every backend agrees.
 
     Methods are coroutines and must not block the event loop (run blocking I/O in a thread).
     One gateway writes at a time, unless the store is :attr:`shared` (a server database:

@@ -102,7 +102,7 @@ def test_a_user_message_carrying_tool_results_is_not_a_turn_start():
 
 
 def test_view_ids_are_the_store_ids():
-    from lore_core.storage.records import chain_ids, logical_messages
+    from lore_core.storage.identity import chain_ids, logical_messages
 
     view = view_of(session(3))
     ids = C.view_message_ids(SID, view.messages)

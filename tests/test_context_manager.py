@@ -17,12 +17,12 @@ from lore_core.config import LoreConfig, ModelConfig
 from lore_core.context import compose as C
 from lore_core.context import manager as M
 from lore_core.context.economics import compression_pays
-from lore_core.context.manager import ContextManager
+from lore_core.context.manager import FORCE_MIN_LAYER, ContextManager
 from lore_core.context.pricing import PriceTable
 from lore_core.context.tokens import TokenCounter
 from lore_core.interfaces import CompositionContext
 from lore_core.model import AssistantMessage, Exchange, Usage
-from lore_core.storage.records import FORCE_MIN_LAYER, StoredDistillation
+from lore_core.storage.records import StoredDistillation
 from lore_core.testing.simulate import anthropic_messages, coding_session
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 

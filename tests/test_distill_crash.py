@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from lore_core.distill.prompts import OBSERVER_MARKER
-from lore_core.storage.records import main_branch
+from lore_core.storage.identity import main_branch
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import free_port, spawn_logged, wait_until_serving

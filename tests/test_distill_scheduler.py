@@ -16,7 +16,8 @@ import pytest
 
 from lore_core import cli
 from lore_core.distill.prompts import OBSERVER_MARKER, REFLECTOR_MARKER
-from lore_core.storage.records import StoredDistillation, main_branch
+from lore_core.storage.identity import main_branch
+from lore_core.storage.records import StoredDistillation
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
 from lore_core.testing.fake_worker import observer_responder, request_texts
 from lore_core.testing.net import refusing_url

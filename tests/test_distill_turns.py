@@ -28,7 +28,7 @@ from lore_core.distill.scheduler import (
 )
 from lore_core.distill.segment import split_segments
 from lore_core.model import TEXT, TOOL_CALL, AssistantMessage, Block, Exchange, Message
-from lore_core.storage.records import main_branch
+from lore_core.storage.identity import main_branch
 from lore_core.testing.builders import answer, batch_of, exchange, text, tool_result
 from lore_core.testing.fake_upstream import FakeUpstream
 from lore_core.testing.fake_worker import observer_responder

@@ -21,9 +21,9 @@ from lore_core import cli
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import StoreConfig
 from lore_core.storage.amnesia import STATE_KEY, Amnesia
+from lore_core.storage.convert import records_from_exchange
 from lore_core.storage.forget import HOLD, ForgetMark, drop_forgotten, forget_stored_session, mark_for
 from lore_core.storage.journal import Journal
-from lore_core.storage.records import records_from_exchange
 from lore_core.storage.writer import StoreWriter
 from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream, Reply

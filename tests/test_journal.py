@@ -20,8 +20,9 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.config import StoreConfig
+from lore_core.storage.convert import records_from_exchange
 from lore_core.storage.journal import Journal, encode, read_segment
-from lore_core.storage.records import WriteBatch, records_from_exchange
+from lore_core.storage.records import WriteBatch
 from lore_core.storage.writer import StoreWriter
 from lore_core.testing.builders import answer, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
@@ -160,7 +161,7 @@ _FULL_DISK = """
 import resource, sys
 from pathlib import Path
 from lore_core.storage.journal import Journal
-from lore_core.storage.records import records_from_exchange
+from lore_core.storage.convert import records_from_exchange
 from lore_core.testing.builders import answer, exchange, text
 
 def batch(i):

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from lore_core.distill.prompts import OBSERVER_MARKER
-from lore_core.storage.records import mask_secrets
+from lore_core.storage.masking import mask_secrets
 from lore_core.testing.fake_upstream import FakeUpstream, RecordedRequest, Reply
 from lore_core.testing.fake_worker import fake_observation, request_texts
 from lore_core.testing.net import api_headers

@@ -5,7 +5,8 @@ from __future__ import annotations
 import attrs
 
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Exchange, Message, RequestView, Usage
-from lore_core.storage.records import ChainMemo, chain_ids, logical_messages, records_from_exchange
+from lore_core.storage.convert import records_from_exchange
+from lore_core.storage.identity import ChainMemo, chain_ids, logical_messages
 
 
 def _exchange(messages: list[Message]) -> Exchange:
@@ -78,7 +79,7 @@ def test_the_chain_memo_gives_the_ids_of_chain_ids() -> None:
 
 def count_hashed(monkeypatch) -> list[int]:
     """How many messages each chain_ids call hashes, from now on."""
-    from lore_core.storage import records as store_module
+    from lore_core.storage import identity as store_module
 
     hashed: list[int] = []
 

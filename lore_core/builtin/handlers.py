@@ -27,7 +27,7 @@ from lore_core.interfaces import (
     tier_of,
 )
 from lore_core.model import RequestView
-from lore_core.storage.records import logical_messages
+from lore_core.storage.identity import logical_messages
 
 if TYPE_CHECKING:
     from lore_core.gateway import Gateway

@@ -37,6 +37,7 @@ from lore_core.interfaces import (
 from lore_core.storage.entities import Entity, entity_order
 from lore_core.storage.events import NewEvent, RunEvent, RunState, WorkingSnapshot
 from lore_core.storage.forget import ForgetReport
+from lore_core.storage.identity import count_branches
 from lore_core.storage.knowledge import (
     DEFAULT_CONFIDENCE,
     INITIAL_CONFIDENCE,
@@ -67,7 +68,6 @@ from lore_core.storage.records import (
     StoreInventory,
     VectorDimensionError,
     WriteBatch,
-    count_branches,
     merge_project,
     merge_session,
 )

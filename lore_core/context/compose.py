@@ -32,12 +32,8 @@ from lore_core.context.framing import DATA_NOTICE, escape_delimiters
 from lore_core.context.tokens import MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TokenCounter
 from lore_core.distill.render import annotate_output, clean, strip_housekeeping
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message, RequestView
-from lore_core.storage.records import (
-    StoredDistillation,
-    canonical_message,
-    message_id,
-    shared_history,
-)
+from lore_core.storage.identity import canonical_message, message_id, shared_history
+from lore_core.storage.records import StoredDistillation
 
 #: Layer 2 keeps the tool outputs of this many newest turns.
 PROTECTED_TURNS = 2
@@ -109,7 +105,7 @@ def is_turn_start(msg: Message) -> bool:
 
 def view_message_ids(session_id: str, messages: Sequence[Message]) -> list[str | None]:
     """The store's id of every message of the view (``None`` for items without a role):
-    the same hash chain as :func:`lore_core.storage.records.chain_ids`, mapped back to view indices
+    the same hash chain as :func:`lore_core.storage.identity.chain_ids`, mapped back to view indices
     (consecutive assistant items are one stored message)."""
     return _chain(session_id, messages, 0, None)
 

@@ -64,9 +64,12 @@ from lore_core.context.tokens import Calibration, TokenCounter, default_counter,
 from lore_core.interfaces import CompositionContext, DistillationStore, PromptLayer, Store, tier_of
 from lore_core.knowledge.inject import Injection, KnowledgeInjector
 from lore_core.model import TEXT, Exchange, RequestView
-from lore_core.storage.records import FORCE_MIN_LAYER, canonical_message
+from lore_core.storage.identity import canonical_message
 
 log = logging.getLogger("lore.context")
+
+#: Session state key of the persisted minimum context layer (see docs/context.md).
+FORCE_MIN_LAYER = "forceMinLayer"
 
 #: A composition is sized to at most this share of the model's input limit: the local
 #: estimate, even calibrated, is not exact.

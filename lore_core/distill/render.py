@@ -31,7 +31,7 @@ from lore_core.curation import DistillInput
 from lore_core.distill.facts import find_error_lines, find_paths
 from lore_core.model import IMAGE, TEXT, TOOL_CALL, TOOL_RESULT
 from lore_core.storage.housekeeping import strip_housekeeping
-from lore_core.storage.records import map_json, mask_secrets
+from lore_core.storage.masking import map_json, mask_secrets
 
 DEFAULT_TOOL_OUTPUT_MAX_CHARS = 4000
 # Roles whose messages are instructions to the model, not events of the session.

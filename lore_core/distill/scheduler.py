@@ -76,15 +76,9 @@ from lore_core.interfaces import (
     tier_of,
 )
 from lore_core.model import TOOL_CALL, Exchange
-from lore_core.storage.records import (
-    StoredDistillation,
-    StoredMessage,
-    distillation_id,
-    logical_messages,
-    main_branch,
-    mask_secrets,
-    message_key,
-)
+from lore_core.storage.identity import logical_messages, main_branch, message_key
+from lore_core.storage.masking import mask_secrets
+from lore_core.storage.records import StoredDistillation, StoredMessage, distillation_id
 from lore_core.worker.client import WorkerClient, WorkerError, WorkerUnavailable
 
 log = logging.getLogger("lore.distill")

@@ -60,7 +60,8 @@ from lore_core.storage.events import (
     valid_kind,
     valid_run_name,
 )
-from lore_core.storage.records import StoredDistillation, mask_secrets
+from lore_core.storage.masking import mask_secrets
+from lore_core.storage.records import StoredDistillation
 
 log = logging.getLogger("lore.events")
 

@@ -36,7 +36,8 @@ from lore_core.interfaces import DistillationStore, tier_of
 from lore_core.projects import project_root
 from lore_core.recall.engine import MATCH_FLOOR, RecallEngine, RecallResponse
 from lore_core.storage.events import RunEvent, WorkingFact, run_session_id, seq_of_ref
-from lore_core.storage.records import DISTILLATION_PREFIX, mask_secrets
+from lore_core.storage.masking import mask_secrets
+from lore_core.storage.records import DISTILLATION_PREFIX
 
 #: Says what :data:`lore_core.context.framing.DATA_NOTICE` says on the other channels.
 HEADER = (

@@ -30,7 +30,8 @@ from lore_core.interfaces import (
 )
 from lore_core.knowledge.book import UNPAIRED_SURROGATE, entry_json, is_text
 from lore_core.projects import project_root
-from lore_core.storage.records import main_branch, normal_project
+from lore_core.storage.identity import main_branch
+from lore_core.storage.records import normal_project
 
 api = Blueprint("lore_api", __name__, url_prefix="/lore/api")
 

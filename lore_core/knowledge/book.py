@@ -46,7 +46,7 @@ from lore_core.storage.knowledge import (
     next_version,
     normalize_title,
 )
-from lore_core.storage.records import mask_secrets
+from lore_core.storage.masking import mask_secrets
 
 log = logging.getLogger("lore.knowledge")
 

@@ -48,7 +48,7 @@ from lore_core.storage.entities import (
     relations_json,
 )
 from lore_core.storage.knowledge import AUTHOR_USER, SENSITIVITIES
-from lore_core.storage.records import mask_secrets
+from lore_core.storage.masking import mask_secrets
 
 log = logging.getLogger("lore.knowledge")
 

@@ -86,7 +86,7 @@ from lore_core.storage.knowledge import (
     normalize_title,
     valid_logical_id,
 )
-from lore_core.storage.records import mask_secrets
+from lore_core.storage.masking import mask_secrets
 
 log = logging.getLogger("lore.knowledge")
 

@@ -51,7 +51,7 @@ from lore_core.storage.knowledge import (
     make_decision,
     standing_decision,
 )
-from lore_core.storage.records import mask_secrets
+from lore_core.storage.masking import mask_secrets
 
 # Team names and reviewer names travel in ``.lore.md`` records (inside an HTML comment).
 _TEAM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@/-]{0,99}$")

@@ -32,7 +32,7 @@ from quart import request
 from lore_core.http.access import TOKEN_HEADER, MemoryAccess, upstream_allowed
 from lore_core.pipeline.turn import Turn
 from lore_core.pipeline.upstream import UPSTREAM_URL_HEADER
-from lore_core.storage.records import chain_ids, logical_messages
+from lore_core.storage.identity import chain_ids, logical_messages
 
 if TYPE_CHECKING:
     from lore_core.gateway import Gateway

@@ -11,7 +11,7 @@ Two halves:
 * **The writer never stores it again** (:func:`drop_forgotten`): clients resend the whole
   history with every request, so a forgotten session would come back with its next request.
   A :class:`ForgetMark`, kept in the session's state, says what was forgotten: the message
-  ids (the hash chain of :func:`~lore_core.storage.records.message_id`: a resent history
+  ids (the hash chain of :func:`~lore_core.storage.identity.message_id`: a resent history
   has the same ids) and the position after the last one. The writer drops
 
   - a message whose id was forgotten;

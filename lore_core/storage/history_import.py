@@ -6,7 +6,7 @@ The harness plugin reads its client's format (:meth:`~lore_core.interfaces.Harne
 :meth:`~lore_core.interfaces.Harness.read_history`) and hands over each session as request
 bodies of the wire API the client speaks, one per context window. This module parses them
 with that API's codec and turns each into records with
-:func:`~lore_core.storage.records.records_from_exchange`, exactly as a proxied request of the
+:func:`~lore_core.storage.convert.records_from_exchange`, exactly as a proxied request of the
 session: the same blocks, masking, titles, and message ids from the same hash chain. So:
 
 * a second import stores nothing (the store skips ids it holds), and a later request of the
@@ -46,8 +46,9 @@ from lore_core.interfaces import Codec, Harness, HistorySource, ImportedSession,
 from lore_core.model import Exchange, Message
 from lore_core.projects import project_root
 from lore_core.storage.amnesia import Amnesia, Range
+from lore_core.storage.convert import records_from_exchange
 from lore_core.storage.forget import drop_forgotten
-from lore_core.storage.records import WriteBatch, normal_project, records_from_exchange
+from lore_core.storage.records import WriteBatch, normal_project
 
 #: The pseudo-session whose state holds the done markers (key ``<harness>:<source key>``).
 #: Not a session of any client: no client sends this id.
@@ -148,7 +149,7 @@ def harness_for(harnesses: Mapping[str, Harness], name: str) -> Harness:
 
 
 def _logical_times(messages: Sequence[Message], times: Sequence[float]) -> list[float]:
-    """The time of each message as :func:`~lore_core.storage.records.logical_messages` counts
+    """The time of each message as :func:`~lore_core.storage.identity.logical_messages` counts
     them (role-less items left out, consecutive assistant items one message, timed by the
     first): codecs parse one message per wire message or item, so ``times`` lines up."""
     out: list[float] = []

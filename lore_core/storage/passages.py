@@ -90,7 +90,7 @@ _FAILURE_LEAD = 200
 SOURCE_CHARS = 200
 
 #: The recall tool's own results are copies of other memories: never indexed (see
-#: :data:`lore_core.storage.records.RECALL_TOOL_NAME`).
+#: :data:`lore_core.storage.convert.RECALL_TOOL_NAME`).
 _RECALL_TOOL = "recall"
 
 # Keys of a tool call's input that say what it did, best first.

@@ -29,9 +29,11 @@ from lore_core.config import ConfigError, LoreConfig, StoreConfig
 from lore_core.install import plugin_hint
 from lore_core.interfaces import Store, StoreFactory, StoreTierError, check_tiers
 from lore_core.model import Exchange
+from lore_core.storage.convert import records_from_exchange
 from lore_core.storage.forget import ForgetMark, drop_forgotten
+from lore_core.storage.identity import ChainMemo
 from lore_core.storage.journal import Journal, JournalError
-from lore_core.storage.records import ChainMemo, StoreUnavailable, WriteBatch, records_from_exchange
+from lore_core.storage.records import StoreUnavailable, WriteBatch
 
 log = logging.getLogger("lore.store")
 

@@ -1,5 +1,5 @@
 """Builders for tests: wire-neutral messages, exchanges and write batches, built the way the
-gateway builds them (records come from :func:`lore_core.storage.records.records_from_exchange`)."""
+gateway builds them (records come from :func:`lore_core.storage.convert.records_from_exchange`)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,8 @@ from lore_core.model import (
     RequestView,
     Usage,
 )
-from lore_core.storage.records import (
-    WriteBatch,
-    records_from_exchange,
-)
+from lore_core.storage.convert import records_from_exchange
+from lore_core.storage.records import WriteBatch
 
 # -- building exchanges ----------------------------------------------------------------------
 

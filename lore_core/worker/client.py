@@ -47,7 +47,7 @@ from lore_core.config import UpstreamConfig, WorkerConfig
 from lore_core.interfaces import Codec, Provider
 from lore_core.model import Usage
 from lore_core.pipeline.upstream import join_url, validate_base_url
-from lore_core.storage.records import mask_secrets
+from lore_core.storage.masking import mask_secrets
 from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 from lore_core.wire.openai_chat.codec import OpenAIChatCodec
 from lore_core.wire.openai_responses.codec import OpenAIResponsesCodec

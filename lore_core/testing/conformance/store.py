@@ -19,7 +19,7 @@ the kernel's in-memory reference store, ``tests/test_memory_store.py``)::
 
 Tests are plain functions that drive the store's coroutines with ``asyncio.run``, so the
 suite needs no async pytest plugin. Records are built from real wire-neutral exchanges with
-:func:`lore_core.storage.records.records_from_exchange`, exactly as the gateway's writer does.
+:func:`lore_core.storage.convert.records_from_exchange`, exactly as the gateway's writer does.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from lore_core.model import (
     TOOL_CALL,
     TOOL_RESULT,
 )
+from lore_core.storage.identity import main_branch
 from lore_core.storage.knowledge import (
     AUTHOR_CURATOR,
     AUTHOR_IMPORT,
@@ -63,12 +64,7 @@ from lore_core.storage.knowledge import (
     next_version,
     normalize_title,
 )
-from lore_core.storage.records import (
-    StoredDistillation,
-    WriteBatch,
-    distillation_id,
-    main_branch,
-)
+from lore_core.storage.records import StoredDistillation, WriteBatch, distillation_id
 
 # -- building exchanges ----------------------------------------------------------------------
 from lore_core.testing.builders import (

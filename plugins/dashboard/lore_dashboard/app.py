@@ -41,7 +41,8 @@ from lore_core.interfaces import (
     MountAuth,
 )
 from lore_core.model import Usage
-from lore_core.storage.records import StoredMessage, main_branch
+from lore_core.storage.identity import main_branch
+from lore_core.storage.records import StoredMessage
 from lore_dashboard import auth
 from lore_dashboard.web import BadRequest, Request, Response, json_response, redirect
 

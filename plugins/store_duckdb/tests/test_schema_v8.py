@@ -13,7 +13,7 @@ import duckdb
 from lore_store_duckdb import schema
 from lore_store_duckdb.store import DuckDBStore
 
-from lore_core.storage.records import records_from_exchange
+from lore_core.storage.convert import records_from_exchange
 from lore_core.testing.builders import answer, batch_of, exchange, text
 
 # What list_sessions computed before version 8: the counts over the messages table.
