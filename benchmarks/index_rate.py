@@ -31,7 +31,8 @@ import duckdb
 from lore_embed_local.embedder import LocalEmbedder
 
 from lore_core.recall.indexer import DEFAULT_MAX_CHUNKS, embedded_passages, embedded_texts
-from lore_core.storage.passages import MAX_FACETS_PER_ITEM, Passage, facets, message_passages
+from lore_core.storage.facets import MAX_FACETS_PER_ITEM, facets
+from lore_core.storage.passages import Passage, message_passages
 from lore_core.storage.records import VECTOR_MESSAGE, EmbeddingItem
 
 

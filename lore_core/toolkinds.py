@@ -2,7 +2,7 @@
 
 Clients name the same thing differently (Claude Code's ``Read``, Codex's ``read_file``,
 OpenCode's ``read``); the rules that read tool calls ask for a *kind* instead of a name:
-passages tag a file edit or a subagent by it (:mod:`lore_core.storage.passages`), the
+passages tag a file edit or a subagent by it (:mod:`lore_core.storage.tags`), the
 extractive observer writes a read or a search its own way (:mod:`lore_core.distill.extractive`).
 A kind says what a tool does, finely enough that each rule takes the kinds it needs.
 

@@ -23,14 +23,8 @@ from lore_core.recall.indexer import VectorIndexer, embedded_passages, embedded_
 from lore_core.recall.sources import SearchFilter, StoreVectorSource, vector_index_name
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response
-from lore_core.storage.passages import (
-    MAX_FACETS_PER_ITEM,
-    PASSAGE_RULES,
-    TOOL_EMBED_CHARS,
-    VECTOR_RULES,
-    cut,
-    embedded_body,
-)
+from lore_core.storage.facets import MAX_FACETS_PER_ITEM, TOOL_EMBED_CHARS, embedded_body
+from lore_core.storage.passages import PASSAGE_RULES, VECTOR_RULES, cut
 from lore_core.storage.records import (
     VECTOR_MESSAGE,
     EmbeddingItem,

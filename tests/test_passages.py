@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import json
 
+from lore_core.storage.facets import MAX_FACETS, facets
 from lore_core.storage.passages import (
+    MAX_CHARS,
+    CallMemo,
+    cut,
+    cut_text,
+    item_text,
+    message_passages,
+    passage_key,
+    split_key,
+)
+from lore_core.storage.tags import (
     BUILD_ERROR,
     CODE_SEARCH,
     FAILED_COMMAND,
@@ -13,26 +24,14 @@ from lore_core.storage.passages import (
     FILE_EDITED,
     GIT_COMMIT,
     LINT_FINDING,
-    MAX_CHARS,
-    MAX_FACETS,
     SUBAGENT,
     TASK_PLAN,
     TEST_FAILURE,
     TEST_WRITTEN,
     TICKET,
-    CallMemo,
-    call_source,
-    cut,
-    cut_text,
-    facets,
-    item_text,
-    message_passages,
-    passage_key,
-    render_call,
-    result_text,
-    split_key,
     tags_of,
 )
+from lore_core.storage.toolcalls import call_source, render_call, result_text
 
 
 def call(name: str, call_id: str, tool_input: object) -> dict:
@@ -212,7 +211,7 @@ def test_passage_keys() -> None:
 
 
 def test_evidence_offset_points_at_the_line_that_shows_the_event() -> None:
-    from lore_core.storage.passages import evidence_offset
+    from lore_core.storage.tags import evidence_offset
 
     body = (
         "\n".join(f"ok   pkg/integration_test{i}   (cached)" for i in range(15)) + "\n--- FAIL: TestX (0.1s)"

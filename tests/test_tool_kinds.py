@@ -13,7 +13,8 @@ import pytest
 from lore_core import hookimpl
 from lore_core.distill.extractive import call_gist
 from lore_core.plugins import Bootstrapped, PluginError, bootstrap
-from lore_core.storage.passages import CODE_SEARCH, FILE_EDITED, FULLTEXT_RULES, SUBAGENT, cut, fulltext_rules
+from lore_core.storage.passages import FULLTEXT_RULES, cut, fulltext_rules
+from lore_core.storage.tags import CODE_SEARCH, FILE_EDITED, SUBAGENT
 from lore_core.toolkinds import DEFAULT_TOOL_KINDS, ToolKind, install, installed, tool_kind
 
 

@@ -65,8 +65,9 @@ from lore_core.recall.sources import (
     TextSource,
     VectorSource,
 )
-from lore_core.storage.passages import only_recall_calls, passage_key, prose_header, reasoning_header, tags_of
+from lore_core.storage.passages import only_recall_calls, passage_key, prose_header, reasoning_header
 from lore_core.storage.records import PassageRef
+from lore_core.storage.tags import tags_of
 
 log = logging.getLogger("lore.recall")
 
@@ -83,7 +84,7 @@ FETCH_FACTOR = 3
 # 20 more passages). LongMemEval turn all@10 0.849 -> 0.858 at 5x, 4x lost a session; the
 # full-text lists fetched deeper changed nothing but their cost (benchmarks/README.md).
 VECTOR_FETCH_FACTOR = 5
-#: Meta key: the event tags of a result's passage(s) (:func:`lore_core.storage.passages.tags_of`).
+#: Meta key: the event tags of a result's passage(s) (:func:`lore_core.storage.tags.tags_of`).
 TAGS = "tags"
 #: Passages of one item in one result at most (a long output matched all over would
 #: otherwise fill the answer alone).

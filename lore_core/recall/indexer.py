@@ -44,15 +44,8 @@ from lore_core.interfaces import (
     require_tier,
 )
 from lore_core.recall.sources import PASSAGE_SEPARATOR, same_passages, vector_index_name
-from lore_core.storage.passages import (
-    MAX_FACETS_PER_ITEM,
-    CallMemo,
-    Passage,
-    cut_text,
-    embedded_body,
-    facets,
-    message_passages,
-)
+from lore_core.storage.facets import MAX_FACETS_PER_ITEM, embedded_body, facets
+from lore_core.storage.passages import CallMemo, Passage, cut_text, message_passages
 from lore_core.storage.records import VECTOR_MESSAGE, EmbeddingItem, ItemVectors
 
 log = logging.getLogger("lore.indexer")
@@ -83,7 +76,7 @@ def item_passages(item: EmbeddingItem, calls: CallMemo | None = None) -> list[Pa
 
 def embedded_passages(passages: Sequence[Passage], max_chunks: int = DEFAULT_MAX_CHUNKS) -> list[Passage]:
     """The passages of one item that get a vector: those with an
-    :func:`~lore_core.storage.passages.embedded_body` (all that was said, a tool call's or
+    :func:`~lore_core.storage.facets.embedded_body` (all that was said, a tool call's or
     output's first piece), at most ``max_chunks``: the first ones and the last (a long run
     of steps' head says what it set out to do, its end how it ended). Full-text search
     covers every passage either way."""
@@ -97,8 +90,8 @@ def embedded_passages(passages: Sequence[Passage], max_chunks: int = DEFAULT_MAX
 
 def embedded_texts(item: EmbeddingItem, passages: Sequence[Passage]) -> list[tuple[int, str]]:
     """``(passage index, text)`` of what gets a vector: each passage's
-    :func:`~lore_core.storage.passages.embedded_body` (a tool call's or output's first piece
-    only), and after it its facets (:func:`~lore_core.storage.passages.facets`, the
+    :func:`~lore_core.storage.facets.embedded_body` (a tool call's or output's first piece
+    only), and after it its facets (:func:`~lore_core.storage.facets.facets`, the
     sentences of what the user wrote), stored under the passage's index so a search finds
     the passage by either."""
     role = item.role if item.kind == VECTOR_MESSAGE else ""

@@ -10,7 +10,7 @@ vector scores know nothing of. :func:`parse` reads four things out of a query:
 
 * a **session reference**: a quoted phrase (``"..."``) that the caller resolves against the
   project's session titles (:func:`title_match`); the quote is then no longer searched for;
-* **events**: the tags passages carry (:mod:`lore_core.storage.passages`: ``#testfailure``,
+* **events**: the tags passages carry (:mod:`lore_core.storage.tags`: ``#testfailure``,
   ``#gitcommit``, ``#filecreated``, ...) that the question's words point at;
 * an **order**: ``first`` (earliest) or ``last`` (latest);
 * an **anchor**: ``after 'X'`` / ``before 'X'``, a quoted phrase whose occurrence in the
@@ -36,7 +36,7 @@ import re
 import attrs
 
 from lore_core.recall.cascade import query_terms
-from lore_core.storage import passages as P
+from lore_core.storage import tags as T
 
 FIRST = "first"
 LAST = "last"
@@ -79,41 +79,41 @@ _LAST_WORDS = re.compile(
 #: word that merely occurs ("web framework", "editor config", "linear regression", "the
 #: plan's author") does not read as the event.
 EVENT_PATTERNS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
-    (re.compile(r"\btests?\b[^?.]*\bfail|\bfail\w*\b[^?.]*\btests?\b|\btest failures?\b"), (P.TEST_FAILURE,)),
+    (re.compile(r"\btests?\b[^?.]*\bfail|\bfail\w*\b[^?.]*\btests?\b|\btest failures?\b"), (T.TEST_FAILURE,)),
     (re.compile(r"\bcommands?\b[^?.]*\b(fail\w*|error\w*|exit\w*)|\bexit (code|status)\b|"
-                r"\bnon-?zero exit\b"), (P.FAILED_COMMAND,)),
+                r"\bnon-?zero exit\b"), (T.FAILED_COMMAND,)),
     (re.compile(r"\blint(er|ers|ing)?\b|\bgolangci|\beslint\b|\bruff\b|\bflake8\b|\bclippy\b"),
-     (P.LINT_FINDING,)),
+     (T.LINT_FINDING,)),
     (re.compile(r"\bcompil(e|er|ed|ing|ation) (error|fail\w*)|\bbuild (error|fail\w*|broke\w*)|"
                 r"\btype ?errors?\b|does ?n.t (build|compile)|\bfailed to (build|compile)\b"),
-     (P.BUILD_ERROR,)),
+     (T.BUILD_ERROR,)),
     (re.compile(r"\bcommit(s|ted)?\b(?! to\b)|\bcommit (message|hash)\b|\bshort hash\b|\bsha\b"),
-     (P.GIT_COMMIT,)),
+     (T.GIT_COMMIT,)),
     (re.compile(r"\bhow big\b|\bfiles? changed\b|\binsertions?\b|\bdeletions?\b|\bdiffstat\b"),
-     (P.DIFFSTAT,)),
-    (re.compile(r"\bpull request\b|\bpr\b|\bmerge request\b"), (P.PULL_REQUEST,)),
+     (T.DIFFSTAT,)),
+    (re.compile(r"\bpull request\b|\bpr\b|\bmerge request\b"), (T.PULL_REQUEST,)),
     (re.compile(r"\b(git )?branch(es)?\b(?! (of|in) (the )?(code|logic|if|switch|statement))"),
-     (P.BRANCH_CREATED, P.GIT_COMMIT)),
+     (T.BRANCH_CREATED, T.GIT_COMMIT)),
     (re.compile(r"\b(edit(s|ed|ing)?|modif(y|ied|ies|ying))\b(?! (mode|config))|"
                 r"\b(change[ds]?|touch\w*)\b[^?.]*\bfiles?\b|\bfiles?\b[^?.]*\b(change[ds]?|touch\w*)\b"),
-     (P.FILE_EDITED,)),
-    (re.compile(r"\b(creat(e|ed|es|ing)|add(ed|ing)?)\b[^?.]*\bfiles?\b|\bnew files?\b"), (P.FILE_CREATED,)),
+     (T.FILE_EDITED,)),
+    (re.compile(r"\b(creat(e|ed|es|ing)|add(ed|ing)?)\b[^?.]*\bfiles?\b|\bnew files?\b"), (T.FILE_CREATED,)),
     (re.compile(r"\btests?\b[^?.]*\b(wrote|write|written|add|added|adding|created?)\b|"
-                r"\b(wrote|write|written|add|added|adding|created?)\b[^?.]*\btests?\b"), (P.TEST_WRITTEN,)),
+                r"\b(wrote|write|written|add|added|adding|created?)\b[^?.]*\btests?\b"), (T.TEST_WRITTEN,)),
     (re.compile(r"\b(the|our|a|its|your) plan\b(?! to\b)|\btask ?list\b|\btodos?\b|\bto-do\b"),
-     (P.TASK_PLAN,)),
-    (re.compile(r"\bsub-?agents?\b|\bdelegat\w+"), (P.SUBAGENT,)),
+     (T.TASK_PLAN,)),
+    (re.compile(r"\bsub-?agents?\b|\bdelegat\w+"), (T.SUBAGENT,)),
     (re.compile(r"\bweb ?search\w*|\bsearch(ed|ing)? (the )?(web|online|internet)\b|"
                 r"\b(on|from) the (web|internet)\b|\blook(ed|ing)? (it |that |this )?up online\b|"
                 r"\bonline docs?\b|\bgoogl\w+|\bfetch(ed)? (the|a) (url|web ?page)\b"),
-     (P.WEB_LOOKUP,)),
+     (T.WEB_LOOKUP,)),
     (re.compile(r"\bgrep\w*|\bsearch(ed)? the code\b|\bsearch pattern\b|\bpattern\b[^?.]*\bsearch"),
-     (P.CODE_SEARCH,)),
-    (re.compile(r"\btickets?\b|\blinear (issue|ticket|task)s?\b|\bjira\b"), (P.TICKET,)),
+     (T.CODE_SEARCH,)),
+    (re.compile(r"\btickets?\b|\blinear (issue|ticket|task)s?\b|\bjira\b"), (T.TICKET,)),
     (re.compile(r"\bdecid(e|ed|ing)\b|\bdecisions?\b|"
                 r"\bchos(e|en)\b|\bchoose\b|\bwent with\b|\bopt(ed)? for\b|\binstead of\b|"
                 r"\brather than\b|\btrade-?offs?\b"),
-     (P.DECISION,)),
+     (T.DECISION,)),
 )  # fmt: skip
 _EXIT_CODE = re.compile(r"\bexit (?:code|status) (\d+)\b")
 _FIRST_PERSON = re.compile(r"\b(i|my|me|mine|myself|i'm|i've|i'd|i'll)\b")
@@ -226,7 +226,7 @@ def parse(query: str) -> QueryPlan:
     said: list[str] = []  # the phrases that named the events
     code = _EXIT_CODE.search(lowered)
     if code:
-        events.append(f"{P.EXIT_CODE}{code.group(1)}")
+        events.append(f"{T.EXIT_CODE}{code.group(1)}")
         said.append(code.group(0))
     for pattern, tags in EVENT_PATTERNS:
         phrases = [m.group(0) for m in pattern.finditer(lowered)]

@@ -23,8 +23,8 @@ from lore_core.recall.cascade import query_terms
 from lore_core.recall.engine import GAP, MAX_LIMIT, TEXTS, RecallEngine, RecallResponse, RecallResult
 from lore_core.recall.ids import Scope
 from lore_core.recall.sources import NEXT, PREVIOUS, REGION
-from lore_core.storage.convert import RECALL_TOOL_NAME
-from lore_core.storage.passages import evidence_offset
+from lore_core.storage.tags import evidence_offset
+from lore_core.storage.toolcalls import RECALL_TOOL_NAME
 
 # One name in one place: the store leaves this tool's results out of search.
 TOOL_NAME = RECALL_TOOL_NAME

@@ -32,8 +32,8 @@ from lore_core.storage.masking import (
     mask_secrets,
     may_hold_secret,
 )
-from lore_core.storage.passages import call_source
 from lore_core.storage.records import ORIGIN_RESPONSE, Project, Session, StoredMessage, WriteBatch
+from lore_core.storage.toolcalls import RECALL_TOOL_NAME, call_source
 
 # Inline payloads (base64 images, documents) are not kept: the store keeps the structure.
 _MAX_RAW_STRING = 2048
@@ -64,12 +64,6 @@ def block_record(block: Block, masked_text: str | None = None) -> dict[str, Any]
     if block.type in (IMAGE, OTHER) and block.raw is not None:
         out["raw"] = map_json(block.raw, _elided_and_masked, VOLATILE_KEYS)
     return out
-
-
-#: The model's recall tool (:mod:`lore_core.recall.tool`). Its results are copies of stored
-#: memories: kept in the history, left out of search, so a recall never finds earlier
-#: recalls' echoes of what it is looking for.
-RECALL_TOOL_NAME = "recall"
 
 
 def _search_parts(blocks: Sequence[Block], hidden_results: Container[str] = frozenset()) -> list[str]:

@@ -432,7 +432,7 @@ class VectorIndex:
         where = " AND ".join(filters)
 
         # ``limit`` rows, collapsed to passages: a passage the user wrote has a vector per
-        # sentence besides its own (lore_core.storage.passages.facets), so several of the
+        # sentence besides its own (lore_core.storage.facets.facets), so several of the
         # best rows may be one passage and fewer than ``limit`` passages come back. Fetching
         # more rows cost ~2 ms (10 more) to ~7 ms (3x) per search at 1M vectors (the refine
         # step reads them all) and changed no LongMemEval answer: recall fetches three times
