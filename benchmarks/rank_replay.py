@@ -3,7 +3,7 @@
 Embedding the LongMemEval haystacks is most of a ``retrieval_quality.py`` run (about an hour
 and a half for all 106 questions on 2 cores without the vector cache); the ranking after the
 lists are fetched (fusion, re-ranking, the relevance floor, the kind prior, grouping,
-ordering: ``lore_core.recall.engine.rank``) takes milliseconds. This script feeds the
+ordering: ``lore_core.recall.ranking.rank``) takes milliseconds. This script feeds the
 captured lists of every question through ``rank``, or through a variant of it, and scores
 the answers exactly as ``retrieval_quality.py`` does, so an idea about ranking is measured on
 all 106 questions in seconds::
@@ -30,11 +30,11 @@ from typing import Any
 
 import attrs
 
-import lore_core.recall.engine as recall_engine
-from lore_core.recall.engine import RecallResult
+import lore_core.recall.ranking as ranking
 from lore_core.recall.ids import parse_id
 from lore_core.recall.intent import QueryPlan
 from lore_core.recall.intent import parse as parse_intent
+from lore_core.recall.ranking import RecallResult
 from lore_core.storage.passages import split_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,7 +46,7 @@ METRICS = ("turn all@5", "turn all@10", "turn any@10", "turn frac@10", "session 
 
 def engine(dump: dict[str, Any], search: dict[str, Any]) -> list[RecallResult]:
     """What recall answers today."""
-    return recall_engine.rank(search["lists"], intent_of(dump), search["anchor"], search["limit"])
+    return ranking.rank(search["lists"], intent_of(dump), search["anchor"], search["limit"])
 
 
 def intent_of(dump: dict[str, Any]) -> QueryPlan:
@@ -60,7 +60,7 @@ def without_speaker(dump: dict[str, Any], search: dict[str, Any]) -> list[Recall
     """The engine before 2026-12-05's speaker rule (``_user_said``): every question read as
     if it were not about the user."""
     intent = attrs.evolve(intent_of(dump), about_user=False)
-    return recall_engine.rank(search["lists"], intent, search["anchor"], search["limit"])
+    return ranking.rank(search["lists"], intent, search["anchor"], search["limit"])
 
 
 def reply_lifts_request(dump: dict[str, Any], search: dict[str, Any]) -> list[RecallResult]:
@@ -77,7 +77,7 @@ def reply_lifts_request(dump: dict[str, Any], search: dict[str, Any]) -> list[Re
         if (session, index - 1) in message_at:
             request_of[mid] = message_at[(session, index - 1)]
     intent = attrs.evolve(intent_of(dump), about_user=False)
-    results = recall_engine.rank(search["lists"], intent, search["anchor"], MAX_LIMIT * 10)
+    results = ranking.rank(search["lists"], intent, search["anchor"], MAX_LIMIT * 10)
     lifted: dict[str, float] = {}
     for r in results:
         if r.meta.get("role") != "assistant":

@@ -365,8 +365,9 @@ def build_engine(method: str, store: Any, embedder: Any, complete_lists: bool = 
 
 
 class ListCapture:
-    """What the engine's last search handed to :func:`lore_core.recall.engine.rank`: its
-    ranked lists, the query's intent and anchor, the limit (``--dump-lists``; replayed by
+    """What the engine's last search handed to :func:`lore_core.recall.ranking.rank` (replaced
+    where the engine calls it, in :mod:`lore_core.recall.engine`): its ranked lists, the
+    query's intent and anchor, the limit (``--dump-lists``; replayed by
     ``benchmarks/rank_replay.py``)."""
 
     def __init__(self) -> None:

@@ -16,8 +16,9 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.model import TEXT, TOOL_CALL, TOOL_RESULT, Block, Message
-from lore_core.recall.engine import RecallResponse, RecallResult, distinct, group_passages
+from lore_core.recall.engine import RecallResponse
 from lore_core.recall.intent import parse
+from lore_core.recall.ranking import RecallResult, distinct, group_passages
 from lore_core.recall.store_engine import recall, store_recall_engine
 from lore_core.recall.tool import MAX_RESULT_CHARS, TOOL_NAME, format_response, run_recall
 from lore_core.testing.builders import batch_of, exchange, text

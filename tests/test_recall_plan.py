@@ -13,8 +13,9 @@ import pytest
 
 from lore_core.builtin.memory_store import MemoryStore
 from lore_core.model import TOOL_CALL, TOOL_RESULT, Block, Message
-from lore_core.recall.engine import MAX_BOOST, RecallResponse, detail_terms, focus_session
+from lore_core.recall.engine import RecallResponse, detail_terms, focus_session
 from lore_core.recall.intent import about_user, parse
+from lore_core.recall.ranking import MAX_BOOST
 from lore_core.recall.sources import SourceHit
 from lore_core.recall.store_engine import store_recall_engine
 from lore_core.recall.tool import format_response

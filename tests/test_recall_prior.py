@@ -5,10 +5,10 @@ alike."""
 
 from __future__ import annotations
 
-from lore_core.recall.engine import OUTPUT_PRIOR, RETOLD_PARTS, RETOLD_PRIOR, WORK_PRIOR, _prior, rank
 from lore_core.recall.fusion import BM25, Ranked, RankedList
 from lore_core.recall.ids import Kind, format_id
 from lore_core.recall.intent import parse
+from lore_core.recall.ranking import OUTPUT_PRIOR, RETOLD_PARTS, RETOLD_PRIOR, WORK_PRIOR, _prior, rank
 from lore_core.recall.sources import SourceHit
 
 TEXTS = {

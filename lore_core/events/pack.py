@@ -34,7 +34,8 @@ from lore_core.context.framing import escape_delimiters
 from lore_core.events.log import EventInputError, EventLog
 from lore_core.interfaces import DistillationStore, tier_of
 from lore_core.projects import project_root
-from lore_core.recall.engine import MATCH_FLOOR, RecallEngine, RecallResponse
+from lore_core.recall.engine import RecallEngine, RecallResponse
+from lore_core.recall.ranking import MATCH_FLOOR
 from lore_core.storage.events import RunEvent, WorkingFact, run_session_id, seq_of_ref
 from lore_core.storage.masking import mask_secrets
 from lore_core.storage.records import DISTILLATION_PREFIX

@@ -7,6 +7,7 @@
 * :mod:`~lore_core.recall.fusion`: reciprocal rank fusion;
 * :mod:`~lore_core.recall.intent`: how a query is read (one plan the later stages consume);
 * :mod:`~lore_core.recall.entities`: alias expansion of queries, and entities as a searchable kind;
+* :mod:`~lore_core.recall.ranking`: the answer made of a search's ranked lists (a pure function);
 * :mod:`~lore_core.recall.engine`: :class:`RecallEngine` tying them together;
 * :mod:`~lore_core.recall.store_engine`: the engine over a store, as the gateway and the CLI build it;
 * :mod:`~lore_core.recall.indexer`: the background vector indexer;
@@ -15,7 +16,7 @@
 * :mod:`~lore_core.recall.memory`: what went upstream for each recall the client saw as a marker.
 """
 
-from lore_core.recall.engine import RecallEngine, RecallResponse, RecallResult
+from lore_core.recall.engine import RecallEngine, RecallResponse
 from lore_core.recall.ids import (
     Kind,
     RecallId,
@@ -26,6 +27,7 @@ from lore_core.recall.ids import (
     parse_id,
     parse_scope,
 )
+from lore_core.recall.ranking import RecallResult
 from lore_core.recall.sources import SearchFilter, SourceHit, StoreDistillationOpener, StoreMessageSource
 
 __all__ = [

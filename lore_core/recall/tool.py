@@ -20,8 +20,9 @@ import attrs
 from lore_core.context.framing import data_frame, escape_delimiters, frame_overhead
 from lore_core.interfaces import Codec
 from lore_core.recall.cascade import query_terms
-from lore_core.recall.engine import GAP, MAX_LIMIT, TEXTS, RecallEngine, RecallResponse, RecallResult
+from lore_core.recall.engine import MAX_LIMIT, RecallEngine, RecallResponse
 from lore_core.recall.ids import Scope
+from lore_core.recall.ranking import GAP, TEXTS, RecallResult
 from lore_core.recall.sources import NEXT, PREVIOUS, REGION
 from lore_core.storage.tags import evidence_offset
 from lore_core.storage.toolcalls import RECALL_TOOL_NAME
