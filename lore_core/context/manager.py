@@ -1,4 +1,5 @@
-"""The gradient context manager: per-session state and the choice of layer on every turn.
+"""The gradient context manager: the choice of layer on every turn, with the state it keeps
+per session (:mod:`~lore_core.context.sessions`).
 
 One :class:`ContextManager` per gateway (``gateway.context``). On each request it measures
 the conversation (cached per-message token counts), decides which layer (0-4,
@@ -16,6 +17,8 @@ The choice, in order:
    says rewriting the cache pays (never while holding after repeated busts);
 3. re-composing picks the least layer that fits and pins it.
 
+The rules of 1 and 2 are :func:`~lore_core.context.plan.recompose_need`.
+
 Nothing here blocks the request path for long: store reads (distillations, the persisted
 ``forceMinLayer``) are cached per session and bounded by a short timeout; a slow store
 means the last known state.
@@ -26,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
-import hashlib
 import inspect
 import logging
 import time
@@ -39,10 +41,8 @@ from lore_core.config import LoreConfig
 from lore_core.context.compose import (
     Analysis,
     Composition,
-    Memo,
     PrefixPart,
     analyse,
-    head_length,
     least_layer,
     prefix_parts,
     raw_composition,
@@ -51,20 +51,19 @@ from lore_core.context.compose import (
     unchanged_start_tokens,
 )
 from lore_core.context.economics import (
-    CacheState,
     CostTracker,
-    Layer0Cap,
     cache_ttl,
     decide_compression,
     layer0_cap,
 )
 from lore_core.context.overflow import Overflow, next_min_layer
-from lore_core.context.pricing import ModelInfo, PriceTable
-from lore_core.context.tokens import Calibration, TokenCounter, default_counter, prompt_tokens
+from lore_core.context.plan import recompose_need, usable_tokens
+from lore_core.context.pricing import PriceTable
+from lore_core.context.sessions import SessionContext, ThreadState, elect_main, thread_key
+from lore_core.context.tokens import TokenCounter, default_counter, prompt_tokens
 from lore_core.interfaces import CompositionContext, DistillationStore, PromptLayer, Store, tier_of
 from lore_core.knowledge.inject import Injection, KnowledgeInjector
 from lore_core.model import TEXT, Exchange, RequestView
-from lore_core.storage.identity import canonical_message
 
 log = logging.getLogger("lore.context")
 
@@ -83,12 +82,6 @@ STORE_TIMEOUT_SECONDS = 0.5
 STORE_MISS_LOG_EVERY_SECONDS = 60.0
 #: Distillations are re-read at most this often per session unless the distiller wrote.
 DISTILLATIONS_TTL_SECONDS = 30.0
-#: A thread with fewer than this share of the main thread's messages is a side thread (a
-#: title, a quota probe, a sub-agent) for ``lore status`` ...
-SIDE_REQUEST_SHARE = 0.5
-#: ... until this many requests in a row came from side threads: then the latest becomes the
-#: session's main conversation (the client compacted or started over under the same id).
-SIDE_TURNS_TO_ADOPT = 3
 #: Urgent distillations of one session start at most this often.
 URGENT_INTERVAL_SECONDS = 30.0
 #: A conversation idle this long is forgotten (the provider's cache of it expired long ago;
@@ -102,121 +95,10 @@ SESSION_IDLE_SECONDS = 6 * 3600.0
 MAX_SESSIONS = 1_000
 #: Every this many requests, idle state is swept.
 SWEEP_EVERY = 256
-#: Threads kept per session (least recently seen dropped first).
-MAX_THREADS = 32
 #: Composition times kept for the p50/p99 on ``/health``.
 TIMING_WINDOW = 1_000
 #: Highest layer.
 MAX_LAYER = 4
-
-
-def thread_key(view: RequestView) -> str:
-    """Which conversation of its session a request continues: a hash of its first message
-    after the harness's preamble (every later request of that conversation resends it)."""
-    messages = view.messages
-    head = head_length(messages)
-    first = messages[head] if head < len(messages) else None
-    if first is None:
-        return ""
-    text = canonical_message(first.role, first.blocks)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
-
-
-def usable_tokens(model: ModelInfo, view: RequestView) -> int:
-    """What the prompt may use: the model's input limit, and no more than the window leaves
-    beside the output the request asks for."""
-    raw = view.raw
-    asked = raw.get("max_tokens") or raw.get("max_completion_tokens") or raw.get("max_output_tokens")
-    limit = model.max_input_tokens
-    if isinstance(asked, int) and asked > 0 and model.context_window - asked > 0:
-        limit = min(limit, model.context_window - asked)
-    return limit
-
-
-@attrs.define
-class ThreadState:
-    """One conversation of a session, keyed by its first message: a harness's sub-agents
-    and side requests (titles, quota probes) share the session id but not the conversation,
-    and each keeps its own pinned composition and prompt cache."""
-
-    key: str
-    #: The pinned composition of layers 1-4 (``None``: layer 0).
-    pinned: Composition | None = None
-    #: The thread's last request, measured (ids and token counts reused by the next).
-    memo: Memo = attrs.field(factory=Memo)
-    cache: CacheState = attrs.field(factory=CacheState)
-    layer: int = 0
-    reason: str = ""
-    model: str | None = None
-    cap: Layer0Cap | None = None
-    #: Local estimate of the last composed prompt (corrected) and the real count reported.
-    estimated_tokens: int = 0
-    real_tokens: int = 0
-    #: Messages of its last request.
-    messages: int = 0
-    turns: int = 0
-    recompositions: int = 0
-    busts: int = 0
-    last_seen: float = 0.0
-
-
-@attrs.define
-class SessionContext:
-    """What the context manager knows of one session."""
-
-    session_id: str
-    calibration: Calibration = attrs.field(factory=Calibration)
-    force_min_layer: int = 0
-    force_loaded: bool = False
-    threads: dict[str, ThreadState] = attrs.field(factory=dict)
-    #: The thread ``lore status`` reports: the session's main conversation.
-    main: str | None = None
-    # Requests in a row from a thread smaller than the main one (see SIDE_TURNS_TO_ADOPT).
-    side_turns: int = 0
-    turns: int = 0
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
-    # Distillations as prefix parts, and when / at which distiller version they were read.
-    parts: list[PrefixPart] | None = None
-    parts_read_at: float = 0.0
-    parts_version: int = -1
-    refreshing: asyncio.Task[None] | None = None
-    last_seen: float = 0.0
-    #: Distillations rendered as prefix parts, by id (they never change).
-    rendered: dict[str, str] = attrs.field(factory=dict)
-
-    def thread(self, key: str, now: float = 0.0) -> ThreadState:
-        found = self.threads.get(key)
-        if found is None:
-            found = self.threads[key] = ThreadState(key)
-            if len(self.threads) > MAX_THREADS:
-                others = [t for t in self.threads.values() if t.key not in (key, self.main)]
-                del self.threads[min(others, key=lambda t: t.last_seen).key]
-        found.last_seen = max(now, found.last_seen)
-        return found
-
-    @property
-    def main_thread(self) -> ThreadState:
-        """The main conversation's state (an empty one before the first request)."""
-        found = self.threads.get(self.main) if self.main is not None else None
-        return found if found is not None else self.thread(self.main or "")
-
-    # The main thread's figures, as attributes of the session.
-    @property
-    def pinned(self) -> Composition | None:
-        return self.main_thread.pinned
-
-    @pinned.setter
-    def pinned(self, value: Composition | None) -> None:
-        self.main_thread.pinned = value
-
-    @property
-    def cache(self) -> CacheState:
-        return self.main_thread.cache
-
-    @property
-    def layer(self) -> int:
-        return self.main_thread.layer
 
 
 @attrs.define
@@ -595,7 +477,7 @@ class ContextManager:
         thread = state.thread(key, state.last_seen)
         an = analyse(view, ctx.session_id, self.counter, thread.memo)
         thread.messages = len(an.messages)
-        self._elect_main(state, thread)
+        elect_main(state, thread)
         correct = state.calibration.correct
         limit = int(usable * FIT_SHARE)
 
@@ -621,20 +503,18 @@ class ContextManager:
             if extra:
                 current.tokens += extra
         size = correct(current.tokens)
-        need = ""
-        if ctx.codec.continues_server_state(view):
-            # The history lives upstream (the provider keeps the conversation): this request carries
-            # only the new items, and there is nothing here to compose.
-            current.reason = "server-state"
-        elif current.layer < state.force_min_layer:
-            need = "forced"
-        elif not fits(current.tokens):
-            need = "overflow"
-        elif cap.tokens is not None and size > cap.tokens:
-            if not thread.cache.holding or expired:
-                need = "cost"
-            elif current.layer == 0:
-                current.reason = "holding"  # after repeated busts: keep growing
+        need, kept_reason = recompose_need(
+            current,
+            server_state=ctx.codec.continues_server_state(view),
+            force_min_layer=state.force_min_layer,
+            fits=fits(current.tokens),
+            size=size,
+            cap=cap,
+            cache=thread.cache,
+            expired=expired,
+        )
+        if kept_reason is not None:
+            current.reason = kept_reason
         composition = current
         if need:
             parts = await self._parts(state, wait=True)
@@ -706,15 +586,6 @@ class ContextManager:
             self.counts["knowledge_skipped"] += 1
             return 0
         return tokens
-
-    def _elect_main(self, state: SessionContext, thread: ThreadState) -> None:
-        main = state.threads.get(state.main) if state.main is not None else None
-        if main is None or thread is main or thread.messages >= SIDE_REQUEST_SHARE * main.messages:
-            state.main, state.side_turns = thread.key, 0
-            return
-        state.side_turns += 1
-        if state.side_turns >= SIDE_TURNS_TO_ADOPT:
-            state.main, state.side_turns = thread.key, 0
 
     async def compose(self, view: RequestView, ctx: CompositionContext) -> RequestView:
         """Plan the turn, then run the prompt layers in priority order. A failing layer is
