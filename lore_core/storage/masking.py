@@ -103,22 +103,16 @@ _SECRET_SHAPES: tuple[_SecretShape, ...] = (
     _shape("bearer-token", r"(?i)(?<=\bbearer )[A-Za-z0-9_\-\.=+/]{20,}", "earer "),
 )  # fmt: skip
 
-
 # Substrings at least one shape needs, looked for in the text's lower-case form (one
 # copy, ~1 ms per MB, halves the hints): most texts contain none, and `in` is far cheaper
 # than the regex searches (which were most of the writer's CPU time).
 _SECRET_HINTS = tuple(dict.fromkeys(h for shape in _SECRET_SHAPES for h in shape.hints))
 
-
 # A key cut in two: zero-width characters between two of its characters, or a line break
 # (with any zero-width characters around it) followed by a line that is only the rest of
 # the key (a hard wrap). Removed before matching, and masked with the key when it is one.
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
-
-
 _KEY_CHAR = r"[A-Za-z0-9_\-+/=]"
-
-
 _KEY_BREAK = re.compile(
     rf"(?<={_KEY_CHAR})(?:[{_ZERO_WIDTH}]*\r?\n[{_ZERO_WIDTH}]*"
     rf"(?=(?P<tail>{_KEY_CHAR}+)[ \t\"'`,;)\]}}]*(?:\r?\n|\Z))|[{_ZERO_WIDTH}]+(?={_KEY_CHAR}))"
