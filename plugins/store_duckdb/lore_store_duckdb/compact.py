@@ -63,7 +63,7 @@ def compact_file(path: Path, keep_old: bool = True) -> Compacted:
     and put it in its place."""
     import duckdb
 
-    from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES, block_size
+    from lore_store_duckdb.connection import NEW_FILE_BLOCK_BYTES, block_size
 
     path = Path(path)
     copy = path.with_name(path.name + COPYING_SUFFIX)

@@ -13,8 +13,9 @@ from pathlib import Path
 import duckdb
 import pytest
 from lore_store_duckdb.compact import KEPT_SUFFIX, CompactError, compact_file
-from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES, DuckDBStore
-from lore_store_duckdb.store import block_size as file_block_size
+from lore_store_duckdb.connection import NEW_FILE_BLOCK_BYTES
+from lore_store_duckdb.connection import block_size as file_block_size
+from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.storage.records import StoredMessage, WriteBatch
 from lore_core.testing.net import free_port

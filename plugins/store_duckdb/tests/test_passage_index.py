@@ -112,7 +112,7 @@ def test_closing_does_not_wait_for_a_merge_in_progress(tmp_path: Path, monkeypat
     (and the gateway stops) without it; the merge is redone after the next start."""
     import threading
 
-    import lore_store_duckdb.store as store_module
+    import lore_store_duckdb.fulltext as store_module
 
     entered, release = threading.Event(), threading.Event()
 
@@ -120,8 +120,8 @@ def test_closing_does_not_wait_for_a_merge_in_progress(tmp_path: Path, monkeypat
         entered.set()
         release.wait(60)
 
-    monkeypatch.setattr(store_module._Index, "optimize_due", lambda self: True)
-    monkeypatch.setattr(store_module._Index, "optimize", slow_merge)
+    monkeypatch.setattr(store_module.FullTextIndex, "optimize_due", lambda self: True)
+    monkeypatch.setattr(store_module.FullTextIndex, "optimize", slow_merge)
     monkeypatch.setattr(store_module, "FTS_STOP_WAIT_SECONDS", 0.2)
 
     timer = threading.Timer(30, release.set)
@@ -202,7 +202,7 @@ def test_a_project_search_finds_that_project_only_whatever_the_list_of_others(
             assert len(hits) == 3 and {h.project for h in hits} == {"/p/a"}
             assert index._projects == {"/p/a", "/p/b", "/p/c"}
             # Too many projects to list: "=".
-            monkeypatch.setattr("lore_store_duckdb.store.MAX_EXCLUDED_PROJECTS", 1)
+            monkeypatch.setattr("lore_store_duckdb.fulltext.MAX_EXCLUDED_PROJECTS", 1)
             assert index._other_projects("/p/a") is None
             hits = await store.search("heron", project="/p/b", limit=20)
             assert len(hits) == 5 and {h.project for h in hits} == {"/p/b"}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from lore_store_duckdb.config import SECTION, DuckDBConfig
+from lore_store_duckdb.connection import TrimGate as _TrimGate
 from lore_store_duckdb.plugin import make_store
-from lore_store_duckdb.store import DuckDBStore, _TrimGate
+from lore_store_duckdb.store import DuckDBStore
 
 from lore_core.config import ConfigError, load_config
 from lore_core.storage.records import Session, StoredMessage, WriteBatch
@@ -346,7 +347,7 @@ def test_a_new_file_has_small_blocks_and_an_existing_one_keeps_its_own(tmp_path:
     long rows cost a block each); a file made with DuckDB's default opens as it is, and
     works."""
     import duckdb
-    from lore_store_duckdb.store import NEW_FILE_BLOCK_BYTES
+    from lore_store_duckdb.connection import NEW_FILE_BLOCK_BYTES
 
     def block_size(store: DuckDBStore) -> int:
         con = store._con
