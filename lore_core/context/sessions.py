@@ -24,8 +24,6 @@ SIDE_REQUEST_SHARE = 0.5
 #: ... until this many requests in a row came from side threads: then the latest becomes the
 #: session's main conversation (the client compacted or started over under the same id).
 SIDE_TURNS_TO_ADOPT = 3
-
-
 #: Threads kept per session (least recently seen dropped first).
 MAX_THREADS = 32
 
