@@ -256,6 +256,22 @@ def test_a_plugin_never_imports_another_plugin():
     check("a plugin imports another plugin", violations)
 
 
+def test_a_plugin_reaches_the_gateway_through_the_public_module_not_the_cli():
+    """Plugins' product code never imports the ``lore`` command's modules (``lore_core.cli``):
+    a command of theirs reaches the gateway through ``lore_core.local_gateway``."""
+    violations = []
+    for plugin in sorted(set(PACKAGES.values())):
+        for path in python_files(plugin):
+            if "tests" in path.relative_to(plugin).parts:
+                continue
+            violations += [
+                str(imp)
+                for imp in imports_of(path)
+                if any(n == "lore_core.cli" or n.startswith("lore_core.cli.") for n in imp.names)
+            ]
+    check("a plugin imports the lore command's modules", violations)
+
+
 def test_product_code_never_imports_the_test_kit():
     violations = []
     kernel_product = [p for p in python_files(KERNEL) if not under(p, TEST_KIT)]

@@ -48,27 +48,16 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def login_link(*, open_it: bool = False, start: bool = True) -> int:
-    from lore_core.cli.launcher import LaunchError, ensure_gateway, gateway_url, probe
-    from lore_core.http.token import cli_token
+    from lore_core.local_gateway import GatewayUnreachable, reach_gateway
     from lore_core.plugins import bootstrap
 
-    config = bootstrap().config
-    host, port = config.server.host, config.server.port
-    url = gateway_url(host, port)
     try:
-        if start:
-            status = ensure_gateway(host, port)
-            if status.started:
-                print(f"lore dashboard: {status.describe()}", file=sys.stderr, flush=True)
-        elif probe(host, port)[0] != "lore":
-            return _fail(
-                f"no Lore gateway answers at {url}: start one with `lore serve` (or drop --no-start)"
-            )
-    except LaunchError as exc:
+        gateway = reach_gateway(bootstrap().config, start=start)
+    except GatewayUnreachable as exc:
         return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot start the gateway: {exc}")
-    token = cli_token(config)
+    if gateway.started:
+        print(f"lore dashboard: {gateway.status}", file=sys.stderr, flush=True)
+    url, token = gateway.url, gateway.token()
     if not token:
         return _fail("no gateway token found (the gateway writes it at its first start; see `lore token`)")
     try:

@@ -104,31 +104,21 @@ def serve_stdio(project: str | None, *, start: bool = True, verbose: bool = Fals
     if not os.path.isdir(directory):
         return _fail(f"the project directory {directory} does not exist", 2)
 
-    from lore_core.cli.launcher import LaunchError, ensure_gateway, gateway_url, probe
-    from lore_core.http.token import cli_token
+    from lore_core.local_gateway import GatewayUnreachable, reach_gateway
     from lore_core.plugins import bootstrap
 
-    config = bootstrap().config
-    host, port = config.server.host, config.server.port
-    url = gateway_url(host, port)
     try:
-        if start:
-            status = ensure_gateway(host, port)
-            print(f"lore mcp: {status.describe()}", file=sys.stderr, flush=True)
-        elif probe(host, port)[0] != "lore":
-            return _fail(
-                f"no Lore gateway answers at {url}: start one with `lore serve` (or drop --no-start)"
-            )
-    except LaunchError as exc:
+        gateway = reach_gateway(bootstrap().config, start=start)
+    except GatewayUnreachable as exc:
         return _fail(str(exc))
-    except OSError as exc:  # e.g. the data directory is not writable
-        return _fail(f"cannot start the gateway: {exc}")
+    if start:
+        print(f"lore mcp: {gateway.status}", file=sys.stderr, flush=True)
 
     import anyio
 
     from lore_mcp.tools import build_server, stdio_project
 
-    api = GatewayApi(url, lambda: cli_token(config))
+    api = GatewayApi(gateway.url, gateway.token)
     server = build_server(api, stdio_project(directory))
 
     async def main() -> None:

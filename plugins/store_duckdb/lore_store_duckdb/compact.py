@@ -190,7 +190,7 @@ class CompactCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from lore_core.cli.launcher import probe
+        from lore_core.local_gateway import gateway_running
         from lore_core.plugins import bootstrap
         from lore_store_duckdb.plugin import store_path
 
@@ -199,8 +199,7 @@ class CompactCommand(Command):
             backend = config.store.backend
             print(f"lore: store.backend is {backend!r}, not duckdb: nothing to compact", file=sys.stderr)
             return 2
-        who, _ = probe(config.server.host, config.server.port)
-        if who == "lore":
+        if gateway_running(config):
             print(
                 f"lore: a gateway is running on port {config.server.port} and holds the store: stop it first",
                 file=sys.stderr,
