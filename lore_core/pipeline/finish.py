@@ -14,7 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from lore_core.context.overflow import overflow_in_stream_error
+from lore_core.context.overflow import Overflow, overflow_in_stream_error
 from lore_core.model import Exchange
 
 if TYPE_CHECKING:
@@ -60,8 +60,7 @@ def _after(gateway: Gateway, exchange: Exchange) -> None:
             # The stream failed as too long after it was relayed (the overflow phase catches
             # it before that when it comes right after the opening events): too late to send
             # it again, but the next turn starts at the raised layer.
-            gateway.stats["context_overflows"] += 1
-            gateway.spawn(gateway.context.refused_as_too_long(exchange.session_id, overflow))
+            gateway.spawn(context_overflowed(gateway, exchange.session_id, overflow))
     if response is not None and exchange.status == 200:
         try:
             model = response.model or exchange.request.model
@@ -80,6 +79,16 @@ def _after(gateway: Gateway, exchange: Exchange) -> None:
         gateway.pm.hook.lore_exchange_complete(app=gateway.app, exchange=exchange)
     except Exception:
         log.exception("an exchange_complete hook failed")
+
+
+async def context_overflowed(
+    gateway: Gateway, session_id: str, overflow: Overflow, refused: Exchange | None = None
+) -> int:
+    """The upstream refused a prompt of the session as too long: counted, and the session's
+    turns start at a higher layer (the new one is returned). The one place both happen, for
+    a refusal seen before relaying (the overflow phase) or after (a stream's error)."""
+    gateway.stats["context_overflows"] += 1
+    return await gateway.context.refused_as_too_long(session_id, overflow, refused)
 
 
 async def settled(gateway: Gateway, timeout: float = SETTLE_SECONDS) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from lore_core.context.overflow import OVERFLOW_STATUSES, Overflow, overflow_in_error, parse_overflow
-from lore_core.pipeline.finish import finish
+from lore_core.pipeline.finish import context_overflowed, finish
 from lore_core.pipeline.relay import MAX_READ_ANSWER_BYTES
 from lore_core.pipeline.send import Answered, Relayed, Retry, upstream_failed
 from lore_core.pipeline.turn import Turn
@@ -93,8 +93,7 @@ async def _refused_as_too_long(
     """The session's next turns start at a higher layer. True (and the refused exchange
     finished) when that layer is above ``retry_above``: compose and send once more."""
     assert turn.exchange is not None
-    gateway.stats["context_overflows"] += 1
-    layer = await gateway.context.refused_as_too_long(turn.session_id, overflow, turn.exchange)
+    layer = await context_overflowed(gateway, turn.session_id, overflow, turn.exchange)
     if retry_above is None or layer <= retry_above:
         return False
     finish(gateway, turn.exchange)
