@@ -48,12 +48,19 @@ _DELIMITER = re.compile(
 )
 
 
+def _defused(text: str, tags: re.Pattern[str]) -> str:
+    """``text`` with every match of ``tags`` (an opening bracket, then the tag's start)
+    turned into ``&lt;`` and the tag's start. Idempotent; text without an opening bracket
+    or a look-alike is returned as it is (the common case: no scan)."""
+    if not any(opener in text for opener in _OPENERS):
+        return text
+    return tags.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+
+
 def escape_delimiters(text: str) -> str:
     """``text`` with every Lore delimiter defused (``</lore-knowledge>`` becomes
     ``&lt;/lore-knowledge>``). Idempotent, and text without one is returned as it is."""
-    if not any(opener in text for opener in _OPENERS):
-        return text  # the common case: no scan
-    return _DELIMITER.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+    return _defused(text, _DELIMITER)
 
 
 def data_frame(text: str, label: str) -> str:
@@ -92,6 +99,4 @@ def worker_data(text: str) -> str:
     :data:`WORKER_TAGS` in it defused (``</observation>`` becomes ``&lt;/observation>``),
     with the same look-alikes and invisible characters :func:`escape_delimiters` handles.
     The prompts say what is inside their tags is data, never instructions."""
-    if not any(opener in text for opener in _OPENERS):
-        return text
-    return _WORKER_TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+    return _defused(text, _WORKER_TAG)
