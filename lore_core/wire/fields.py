@@ -95,12 +95,6 @@ def status_error_kind(status: int) -> str:
     }.get(status, "invalid_request_error" if status < 500 else "api_error")
 
 
-def sse_event(event: str | None, data: Any) -> bytes:
-    """One Server-Sent Event (``event:`` line optional), JSON-encoding ``data``."""
-    payload = data if isinstance(data, str) else json.dumps(data)
-    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
-
-
 def new_id(prefix: str) -> str:
     import uuid
 

@@ -9,8 +9,10 @@ stops, and the stored answer says it was cut.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Hashable, Iterator
+from typing import Any
 
 log = logging.getLogger("lore.wire")
 
@@ -25,6 +27,14 @@ MAX_ANSWER_CHARS = 16 * 1024 * 1024
 
 #: Ends a stored answer that was cut at a cap.
 TRUNCATED_NOTE = "\n[lore: the answer was longer than the gateway keeps; the rest was relayed, not stored]"
+
+
+def sse_event(event: str | None, data: Any, *, ensure_ascii: bool = True) -> bytes:
+    """One Server-Sent Event (``event:`` line optional), JSON-encoding ``data`` (a string is
+    sent as it is). The turn editors keep non-ASCII as is (``ensure_ascii=False``), as the
+    providers whose events they rewrite do."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=ensure_ascii)
+    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
 
 
 class SSEParser:

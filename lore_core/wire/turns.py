@@ -7,7 +7,6 @@ Nothing here knows an API: each ``lore_core.wire.<api>`` package brings the shap
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from lore_core.interfaces import EditPolicy, RecallWire
 from lore_core.model import TEXT, TOOL_CALL, Message
 from lore_core.wire import sse as streams  # (``sse`` is this module's event writer)
+from lore_core.wire.fields import as_int
 
 log = logging.getLogger("lore.wire")
 
@@ -34,11 +34,6 @@ def scale_factor(prompt_tokens: int, context_limit: int, share: float) -> float 
     return cap / prompt_tokens
 
 
-def as_count(value: Any) -> int:
-    """A token count field; anything that is not an integer reads as 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def scaled(value: Any, factor: float) -> Any:
     return int(value * factor) if isinstance(value, int) and not isinstance(value, bool) else value
 
@@ -53,10 +48,10 @@ def scale_split_usage(
     details = usage.get(details_key)
     if isinstance(details, dict) and "cached_tokens" in details:
         details["cached_tokens"] = min(
-            scaled(details["cached_tokens"], factor), as_count(usage.get(prompt_key))
+            scaled(details["cached_tokens"], factor), as_int(usage.get(prompt_key))
         )
     if "total_tokens" in usage:
-        usage["total_tokens"] = as_count(usage.get(prompt_key)) + as_count(usage.get(output_key))
+        usage["total_tokens"] = as_int(usage.get(prompt_key)) + as_int(usage.get(output_key))
 
 
 class Editor:
@@ -101,7 +96,7 @@ class BufferedTurn(Editor):
         self.first = self.first or payload
         self.last = payload
         usage = payload.get("usage")
-        self.output_tokens += as_count(usage.get(self.output_field)) if isinstance(usage, dict) else 0
+        self.output_tokens += as_int(usage.get(self.output_field)) if isinstance(usage, dict) else 0
         self.texts = []
 
     def _answer(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -120,8 +115,7 @@ class BufferedTurn(Editor):
 
 def sse(event: str | None, data: Any) -> bytes:
     """One SSE event as an editor writes it (non-ASCII kept as is, like the providers)."""
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return (f"event: {event}\n" if event else "").encode() + f"data: {payload}\n\n".encode()
+    return streams.sse_event(event, data, ensure_ascii=False)
 
 
 class EventSplitter:

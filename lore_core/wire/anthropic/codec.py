@@ -29,12 +29,11 @@ from lore_core.wire.fields import (
     as_str,
     loads_or,
     new_id,
-    sse_event,
     status_error_kind,
     well_formed,
 )
 from lore_core.wire.providers import ANTHROPIC
-from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
+from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser, sse_event
 
 
 def parse_block(raw: Any) -> Block:

@@ -12,16 +12,16 @@ import json
 from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
-from lore_core.wire.fields import as_dict, loads_or
+from lore_core.wire.fields import as_dict, as_int, loads_or
 from lore_core.wire.sse import AnswerParts
-from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scaled, sse
+from lore_core.wire.turns import BufferedTurn, Editor, scale_factor, scaled, sse
 
 #: The input side of a usage object: all of it is the prompt.
 PROMPT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 def prompt_tokens(usage: dict[str, Any]) -> int:
-    return sum(as_count(usage.get(k)) for k in PROMPT_FIELDS)
+    return sum(as_int(usage.get(k)) for k in PROMPT_FIELDS)
 
 
 def scale_usage(usage: Any, context_limit: int, share: float, factor: float | None = None) -> bool:
@@ -75,7 +75,7 @@ class AnthropicBufferedEditor(BufferedTurn):
         if usage is not None:
             usage["output_tokens"] = self.output_tokens
             if "total_tokens" in usage:
-                usage["total_tokens"] = as_count(usage.get("input_tokens")) + self.output_tokens
+                usage["total_tokens"] = as_int(usage.get("input_tokens")) + self.output_tokens
             scale_usage(usage, self.policy.context_limit, self.policy.usage_share)
             out["usage"] = usage
         out["content"] = self.visible
@@ -149,7 +149,7 @@ class AnthropicStreamEditor(Editor):
                     return sse(name, ev)
             return raw
         if kind == "content_block_start":
-            index = as_count(ev.get("index"))
+            index = as_int(ev.get("index"))
             block = dict(as_dict(ev.get("content_block")))
             self.blocks[index] = block
             if block.get("type") == "tool_use":
@@ -168,11 +168,11 @@ class AnthropicStreamEditor(Editor):
                 self.identity = False
             return self._rewrite(name, ev, index, raw)
         if kind == "content_block_delta":
-            index = as_count(ev.get("index"))
+            index = as_int(ev.get("index"))
             self._track_delta(index, as_dict(ev.get("delta")))
             return self._rewrite(name, ev, index, raw)
         if kind == "content_block_stop":
-            index = as_count(ev.get("index"))
+            index = as_int(ev.get("index"))
             if self.open_recall == index:
                 self.open_recall = None
             return self._rewrite(name, ev, index, raw)
@@ -180,7 +180,7 @@ class AnthropicStreamEditor(Editor):
             delta = as_dict(ev.get("delta"))
             self.stop_reason = delta.get("stop_reason") or self.stop_reason
             usage = as_dict(ev.get("usage"))
-            self.output_tokens += as_count(usage.get("output_tokens"))
+            self.output_tokens += as_int(usage.get("output_tokens"))
             self.delta_usage = dict(usage)
             self.held_raw.append(raw)
             return b""
@@ -224,7 +224,7 @@ class AnthropicStreamEditor(Editor):
             except ValueError:
                 continue
             if isinstance(ev, dict):
-                self._track_delta(as_count(ev.get("index")), as_dict(ev.get("delta")))
+                self._track_delta(as_int(ev.get("index")), as_dict(ev.get("delta")))
 
     def end_round(self) -> RoundResult:
         if self.round > 0 or any(v is None for v in self.index_map.values()):

@@ -26,14 +26,13 @@ from lore_core.wire.fields import (
     as_str,
     loads_or,
     new_id,
-    sse_event,
     status_error_kind,
     well_formed,
 )
 from lore_core.wire.openai_chat.editor import ChatBufferedEditor, ChatStreamEditor
 from lore_core.wire.openai_chat.recall import ChatRecall
 from lore_core.wire.providers import OPENAI
-from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
+from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser, sse_event
 
 
 def _content_blocks(content: Any, as_tool_result_of: str | None = None) -> list[Block]:

@@ -8,12 +8,12 @@ import re
 from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
-from lore_core.wire.fields import as_dict, as_list
-from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scale_split_usage, sse
+from lore_core.wire.fields import as_dict, as_int, as_list
+from lore_core.wire.turns import BufferedTurn, Editor, scale_factor, scale_split_usage, sse
 
 
 def prompt_tokens(usage: dict[str, Any]) -> int:
-    return as_count(usage.get("prompt_tokens"))
+    return as_int(usage.get("prompt_tokens"))
 
 
 def scale_usage(usage: Any, context_limit: int, share: float, factor: float | None = None) -> bool:
@@ -80,7 +80,7 @@ class ChatBufferedEditor(BufferedTurn):
         out, usage = self._answer()
         if usage is not None:
             usage["completion_tokens"] = self.output_tokens
-            usage["total_tokens"] = as_count(usage.get("prompt_tokens")) + self.output_tokens
+            usage["total_tokens"] = as_int(usage.get("prompt_tokens")) + self.output_tokens
             scale_usage(usage, self.policy.context_limit, self.policy.usage_share)
             out["usage"] = usage
         choices = [dict(c) for c in out.get("choices") or [{}]]
@@ -146,7 +146,7 @@ class ChatStreamEditor(Editor):
             ev.update({k: v for k, v in self.first.items() if v is not None})
         if isinstance(ev.get("usage"), dict):
             self.usage_chunk = ev
-            self.output_tokens += as_count(ev["usage"].get("completion_tokens"))
+            self.output_tokens += as_int(ev["usage"].get("completion_tokens"))
             if not ev.get("choices"):
                 self.held_raw.append(raw)
                 return b""
@@ -154,7 +154,7 @@ class ChatStreamEditor(Editor):
             changed = True
         choices = as_list(ev.get("choices"))
         for choice in choices:
-            if not isinstance(choice, dict) or as_count(choice.get("index")) != 0:
+            if not isinstance(choice, dict) or as_int(choice.get("index")) != 0:
                 continue
             delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
@@ -164,7 +164,7 @@ class ChatStreamEditor(Editor):
             if delta.get("tool_calls"):
                 kept = []
                 for call in delta["tool_calls"]:
-                    index = as_count(call.get("index"))
+                    index = as_int(call.get("index"))
                     slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
                     slot["id"] = call.get("id") or slot["id"]
                     fn = call.get("function") or {}
@@ -223,7 +223,7 @@ class ChatStreamEditor(Editor):
                     ev = json.loads(piece[1:])
                     for choice in as_list(ev.get("choices")):
                         content = as_dict(choice.get("delta")).get("content")
-                        if isinstance(content, str) and as_count(choice.get("index")) == 0:
+                        if isinstance(content, str) and as_int(choice.get("index")) == 0:
                             out.append(content)
                 except (ValueError, AttributeError):
                     continue
@@ -310,7 +310,7 @@ class ChatStreamEditor(Editor):
             if isinstance(details, dict):
                 usage["prompt_tokens_details"] = dict(details)
             usage["completion_tokens"] = self.output_tokens
-            usage["total_tokens"] = as_count(usage.get("prompt_tokens")) + self.output_tokens
+            usage["total_tokens"] = as_int(usage.get("prompt_tokens")) + self.output_tokens
             scale_usage(usage, self.policy.context_limit, self.policy.usage_share)
             chunk["usage"] = usage
             chunk["choices"] = []

@@ -27,14 +27,13 @@ from lore_core.wire.fields import (
     as_str,
     loads_or,
     new_id,
-    sse_event,
     status_error_kind,
     well_formed,
 )
 from lore_core.wire.openai_responses.editor import ResponsesBufferedEditor, ResponsesStreamEditor
 from lore_core.wire.openai_responses.recall import ResponsesRecall
 from lore_core.wire.providers import OPENAI
-from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser
+from lore_core.wire.sse import TRUNCATED_NOTE, AnswerParts, SSEParser, sse_event
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "refusal")
 

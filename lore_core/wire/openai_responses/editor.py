@@ -8,12 +8,12 @@ import json
 from typing import Any
 
 from lore_core.interfaces import EditPolicy, RecallCall, RoundResult
-from lore_core.wire.fields import as_dict, new_id
-from lore_core.wire.turns import BufferedTurn, Editor, as_count, scale_factor, scale_split_usage, sse
+from lore_core.wire.fields import as_dict, as_int, new_id
+from lore_core.wire.turns import BufferedTurn, Editor, scale_factor, scale_split_usage, sse
 
 
 def prompt_tokens(usage: dict[str, Any]) -> int:
-    return as_count(usage.get("input_tokens"))
+    return as_int(usage.get("input_tokens"))
 
 
 def scale_usage(usage: Any, context_limit: int, share: float, factor: float | None = None) -> bool:
@@ -103,7 +103,7 @@ class ResponsesBufferedEditor(BufferedTurn):
         if usage is not None:
             usage["output_tokens"] = self.output_tokens
             if "total_tokens" in usage:
-                usage["total_tokens"] = as_count(usage.get("input_tokens")) + self.output_tokens
+                usage["total_tokens"] = as_int(usage.get("input_tokens")) + self.output_tokens
             scale_usage(usage, self.policy.context_limit, self.policy.usage_share)
             out["usage"] = usage
         out["output"] = self.visible
@@ -140,7 +140,7 @@ class ResponsesStreamEditor(Editor):
 
     def _seq(self, ev: dict[str, Any]) -> None:
         if self.round == 0 and self.identity:
-            self.seq = max(self.seq, as_count(ev.get("sequence_number")))
+            self.seq = max(self.seq, as_int(ev.get("sequence_number")))
         else:
             self.seq += 1
             ev["sequence_number"] = self.seq
@@ -167,12 +167,12 @@ class ResponsesStreamEditor(Editor):
             self.terminal_name = name or kind
             usage = as_dict(ev.get("response")).get("usage")
             if isinstance(usage, dict):
-                self.output_tokens += as_count(usage.get("output_tokens"))
+                self.output_tokens += as_int(usage.get("output_tokens"))
             return b""
         if "output_index" not in ev:
             self._seq(ev)
             return raw if self.round == 0 and self.identity else sse(name, ev)
-        index = as_count(ev.get("output_index"))
+        index = as_int(ev.get("output_index"))
         if kind == "response.output_item.added":
             item = as_dict(ev.get("item"))
             if item.get("type") in ("function_call", "custom_tool_call", "local_shell_call"):
@@ -229,7 +229,7 @@ class ResponsesStreamEditor(Editor):
 
     def markers(self, markers: list[str]) -> bytes:
         if self.terminal is not None and self.round == 0:
-            self.seq = max(self.seq, as_count(self.terminal.get("sequence_number")) - 1)
+            self.seq = max(self.seq, as_int(self.terminal.get("sequence_number")) - 1)
         out = []
         for marker in markers:
             item = marker_item(marker)
@@ -282,7 +282,7 @@ class ResponsesStreamEditor(Editor):
         if isinstance(usage, dict):
             if self.round > 0:
                 usage["output_tokens"] = self.output_tokens
-                usage["total_tokens"] = as_count(usage.get("input_tokens")) + self.output_tokens
+                usage["total_tokens"] = as_int(usage.get("input_tokens")) + self.output_tokens
                 changed = True
             if scale_usage(usage, self.policy.context_limit, self.policy.usage_share):
                 changed = True
@@ -290,7 +290,7 @@ class ResponsesStreamEditor(Editor):
             return self.terminal_raw
         ev["response"] = response
         self.seq += 1
-        ev["sequence_number"] = max(self.seq, as_count(ev.get("sequence_number")))
+        ev["sequence_number"] = max(self.seq, as_int(ev.get("sequence_number")))
         return sse(self.terminal_name, ev)
 
     def final_text(self) -> str:
