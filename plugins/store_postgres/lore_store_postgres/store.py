@@ -1107,27 +1107,48 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
         return table, dimensions, storage, 0
 
     @staticmethod
-    def _create_hnsw(con: Conn, table: str, project: str | None = None) -> None:
+    def _create_hnsw(con: Conn, table: str, project: str | None = None, concurrently: bool = False) -> None:
         """The model's HNSW index over every row, or (``project``) over that project's rows:
         a partial index the planner uses for a query filtered on that project (planned with
         the value, see :meth:`nearest_passages`). No training step (unlike IVFFlat): built on
-        the rows there are, then kept up to date by every insert; cosine, as the protocol ranks."""
+        the rows there are, then kept up to date by every insert; cosine, as the protocol ranks.
+        ``concurrently`` (``con`` in autocommit): built without blocking writes, after dropping
+        what a build that failed or was killed left (an invalid index)."""
         name = f"{table}_hnsw" if project is None else _project_index(table, project)
-        statement = sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
-        query = statement.format(sql.Identifier(name), sql.Identifier(table))
+        how = sql.SQL("CONCURRENTLY ") if concurrently else sql.SQL("")
+        if concurrently and con.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone() == (True,):
+            con.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+        statement = sql.SQL("CREATE INDEX {}IF NOT EXISTS {} ON {} USING hnsw (embedding vector_cosine_ops)")
+        query = statement.format(how, sql.Identifier(name), sql.Identifier(table))
         if project is not None:
             query += sql.SQL(" WHERE project = {}").format(sql.Literal(project))
         con.execute(query)
 
     @staticmethod
     def _has_index(con: Conn, name: str) -> bool:
-        return con.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone() == (True,)
+        """Whether the index ``name`` exists and is usable (not what a failed concurrent
+        build left)."""
+        row = con.execute(
+            "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)), false)",
+            (name,),
+        ).fetchone()
+        return row == (True,)
 
     async def optimize_vectors(self, model: str) -> None:
         """Build the model's HNSW index once its table holds ``hnswMinVectors`` vectors, and
         one per project past the same size (``hnswPerProject``), each once, in bulk."""
 
         def run(con: Conn) -> None:
+            # Autocommit: each build is CREATE INDEX CONCURRENTLY (no transaction around it),
+            # so every gateway's vector writes go on meanwhile (minutes at a million vectors).
+            con.autocommit = True
+            try:
+                build(con)
+            finally:
+                con.execute("RESET maintenance_work_mem")
+                con.autocommit = False
+
+        def build(con: Conn) -> None:
             found = self._model_row(con, model)
             if found is None or found[2] != "vector":
                 return
@@ -1146,22 +1167,30 @@ class PostgresStore(Store, DistillationStore, VectorStore, KnowledgeStore, Entit
             ]  # fmt: skip
             if not missing:
                 return
-            # One gateway builds them; another finds the lock taken and leaves it. A build
-            # holds a SHARE lock: searches go on, this model's vector writes wait for it.
-            locked = con.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", (f"hnsw:{model}",))
-            if locked.fetchone() != (True,):
+            # One gateway builds them; another finds the lock taken and leaves it. A session
+            # lock (the builds run outside a transaction), released once they are done; a
+            # gateway that dies mid-build releases it with its connection, and the next
+            # upkeep drops the invalid index it left and builds again.
+            key = (f"hnsw:{model}",)
+            if con.execute("SELECT pg_try_advisory_lock(hashtext(%s))", key).fetchone() != (True,):
                 return
-            memory = f"{self.settings.hnsw_build_memory}MB"
-            con.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
-            for project in missing:
-                started = time.monotonic()
-                self._create_hnsw(con, table, project)
-                log.info(
-                    "vector index %s: HNSW index%s built in %.1f s",
-                    model,
-                    "" if project is None else f" of project {project}",
-                    time.monotonic() - started,
+            try:
+                con.execute(
+                    sql.SQL("SET maintenance_work_mem = {}").format(
+                        sql.Literal(f"{self.settings.hnsw_build_memory}MB")
+                    )
                 )
+                for project in missing:
+                    started = time.monotonic()
+                    self._create_hnsw(con, table, project, concurrently=True)
+                    log.info(
+                        "vector index %s: HNSW index%s built in %.1f s",
+                        model,
+                        "" if project is None else f" of project {project}",
+                        time.monotonic() - started,
+                    )
+            finally:
+                con.execute("SELECT pg_advisory_unlock(hashtext(%s))", key)
 
         await self._call(run)
 

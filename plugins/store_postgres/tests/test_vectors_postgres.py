@@ -11,6 +11,7 @@ import asyncio
 import random
 from pathlib import Path
 
+import psycopg
 import pytest
 from lore_store_postgres.config import PostgresConfig
 from lore_store_postgres.store import PostgresStore
@@ -75,3 +76,93 @@ def test_hnsw_with_filters_matches_the_exact_search(pg_dsn: str, tmp_path: Path)
     found = sum(len(set(a) & set(e)) for a, e in zip(approximate, exact, strict=True))
     print(f"HNSW recall@10 against the exact search: {found / (10 * len(exact)):.3f}")
     assert found / (10 * len(exact)) >= 0.9
+
+
+#: Index builds running in this test's database.
+BUILDS = "SELECT count(*) FROM pg_stat_progress_create_index WHERE datname = current_database()"
+
+
+def test_vector_writes_go_on_while_the_hnsw_index_is_built(pg_dsn: str, tmp_path: Path) -> None:
+    """The bulk build is CREATE INDEX CONCURRENTLY: another gateway's vector writes are not
+    held up by it. A reader's open snapshot holds the build at its wait for older
+    transactions, and a write lands meanwhile."""
+
+    import psycopg
+
+    rng = random.Random(3)
+    history = [exchange([text("user", f"note {i}")], session=f"s-{i % 5}", at=100.0 + i) for i in range(60)]
+
+    async def body() -> None:
+        settings = PostgresConfig(dsn=pg_dsn, hnsw_min_vectors=40, hnsw_per_project=False)
+        store = PostgresStore(settings, journal_dir=tmp_path / "j")
+        await store.open()
+        try:
+            await store.write(batch_of(*history))
+            items = await store.pending_embeddings("m", limit=50)
+            await store.write_vectors("m", DIMS, [ItemVectors(i, [unit(rng)]) for i in items])
+            table = (await store.vector_stats("m"))["m"]
+            assert table["index"] == "exact"
+            with psycopg.connect(pg_dsn) as reader:
+                reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                reader.execute("SELECT count(*) FROM vector_models").fetchone()  # a snapshot, held
+                build = asyncio.ensure_future(store.optimize_vectors("m"))
+                with psycopg.connect(pg_dsn, autocommit=True) as watch:
+                    while not watch.execute(BUILDS).fetchone()[0]:
+                        assert not build.done(), "the build ended without waiting for the reader"
+                        await asyncio.sleep(0.05)
+                    rest = await store.pending_embeddings("m", limit=50)
+                    assert rest
+                    await store.write_vectors("m", DIMS, [ItemVectors(i, [unit(rng)]) for i in rest])
+                    # Written while the build still waits for the reader.
+                    assert watch.execute(BUILDS).fetchone()[0] == 1
+                    assert not build.done()
+                reader.rollback()
+            await build
+            assert (await store.vector_stats("m"))["m"]["index"] == "hnsw"
+            assert (await store.vector_stats("m"))["m"]["vectors"] == 60
+        finally:
+            await store.close()
+
+    asyncio.run(body())
+
+
+def test_a_build_that_was_killed_is_built_again(pg_dsn: str, tmp_path: Path) -> None:
+    """A concurrent build cancelled half-way leaves an invalid index behind: the store does not
+    count it as built, and the next upkeep drops it and builds the index again."""
+    rng = random.Random(5)
+    history = [exchange([text("user", f"note {i}")], session=f"s-{i % 5}", at=100.0 + i) for i in range(50)]
+
+    async def body() -> None:
+        settings = PostgresConfig(dsn=pg_dsn, hnsw_min_vectors=40, hnsw_per_project=False)
+        store = PostgresStore(settings, journal_dir=tmp_path / "j")
+        await store.open()
+        try:
+            await store.write(batch_of(*history))
+            items = await store.pending_embeddings("m", limit=50)
+            await store.write_vectors("m", DIMS, [ItemVectors(i, [unit(rng)]) for i in items])
+            with psycopg.connect(pg_dsn) as reader, psycopg.connect(pg_dsn, autocommit=True) as watch:
+                reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                reader.execute("SELECT count(*) FROM vector_models").fetchone()  # holds the build
+                build = asyncio.ensure_future(store.optimize_vectors("m"))
+                while not watch.execute(BUILDS).fetchone()[0]:
+                    await asyncio.sleep(0.05)
+                watch.execute(
+                    "SELECT pg_cancel_backend(pid) FROM pg_stat_progress_create_index "
+                    "WHERE datname = current_database()"
+                )
+                with pytest.raises(Exception, match="cancel"):
+                    await build
+                reader.rollback()
+                invalid = watch.execute(
+                    "SELECT count(*) FROM pg_index WHERE NOT indisvalid AND indexrelid::regclass::text "
+                    "LIKE %s",
+                    ("%hnsw",),
+                ).fetchone()[0]
+                assert invalid == 1
+            assert (await store.vector_stats("m"))["m"]["index"] == "exact"  # not counted as built
+            await store.optimize_vectors("m")
+            assert (await store.vector_stats("m"))["m"]["index"] == "hnsw"
+        finally:
+            await store.close()
+
+    asyncio.run(body())
