@@ -6,7 +6,9 @@ is imported only when a PostgreSQL store is made.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from collections.abc import Callable
 
 import attrs
@@ -32,8 +34,15 @@ def make_store(config: LoreConfig) -> Store:
     # gateways of one machine on one database each keep (and claim) their own, and a
     # gateway restarted on its port replays what it left.
     digest = hashlib.sha256(settings.dsn.encode()).hexdigest()[:12]
-    name = f"postgres-{digest}-{config.server.port}.journal"
-    return PostgresStore(settings, journal_dir=default_data_dir() / name)
+    journal = default_data_dir() / f"postgres-{digest}-{config.server.port}.journal"
+    # Before the port was part of the name there was one journal per database: what a
+    # gateway of that version left unwritten is taken over (and replayed) by the first one
+    # to open this database here; the store keeps a message once, whoever replays it.
+    earlier = default_data_dir() / f"postgres-{digest}.journal"
+    if earlier.exists() and not journal.exists():
+        with contextlib.suppress(FileNotFoundError):  # another gateway took it first
+            os.replace(earlier, journal)
+    return PostgresStore(settings, journal_dir=journal)
 
 
 def _settings(config: LoreConfig) -> PostgresConfig:

@@ -128,3 +128,22 @@ def test_text_search_config_is_checked(pg_dsn: str) -> None:
     store = PostgresStore(PostgresConfig(dsn=pg_dsn, text_search_config="klingon"))
     with pytest.raises(StoreUnavailable, match="no text search configuration 'klingon'"):
         asyncio.run(store.open())
+
+
+def test_a_journal_under_the_name_before_the_port_is_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    config = load_config(
+        {SECTION: PostgresConfig}, env={"LORE_DB_PATH": "postgresql://lore@db.internal/lore"}
+    )
+    first = make_store(config)
+    assert first.journal_dir is not None
+    # What a gateway of the earlier plugin left: one journal per database, no port in its name.
+    earlier = first.journal_dir.with_name(first.journal_dir.name.rsplit("-", 1)[0] + ".journal")
+    earlier.mkdir(parents=True)
+    (earlier / "000001.log").write_text("left unwritten")
+    store = make_store(config)
+    assert store.journal_dir == first.journal_dir
+    assert (store.journal_dir / "000001.log").read_text() == "left unwritten"
+    assert not earlier.exists()
