@@ -324,16 +324,23 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
     row = con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
     threshold = str(row[0]) if row else "16MiB"
     con.execute("SET checkpoint_threshold = '0b'")
+    # A new database takes every migration in one transaction, so one checkpoint (~0.05 s
+    # against ~0.3 s for one a version): it has no data a step could need committed first,
+    # and the schema is the same. An existing one goes a version a transaction.
+    steps = (
+        [range(0, SCHEMA_VERSION)] if found == 0 else [range(v, v + 1) for v in range(found, SCHEMA_VERSION)]
+    )
     try:
-        for version in range(found, SCHEMA_VERSION):
+        for versions in steps:
             con.execute("BEGIN TRANSACTION")
             try:
-                for statement in MIGRATIONS[version]:
-                    con.execute(statement)
+                for version in versions:
+                    for statement in MIGRATIONS[version]:
+                        con.execute(statement)
                 con.execute(
                     """INSERT INTO lore_meta (key, value) VALUES ('schema_version', ?)
                     ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
-                    (str(version + 1),),
+                    (str(versions[-1] + 1),),
                 )
                 con.execute("COMMIT")
             except BaseException:
