@@ -6,6 +6,10 @@
 * ``start_gateway(config=None, env=None, extra_plugins=())``: a real gateway on a real
   socket, stopped at the end of the test.
 * ``gateway``: ``start_gateway()`` with the defaults.
+* ``shared_gateway`` and ``shared_upstream``: one gateway and its fake upstream for all the
+  tests of a module that use them (``shared_gateway_config`` configures it), for tests that
+  only read from the gateway or keep to sessions and projects of their own: each test gets
+  the gateway's environment and a fake upstream with nothing queued or recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from lore_core.gateway import Gateway
@@ -37,10 +42,10 @@ def fake_upstream() -> Iterator[FakeUpstream]:
         yield fake
 
 
-@pytest.fixture
-def lore_env(tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Environment for a gateway under test; also applied to ``os.environ`` for the test."""
-    home = tmp_path / "home"
+def gateway_env(root: Path, upstream_url: str) -> dict[str, str]:
+    """The environment of a gateway under test: its config, data and cache under ``root``
+    (with an empty configuration file), both upstreams at ``upstream_url``."""
+    home = root / "home"
     env = {
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
@@ -48,11 +53,30 @@ def lore_env(tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.Mo
         "XDG_CACHE_HOME": str(home / ".cache"),
         # Not named .lore.json: that marks a project's root (lore_core.projects), and the
         # tests' projects are folders under tmp_path.
-        "LORE_CONFIG": str(tmp_path / "lore.json"),
-        "LORE_UPSTREAM_ANTHROPIC": fake_upstream.url,
-        "LORE_UPSTREAM_OPENAI": fake_upstream.url,
+        "LORE_CONFIG": str(root / "lore.json"),
+        "LORE_UPSTREAM_ANTHROPIC": upstream_url,
+        "LORE_UPSTREAM_OPENAI": upstream_url,
     }
-    (tmp_path / "lore.json").write_text("{}")
+    (root / "lore.json").write_text("{}")
+    return env
+
+
+def start_server(
+    env: Mapping[str, str],
+    cwd: Path,
+    config: Mapping[str, Any] | None = None,
+    extra_plugins: tuple[object, ...] = (),
+) -> ThreadedServer:
+    """A gateway with ``config`` (written to the environment's configuration file), serving."""
+    Path(env["LORE_CONFIG"]).write_text(json.dumps(dict(config or {})))
+    gateway = Gateway.load(env=dict(env), cwd=cwd, extra_plugins=extra_plugins)
+    return ThreadedServer(gateway).start()
+
+
+@pytest.fixture
+def lore_env(tmp_path: Path, fake_upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment for a gateway under test; also applied to ``os.environ`` for the test."""
+    env = gateway_env(tmp_path, fake_upstream.url)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
@@ -67,10 +91,7 @@ def start_gateway(tmp_path: Path, lore_env: dict[str, str]) -> Iterator[Callable
         env: Mapping[str, str] | None = None,
         extra_plugins: tuple[object, ...] = (),
     ) -> ThreadedServer:
-        config_path = Path(lore_env["LORE_CONFIG"])
-        config_path.write_text(json.dumps(dict(config or {})))
-        gateway = Gateway.load(env={**lore_env, **(env or {})}, cwd=tmp_path, extra_plugins=extra_plugins)
-        server = ThreadedServer(gateway).start()
+        server = start_server({**lore_env, **(env or {})}, tmp_path, config, extra_plugins)
         servers.append(server)
         return server
 
@@ -82,3 +103,69 @@ def start_gateway(tmp_path: Path, lore_env: dict[str, str]) -> Iterator[Callable
 @pytest.fixture
 def gateway(start_gateway: Callable[..., ThreadedServer]) -> ThreadedServer:
     return start_gateway()
+
+
+# -- one gateway for a module's tests ------------------------------------------------------------
+
+#: What the shared gateway is configured with unless a module says otherwise. Its sessions
+#: never go idle (a distillation would call the fake upstream during a later test and add to
+#: what the store holds): a gateway of a test's own never lives the 60 s either.
+SHARED_GATEWAY_DEFAULTS: dict[str, Any] = {"distill": {"idleTimeoutSeconds": 86_400}}
+
+
+@pytest.fixture(scope="module")
+def shared_gateway_config() -> dict[str, Any]:
+    """The configuration of the module's shared gateway, over :data:`SHARED_GATEWAY_DEFAULTS`
+    (a module overrides this fixture for another)."""
+    return {}
+
+
+@attrs.frozen
+class SharedGateway:
+    """A module's gateway, its fake upstream and its environment."""
+
+    server: ThreadedServer
+    upstream: FakeUpstream
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def module_gateway(
+    tmp_path_factory: pytest.TempPathFactory, shared_gateway_config: dict[str, Any]
+) -> Iterator[SharedGateway]:
+    """The gateway all of a module's tests share (tests use ``shared_gateway``; this one is for
+    module fixtures that set the stage once, e.g. traffic every test reads)."""
+    root = tmp_path_factory.mktemp("shared-gateway")
+    config = {
+        **SHARED_GATEWAY_DEFAULTS,
+        **{
+            key: {**SHARED_GATEWAY_DEFAULTS.get(key, {}), **value} if isinstance(value, dict) else value
+            for key, value in shared_gateway_config.items()
+        },
+    }
+    with FakeUpstream() as fake, pytest.MonkeyPatch.context() as patch:
+        env = gateway_env(root, fake.url)
+        for key, value in env.items():
+            patch.setenv(key, value)  # while it starts, as a test's own gateway has it
+        server = start_server(env, root, config)
+        patch.undo()
+        try:
+            yield SharedGateway(server, fake, env)
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def shared_gateway(module_gateway: SharedGateway, monkeypatch: pytest.MonkeyPatch) -> ThreadedServer:
+    """The module's gateway, its environment applied to ``os.environ`` for the test (the CLI
+    and ``api_headers()`` find it), its fake upstream reset."""
+    for key, value in module_gateway.env.items():
+        monkeypatch.setenv(key, value)
+    module_gateway.upstream.reset()
+    return module_gateway.server
+
+
+@pytest.fixture
+def shared_upstream(module_gateway: SharedGateway, shared_gateway: ThreadedServer) -> FakeUpstream:
+    """The fake upstream of the module's gateway, with nothing queued or recorded."""
+    return module_gateway.upstream

@@ -35,6 +35,7 @@ from lore_dashboard.app import LAYER_MEANINGS
 from lore_core.http.access import rotate_token
 from lore_core.testing.builders import answer, batch_of, exchange, text
 from lore_core.testing.fake_upstream import FakeUpstream, Reply, ToolCall
+from lore_core.testing.fixtures import SharedGateway
 from lore_core.testing.net import api_headers
 from lore_core.testing.server import ThreadedServer
 
@@ -144,18 +145,35 @@ def post(client: httpx.Client, path: str, data: dict[str, str], **headers: str) 
 def served(
     start_gateway: Callable[..., ThreadedServer], fake_upstream: FakeUpstream, project: Path
 ) -> Iterator[ThreadedServer]:
+    """A gateway of the test's own with the traffic replayed: for tests that change what
+    others would read (forget, knowledge, a token rotation, more traffic)."""
     server = start_gateway()
     replay_traffic(server, fake_upstream, project)
     yield server
 
 
+@pytest.fixture(scope="module")
+def replayed(module_gateway: SharedGateway, tmp_path_factory: pytest.TempPathFactory) -> SharedGateway:
+    project = tmp_path_factory.mktemp("shared") / "proj"
+    project.mkdir()
+    replay_traffic(module_gateway.server, module_gateway.upstream, project)
+    return module_gateway
+
+
+@pytest.fixture
+def seen(replayed: SharedGateway, shared_gateway: ThreadedServer) -> ThreadedServer:
+    """The module's one gateway with the traffic replayed once, for the tests that only read
+    what it holds (a login or a logout changes nothing another test reads)."""
+    return shared_gateway
+
+
 # -- access ------------------------------------------------------------------------------------
 
 
-def test_a_login_link_works_once_and_sets_a_strict_session_cookie(served: ThreadedServer) -> None:
-    path = mint(served)
+def test_a_login_link_works_once_and_sets_a_strict_session_cookie(seen: ThreadedServer) -> None:
+    path = mint(seen)
     assert re.fullmatch(r"/ui/login\?t=[A-Za-z0-9_-]{40,}", path)
-    browser = httpx.Client(base_url=served.url)
+    browser = httpx.Client(base_url=seen.url)
     first = browser.get(path)
     assert first.status_code == 303
     cookie = first.headers["set-cookie"]
@@ -165,7 +183,7 @@ def test_a_login_link_works_once_and_sets_a_strict_session_cookie(served: Thread
     assert browser.get("/ui/").status_code == 200
 
     # The same link again, in another browser: refused, and it logs nobody in.
-    other = httpx.Client(base_url=served.url)
+    other = httpx.Client(base_url=seen.url)
     again = other.get(path)
     assert again.status_code == 403 and "not valid" in again.text
     assert "set-cookie" not in again.headers
@@ -197,11 +215,11 @@ def test_an_expired_unknown_or_pre_rotation_link_is_refused(
     assert fresh.get("/ui/sessions").status_code == 200
 
 
-def test_minting_a_link_needs_the_gateway_token(served: ThreadedServer) -> None:
-    assert httpx.post(served.url + "/ui/login-links").status_code == 401
-    wrong = httpx.post(served.url + "/ui/login-links", headers={"Authorization": "Bearer nope"})
+def test_minting_a_link_needs_the_gateway_token(seen: ThreadedServer) -> None:
+    assert httpx.post(seen.url + "/ui/login-links").status_code == 401
+    wrong = httpx.post(seen.url + "/ui/login-links", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
-    assert httpx.get(served.url + "/ui/login-links", headers=api_headers()).status_code == 405
+    assert httpx.get(seen.url + "/ui/login-links", headers=api_headers()).status_code == 405
 
 
 def test_a_token_rotation_logs_out(served: ThreadedServer) -> None:
@@ -230,21 +248,21 @@ def test_a_token_rotation_logs_out(served: ThreadedServer) -> None:
     ],
 )
 def test_without_the_cookie_a_page_says_how_to_log_in_and_shows_no_memory(
-    served: ThreadedServer, path: str
+    seen: ThreadedServer, path: str
 ) -> None:
     for cookies in ({}, {auth.COOKIE_NAME: "forged"}):
-        page = httpx.get(served.url + path, cookies=cookies)
+        page = httpx.get(seen.url + path, cookies=cookies)
         assert page.status_code == 401
         assert "lore dashboard" in page.text
         assert SECRET_WORD not in page.text and "s-tools" not in page.text.replace(path, "")
 
 
-def test_without_the_cookie_an_action_is_refused_and_changes_nothing(served: ThreadedServer) -> None:
+def test_without_the_cookie_an_action_is_refused_and_changes_nothing(seen: ThreadedServer) -> None:
     answer = httpx.post(
-        served.url + "/ui/session/forget", data={"id": "s-tools", "confirm": "yes", "csrf": "x"}
+        seen.url + "/ui/session/forget", data={"id": "s-tools", "confirm": "yes", "csrf": "x"}
     )
     assert answer.status_code == 401
-    assert local_api(served).get("/sessions/s-tools").status_code == 200
+    assert local_api(seen).get("/sessions/s-tools").status_code == 200
 
 
 def test_a_cross_site_post_is_refused(served: ThreadedServer, project: Path) -> None:
@@ -270,8 +288,8 @@ def test_a_cross_site_post_is_refused(served: ThreadedServer, project: Path) -> 
     assert done.status_code == 303
 
 
-def test_every_answer_carries_the_security_headers(served: ThreadedServer) -> None:
-    browser = login(served)
+def test_every_answer_carries_the_security_headers(seen: ThreadedServer) -> None:
+    browser = login(seen)
     for path in ("/ui/", "/ui/sessions", "/ui/static/dashboard.css", "/ui/nowhere"):
         answer = browser.get(path)
         csp = answer.headers["content-security-policy"]
@@ -291,9 +309,9 @@ def test_every_answer_carries_the_security_headers(served: ThreadedServer) -> No
 # -- pages -----------------------------------------------------------------------------------
 
 
-def test_health_shows_what_the_status_route_says(served: ThreadedServer) -> None:
-    page = login(served).get("/ui/").text
-    status = local_api(served).get("/status").json()
+def test_health_shows_what_the_status_route_says(seen: ThreadedServer) -> None:
+    page = login(seen).get("/ui/").text
+    status = local_api(seen).get("/status").json()
     assert "<h1>Health</h1>" in page
     assert f"version {status['health']['version']}" in page
     assert f"{status['store']['sessions']} sessions" in page
@@ -356,15 +374,15 @@ def test_sessions_list_filters_and_keyset_pages(
     assert browser.get("/ui/sessions", params={"after": "garbage"}).status_code == 400
 
 
-def test_the_reader_shows_the_conversation_with_tool_output_collapsed(served: ThreadedServer) -> None:
-    page = login(served).get("/ui/session", params={"id": "s-tools"}).text
+def test_the_reader_shows_the_conversation_with_tool_output_collapsed(seen: ThreadedServer) -> None:
+    page = login(seen).get("/ui/session", params={"id": "s-tools"}).text
     assert f"Plan the {SECRET_WORD} migration" in page
     assert f"The {SECRET_WORD} plan is ready." in page
     assert re.search(r"<details class=\"tool\"><summary>Tool result[^<]*\(\d+ characters\)", page)
     assert page.count("line of output") >= 300  # all of it, inside the <details>
     # Each answer's cost at the gateway's prices: together, what spend says of the session.
     costs = [float(c) for c in re.findall(r'<span class="muted">\$([0-9.]+)</span>', page)]
-    spent = {s["session"]: s["usd"] for s in local_api(served).get("/spend").json()["by_session"]}
+    spent = {s["session"]: s["usd"] for s in local_api(seen).get("/spend").json()["by_session"]}
     assert len(costs) == 2 and abs(sum(costs) - spent["s-tools"]) < 0.0002, (costs, spent)
     assert "Forget this session" in page
 
@@ -417,10 +435,10 @@ def test_the_reader_says_unknown_for_an_answer_stored_without_its_layer(served: 
     assert "layer" not in answer_item(page, messages[0]["id"])
 
 
-def test_search_runs_the_recall_engine(served: ThreadedServer) -> None:
-    browser = login(served)
+def test_search_runs_the_recall_engine(seen: ThreadedServer) -> None:
+    browser = login(seen)
     page = browser.get("/ui/search", params={"q": SECRET_WORD}).text
-    api = local_api(served).get("/recall", params={"q": SECRET_WORD, "scope": "all", "limit": "20"}).json()
+    api = local_api(seen).get("/recall", params={"q": SECRET_WORD, "scope": "all", "limit": "20"}).json()
     assert api["results"]
     # The passages that hold the word are on the page, by their recall ids (the vector index
     # fills in the background, so the looser neighbours may differ between two calls).
@@ -538,8 +556,8 @@ def test_knowledge_add_edit_delete_restore(served: ThreadedServer, project: Path
     assert '<h2 id="deleted">' not in browser.get("/ui/knowledge").text
 
 
-def test_a_refused_knowledge_entry_says_why_and_keeps_the_form(served: ThreadedServer, project: Path) -> None:
-    browser = login(served)
+def test_a_refused_knowledge_entry_says_why_and_keeps_the_form(seen: ThreadedServer) -> None:
+    browser = login(seen)
     token = csrf_of(browser.get("/ui/knowledge/new").text)
     answer = post(
         browser,
@@ -548,7 +566,7 @@ def test_a_refused_knowledge_entry_says_why_and_keeps_the_form(served: ThreadedS
     )
     assert answer.status_code == 400
     assert "absolute" in answer.text and 'value="T"' in answer.text
-    assert local_api(served).get("/knowledge").json() == []
+    assert local_api(seen).get("/knowledge").json() == []
 
 
 @pytest.mark.parametrize(
@@ -586,25 +604,25 @@ def test_a_refused_knowledge_entry_says_why_and_keeps_the_form(served: ThreadedS
     ],
 )
 def test_client_mistakes_are_never_a_500(
-    served: ThreadedServer, method: str, path: str, data: dict[str, str] | None
+    seen: ThreadedServer, method: str, path: str, data: dict[str, str] | None
 ) -> None:
-    browser = login(served)
+    browser = login(seen)
     if data is not None:
         data = {**data, "csrf": csrf_of(browser.get("/ui/").text)}
     answer = browser.request(method, path, data=data)
     assert 400 <= answer.status_code < 500, (answer.status_code, answer.text[:300])
 
 
-def test_a_form_that_is_not_urlencoded_is_refused(served: ThreadedServer) -> None:
-    browser = login(served)
+def test_a_form_that_is_not_urlencoded_is_refused(seen: ThreadedServer) -> None:
+    browser = login(seen)
     answer = browser.post(
         "/ui/logout", content=b'{"csrf": "x"}', headers={"content-type": "application/json"}
     )
     assert answer.status_code == 415
 
 
-def test_logout_ends_the_session(served: ThreadedServer) -> None:
-    browser = login(served)
+def test_logout_ends_the_session(seen: ThreadedServer) -> None:
+    browser = login(seen)
     token = csrf_of(browser.get("/ui/").text)
     answer = post(browser, "/ui/logout", {"csrf": token})
     assert answer.status_code == 303 and "Max-Age=0" in answer.headers["set-cookie"]
@@ -614,10 +632,10 @@ def test_logout_ends_the_session(served: ThreadedServer) -> None:
 # -- lore dashboard ----------------------------------------------------------------------------
 
 
-def test_lore_dashboard_prints_a_link_that_logs_in(served: ThreadedServer, lore_env: dict[str, str]) -> None:
+def test_lore_dashboard_prints_a_link_that_logs_in(seen: ThreadedServer) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "lore_core.cli", "dashboard", "--no-start"],
-        env={**os.environ, "LORE_PORT": str(served.port)},
+        env={**os.environ, "LORE_PORT": str(seen.port)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -628,7 +646,7 @@ def test_lore_dashboard_prints_a_link_that_logs_in(served: ThreadedServer, lore_
     assert link, done.stdout
     browser = httpx.Client()
     assert browser.get(link.group(1), follow_redirects=True).status_code == 200
-    assert "s-tools" in browser.get(served.url + "/ui/sessions").text
+    assert "s-tools" in browser.get(seen.url + "/ui/sessions").text
 
 
 def test_lore_dashboard_without_a_gateway_says_so(lore_env: dict[str, str]) -> None:
@@ -772,9 +790,9 @@ def test_team_review_approve_then_reject_a_change(served: ThreadedServer, projec
 # -- spend -------------------------------------------------------------------------------------
 
 
-def test_spend_by_day_model_and_session(served: ThreadedServer) -> None:
-    browser = login(served)
-    report = local_api(served).get("/spend", params={"days": "7"}).json()
+def test_spend_by_day_model_and_session(seen: ThreadedServer) -> None:
+    browser = login(seen)
+    report = local_api(seen).get("/spend", params={"days": "7"}).json()
     page = browser.get("/ui/spend")
     assert page.status_code == 200
     text = page.text
