@@ -8,6 +8,7 @@ clients go through ``lore run`` in ``test_clients.py``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import http.server
 import json
 import os
@@ -149,6 +150,9 @@ def readable_by_others(root: Path) -> list[str]:
     ]
 
 
+# Slow: a `lore run` and the gateway it starts, then waits for the journal to be written (the
+# fast run keeps test_private_files.py's data-directory checks and the test above).
+@pytest.mark.slow
 def test_under_a_loose_umask_lores_files_are_the_owners_and_the_clients_are_as_usual(
     lore_run: LoreRun, tmp_path: Path
 ) -> None:
@@ -172,6 +176,7 @@ def test_under_a_loose_umask_lores_files_are_the_owners_and_the_clients_are_as_u
     assert readable_by_others(data) == []
 
 
+@pytest.mark.slow  # three `lore run` processes racing to start one gateway process
 def test_concurrent_runs_start_one_gateway(
     lore_run: LoreRun, tmp_path: Path, fake_upstream: FakeUpstream
 ) -> None:
@@ -198,7 +203,9 @@ PORTABLE = (
     "from lore_core.cli.launcher import _run_with_handlers\n"
     "sys.exit(_run_with_handlers(sys.argv[1:], dict(os.environ)))\n"
 )
-PATHS = ["lore-run", "portable"]
+# Each `lore run` case starts a gateway process before its client (seconds); the fast run
+# keeps SIGTERM through `lore run` and every case of the portable path.
+SLOW_PATHS = [pytest.param("lore-run", marks=pytest.mark.slow), "portable"]
 
 
 def finished(proc: subprocess.Popen[bytes]) -> int:
@@ -227,8 +234,15 @@ def start_signal_client(
     return proc, record
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+@pytest.mark.parametrize(
+    ("sent", "code", "path"),
+    [
+        (signal.SIGTERM, 143, "lore-run"),
+        (signal.SIGTERM, 143, "portable"),
+        pytest.param(signal.SIGHUP, 129, "lore-run", marks=pytest.mark.slow),
+        (signal.SIGHUP, 129, "portable"),
+    ],
+)
 def test_terminating_signals_are_forwarded_and_the_exit_code_says_which(
     sent: signal.Signals, code: int, path: str, lore_run: LoreRun, tmp_path: Path
 ) -> None:
@@ -238,7 +252,7 @@ def test_terminating_signals_are_forwarded_and_the_exit_code_says_which(
     assert record.read_text().split() == [sent.name]
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", SLOW_PATHS)
 def test_an_interrupt_sent_to_lore_is_forwarded(path: str, lore_run: LoreRun, tmp_path: Path) -> None:
     proc, record = start_signal_client(lore_run, tmp_path, path, stderr=subprocess.PIPE)
     proc.send_signal(signal.SIGINT)
@@ -248,7 +262,7 @@ def test_an_interrupt_sent_to_lore_is_forwarded(path: str, lore_run: LoreRun, tm
     assert record.read_text().split() == ["SIGINT", "SIGTERM"]
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", SLOW_PATHS)
 def test_the_terminals_ctrl_c_is_not_sent_twice(path: str, lore_run: LoreRun, tmp_path: Path) -> None:
     """Ctrl+C on a terminal reaches every process of its foreground group, the client
     included; Lore must not send the client a second one (Claude Code quits on the second).
@@ -360,7 +374,11 @@ def test_a_port_taken_by_another_http_server_is_a_clear_error(
     assert "LORE_PORT" in err
 
 
-def test_a_port_taken_by_a_silent_server_is_a_clear_error(lore_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_port_taken_by_a_silent_server_is_a_clear_error(
+    lore_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The probe gives up on a silent server after its timeout: a short one here (3 s by default).
+    monkeypatch.setattr(launcher, "probe", functools.partial(probe, timeout=0.2))
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
