@@ -163,6 +163,7 @@ def test_a_second_gateway_on_a_store_another_holds_refuses_to_start(
     assert get_json(third.url + "/health")["store"]["status"] == "ok"
 
 
+@pytest.mark.slow  # two gateway processes; the stop --all test below starts the same two
 def test_another_store_is_another_gateway(serve: Any, tmp_path: Path) -> None:
     serve()
     other = serve(env={"LORE_DB_PATH": str(tmp_path / "other" / "lore.duckdb")})

@@ -49,6 +49,9 @@ def loose_umask() -> Iterator[None]:
     os.umask(before)
 
 
+# Slow: a lore serve process, the LanceDB index a search loads in it, a lore export process
+# (the test below checks the store's own files in process, in the fast run).
+@pytest.mark.slow
 def test_lore_serve_under_a_loose_umask_writes_nothing_others_can_read(
     fake_upstream: FakeUpstream, tmp_path: Path, loose_umask: None
 ) -> None:
