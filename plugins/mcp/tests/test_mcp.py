@@ -139,9 +139,9 @@ def test_every_knowledge_tool_over_stdio_and_http_gives_the_same_answers(
     assert {e["source_ref"] for e in stored} == {"mcp"}
 
 
-def test_knowledge_add_follows_the_books_rules(gateway: ThreadedServer, project: Path) -> None:
+def test_knowledge_add_follows_the_books_rules(shared_gateway: ThreadedServer, project: Path) -> None:
     async def main() -> dict[str, Any]:
-        async with http_session(gateway, project) as session:
+        async with http_session(shared_gateway, project) as session:
             out: dict[str, Any] = {}
             out["secret"] = await session.call_tool(
                 "knowledge_add",
@@ -164,22 +164,23 @@ def test_knowledge_add_follows_the_books_rules(gateway: ThreadedServer, project:
     assert out["edit"].structured_content["status"] == "updated"
     assert out["same"].structured_content["status"] == "unchanged"
     assert out["bad"].is_error  # the SDK validates the category's enum
-    stored = entries(gateway, project)
+    stored = entries(shared_gateway, project)
     assert [(e["title"], e["content"]) for e in stored] == [("Indentation", "four spaces")]
 
     # A deleted title stays deleted (its death certificate refuses it).
     entry_id = stored[0]["id"]
-    httpx.delete(f"{gateway.url}/lore/api/knowledge/{entry_id}", headers=api_headers()).raise_for_status()
+    deleted = httpx.delete(f"{shared_gateway.url}/lore/api/knowledge/{entry_id}", headers=api_headers())
+    deleted.raise_for_status()
 
     async def again() -> Any:
-        async with http_session(gateway, project) as session:
+        async with http_session(shared_gateway, project) as session:
             return await session.call_tool(
                 "knowledge_add", {"category": "preference", "title": "Indentation", "content": "tabs"}
             )
 
     refused = run(again)
     assert refused.is_error and "deleted" in text_of(refused)
-    assert entries(gateway, project) == []
+    assert entries(shared_gateway, project) == []
 
 
 def test_forget_session_forgets_a_session_of_the_project_only(
@@ -221,16 +222,16 @@ def test_forget_session_forgets_a_session_of_the_project_only(
     assert {h["session"] for h in hits} == {"s-theirs"}
 
 
-def test_a_manual_team_leaves_a_new_entry_pending(gateway: ThreadedServer, project: Path) -> None:
+def test_a_manual_team_leaves_a_new_entry_pending(shared_gateway: ThreadedServer, project: Path) -> None:
     bound = httpx.post(
-        f"{gateway.url}/lore/api/team",
+        f"{shared_gateway.url}/lore/api/team",
         json={"project": str(project), "action": "bind", "team": "core", "policy": "manual"},
         headers=api_headers(),
     )
     assert bound.status_code == 200, bound.text
 
     async def main() -> Any:
-        async with stdio_session(gateway, project) as session:
+        async with http_session(shared_gateway, project) as session:
             return await session.call_tool(
                 "knowledge_add", {"category": "decision", "title": "Queue", "content": "we use NATS"}
             )
@@ -241,18 +242,18 @@ def test_a_manual_team_leaves_a_new_entry_pending(gateway: ThreadedServer, proje
     assert "approval" in text_of(added)
 
 
-def test_recall_without_a_project_over_http_says_how_to_name_one(gateway: ThreadedServer) -> None:
+def test_recall_without_a_project_over_http_says_how_to_name_one(shared_gateway: ThreadedServer) -> None:
     async def main() -> Any:
-        async with http_session(gateway, None) as session:
+        async with http_session(shared_gateway, None) as session:
             return await session.call_tool("recall", {"query": "anything"})
 
     answer = run(main)
     assert answer.is_error and "X-Lore-Project" in text_of(answer)
 
 
-def test_the_project_argument_must_be_absolute(gateway: ThreadedServer, project: Path) -> None:
+def test_the_project_argument_must_be_absolute(shared_gateway: ThreadedServer, project: Path) -> None:
     async def main() -> Any:
-        async with stdio_session(gateway, project) as session:
+        async with http_session(shared_gateway, project) as session:
             return await session.call_tool("recall", {"query": "x", "project": "relative/dir"})
 
     answer = run(main)
@@ -332,27 +333,28 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": 
     ids=["no-token", "wrong-token", "foreign-host", "foreign-origin"],
 )
 def test_mcp_is_refused_without_the_token_or_from_elsewhere(
-    gateway: ThreadedServer, project: Path, headers: dict[str, str], status: int
+    shared_gateway: ThreadedServer, project: Path, headers: dict[str, str], status: int
 ) -> None:
     sent = {**MCP_HEADERS, "X-Lore-Project": str(project)}
     if "Authorization" not in headers and status != 401:
         sent.update(api_headers())  # the token is right: the Host or Origin alone refuses
     sent.update(headers)
+    refused = shared_gateway.gateway.stats["requests_refused"]
     for body in (INITIALIZE, ADD):
-        answer = httpx.post(gateway.url + "/mcp", json=body, headers=sent)
+        answer = httpx.post(shared_gateway.url + "/mcp", json=body, headers=sent)
         assert answer.status_code == status, answer.text
         assert "error" in answer.json()
-    assert entries(gateway, project) == []
-    assert gateway.gateway.stats["requests_refused"] >= 2
+    assert entries(shared_gateway, project) == []
+    assert shared_gateway.gateway.stats["requests_refused"] >= refused + 2
 
 
-def test_a_raw_tools_call_with_the_token_writes(gateway: ThreadedServer, project: Path) -> None:
+def test_a_raw_tools_call_with_the_token_writes(shared_gateway: ThreadedServer, project: Path) -> None:
     """The refusals above are the guard's: the same request with the token is served."""
     sent = {**MCP_HEADERS, **api_headers(), "X-Lore-Project": str(project)}
-    answer = httpx.post(gateway.url + "/mcp", json=ADD, headers=sent)
+    answer = httpx.post(shared_gateway.url + "/mcp", json=ADD, headers=sent)
     assert answer.status_code == 200, answer.text
     assert answer.json()["result"]["structuredContent"]["status"] == "created"
-    assert [e["title"] for e in entries(gateway, project)] == ["Intruder"]
+    assert [e["title"] for e in entries(shared_gateway, project)] == ["Intruder"]
 
 
 @pytest.mark.parametrize(
@@ -370,18 +372,18 @@ def test_a_raw_tools_call_with_the_token_writes(gateway: ThreadedServer, project
     ],
 )
 def test_client_mistakes_are_never_a_500(
-    gateway: ThreadedServer, method: str, path: str, content: bytes, extra: dict[str, str]
+    shared_gateway: ThreadedServer, method: str, path: str, content: bytes, extra: dict[str, str]
 ) -> None:
     sent = {**MCP_HEADERS, **api_headers(), **extra}
-    answer = httpx.request(method, gateway.url + path, content=content, headers=sent)
+    answer = httpx.request(method, shared_gateway.url + path, content=content, headers=sent)
     assert answer.status_code < 500, (answer.status_code, answer.text)
     # The gateway still answers.
-    assert httpx.get(gateway.url + "/health").status_code == 200
+    assert httpx.get(shared_gateway.url + "/health").status_code == 200
 
 
-def test_a_websocket_to_mcp_is_refused(gateway: ThreadedServer) -> None:
+def test_a_websocket_to_mcp_is_refused(shared_gateway: ThreadedServer) -> None:
     answer = httpx.get(
-        gateway.url + "/mcp",
+        shared_gateway.url + "/mcp",
         headers={
             **api_headers(),
             "Connection": "Upgrade",
@@ -426,7 +428,7 @@ def test_recall_of_something_never_stored_says_nothing_matches(
     gateway: ThreadedServer, project: Path
 ) -> None:
     async def main() -> tuple[Any, Any]:
-        async with stdio_session(gateway, project) as session:
+        async with http_session(gateway, project) as session:
             await exercise_knowledge(session, "Build toolchain")
             never = await session.call_tool(
                 "recall", {"query": "which sourdough starter recipe did grandma send for the toolchain?"}
