@@ -8,6 +8,7 @@ import itertools
 import json
 
 import anthropic
+import pytest
 
 from lore_core.testing.fake_upstream import Reply
 from lore_core.testing.poll import poll
@@ -122,6 +123,9 @@ def test_a_session_past_a_small_window_goes_upstream_compressed_and_well_formed(
     assert health["sessions"] >= 1 and sum(health["by_layer"].values()) >= len(session)
 
 
+# Slow: a twenty-turn session (the Anthropic one above keeps the gateway's compression in the fast
+# run; tests/test_context_layers.py checks no cut splits a tool call from its result).
+@pytest.mark.slow
 def test_an_openai_chat_session_past_its_window_keeps_every_tool_call_with_its_result(
     start_gateway, fake_upstream
 ):

@@ -346,7 +346,16 @@ def head_of(api_name: str, body: dict[str, Any]) -> Any:
     return [m for m in body["messages"] if m["role"] == "system"]
 
 
-@pytest.mark.parametrize("api_name", ["anthropic", "chat", "responses"])
+# Fifty turns each: the Chat and Responses cases are slow, the Anthropic one keeps the rule in
+# the fast run.
+@pytest.mark.parametrize(
+    "api_name",
+    [
+        "anthropic",
+        pytest.param("chat", marks=pytest.mark.slow),
+        pytest.param("responses", marks=pytest.mark.slow),
+    ],
+)
 def test_fifty_turns_with_knowledge_changing_keep_the_prompt_cache(
     api_name: str,
     start_gateway: Callable[..., ThreadedServer],

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 from lore_store_duckdb import schema
 from lore_store_duckdb.store import DuckDBStore
 
@@ -85,6 +86,9 @@ def test_migrate_reports_what_it_applied(tmp_path: Path) -> None:
     assert new.returncode == 0 and f"was new: schema made at version {latest}" in new.stdout
 
 
+# Slow: four lore processes and two stores filled with every tier (the copy itself is checked in
+# process by tests/test_store_copy.py and by every store's conformance round trip).
+@pytest.mark.slow
 def test_copy_duckdb_to_duckdb_every_tier_counted_and_idempotent(tmp_path: Path) -> None:
     source, target = tmp_path / "source.duckdb", tmp_path / "copy" / "target.duckdb"
     target.parent.mkdir()
@@ -115,6 +119,7 @@ def test_copy_duckdb_to_duckdb_every_tier_counted_and_idempotent(tmp_path: Path)
     assert read(target) == expected
 
 
+@pytest.mark.slow  # five lore processes; test_migrate_reports_what_it_applied keeps the command line fast
 def test_copy_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "lore.duckdb"
     cases = {

@@ -329,6 +329,9 @@ def assert_one_log_per_segment(url: str, session: str) -> int:
     return len(logs)
 
 
+# Slow: two gateway processes and a long conversation; the test above keeps two gateways on one
+# database in the fast run, test_vector_claims.py the claims between them.
+@pytest.mark.slow
 def test_two_gateways_distil_each_segment_once(
     serve: Gateways, fake_upstream: FakeUpstream, project: Path
 ) -> None:

@@ -142,6 +142,9 @@ def test_copy_duckdb_file_into_postgres(tmp_path: Path, pg_dsn: str) -> None:
     assert with_store(lambda: pg_store(pg_dsn), read) == expected
 
 
+# Slow: two lore processes and a database filled with every tier, copied into a second one
+# (the copy from a DuckDB file above keeps lore store copy in the fast run).
+@pytest.mark.slow
 def test_copy_postgres_database_into_another(tmp_path: Path, pg_dsn: str, other_dsn: str) -> None:
     expected = with_store(lambda: pg_store(pg_dsn), fill)
     # The configured store is the source; the destination named by its DSN.
