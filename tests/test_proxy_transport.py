@@ -1,4 +1,8 @@
-"""Transparency and robustness of the proxy: headers, bodies, encodings, retries, errors."""
+"""Transparency and robustness of the proxy: headers, bodies, encodings, retries, errors.
+
+The tests that only send requests with the default configuration share one gateway
+(``shared_gateway``); those that configure it, count finished exchanges or cut streams have
+their own."""
 
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ def post(url: str, **kwargs) -> httpx.Response:
         return client.post(url, **kwargs)
 
 
-def test_headers_forwarded_in_order_except_hop_by_hop_and_lore_headers(gateway, fake_upstream):
+def test_headers_forwarded_in_order_except_hop_by_hop_and_lore_headers(shared_gateway, shared_upstream):
     body = json.dumps(MESSAGES_BODY).encode()
     headers = [
         ("X-Custom-Header", "one"),
@@ -66,9 +70,9 @@ def test_headers_forwarded_in_order_except_hop_by_hop_and_lore_headers(gateway, 
         ("X-Lore-Project", "/home/dev/p"),
         ("content-type", "application/json"),
     ]
-    response = post(gateway.url + "/v1/messages?beta=true", content=body, headers=headers)
+    response = post(shared_gateway.url + "/v1/messages?beta=true", content=body, headers=headers)
     assert response.status_code == 200
-    seen = fake_upstream.api_requests()[-1]
+    seen = shared_upstream.api_requests()[-1]
     assert seen.query == "beta=true"
     assert seen.body == body
     # Header names are case-insensitive and ASGI servers lower-case them; order is kept.
@@ -92,33 +96,34 @@ def test_headers_forwarded_in_order_except_hop_by_hop_and_lore_headers(gateway, 
     }
 
 
-def test_bearer_auth_is_forwarded(gateway, fake_upstream):
+def test_bearer_auth_is_forwarded(shared_gateway, shared_upstream):
     response = post(
-        gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"Authorization": "Bearer tok-123"}
+        shared_gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"Authorization": "Bearer tok-123"}
     )
     assert response.status_code == 200
-    assert fake_upstream.api_requests()[-1].header("authorization") == "Bearer tok-123"
+    assert shared_upstream.api_requests()[-1].header("authorization") == "Bearer tok-123"
 
 
-def test_body_forwarded_byte_for_byte_with_unknown_fields(gateway, fake_upstream):
+def test_body_forwarded_byte_for_byte_with_unknown_fields(shared_gateway, shared_upstream):
     # Odd spacing, key order, unknown roles, fields and block types must all survive.
     body = (
         b'{ "model":"claude-x",  "max_tokens":5, "future_field": {"x": [1,2]},\n'
         b'"messages":[{"role":"system","content":"be brief"},'
         b'{"role":"user","content":[{"type":"mystery_block","payload":"\\u00e9"}]}] }'
     )
-    response = post(gateway.url + "/v1/messages", content=body, headers={"content-type": "application/json"})
+    headers = {"content-type": "application/json"}
+    response = post(shared_gateway.url + "/v1/messages", content=body, headers=headers)
     assert response.status_code == 200
-    assert fake_upstream.api_requests()[-1].body == body
+    assert shared_upstream.api_requests()[-1].body == body
 
 
-def test_base_url_prefix_is_stripped(gateway, fake_upstream):
-    response = post(gateway.url + "/anthropic/v1/messages?beta=true", json=MESSAGES_BODY)
+def test_base_url_prefix_is_stripped(shared_gateway, shared_upstream):
+    response = post(shared_gateway.url + "/anthropic/v1/messages?beta=true", json=MESSAGES_BODY)
     assert response.status_code == 200
-    assert fake_upstream.api_requests()[-1].path == "/v1/messages"
+    assert shared_upstream.api_requests()[-1].path == "/v1/messages"
     with httpx.Client() as client:
-        assert client.head(gateway.url + "/anthropic/").status_code == 200
-        assert client.head(gateway.url + "/").status_code == 200
+        assert client.head(shared_gateway.url + "/anthropic/").status_code == 200
+        assert client.head(shared_gateway.url + "/").status_code == 200
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
@@ -164,22 +169,24 @@ def test_compressed_responses_are_relayed_raw_and_assembled(
     assert recorder.exchanges[-1].response.complete
 
 
-def test_retries_503_then_succeeds(gateway, fake_upstream):
-    fake_upstream.enqueue(Reply(status=503), Reply(status=502), Reply(text="third time"))
-    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+def test_retries_503_then_succeeds(shared_gateway, shared_upstream):
+    shared_upstream.enqueue(Reply(status=503), Reply(status=502), Reply(text="third time"))
+    response = post(shared_gateway.url + "/v1/messages", json=MESSAGES_BODY)
     assert response.status_code == 200 and response.json()["content"][0]["text"] == "third time"
-    assert len(fake_upstream.api_requests()) == 3
+    assert len(shared_upstream.api_requests()) == 3
 
 
 @pytest.mark.parametrize("status", [400, 401, 429, 500])
-def test_client_errors_and_rate_limits_are_not_retried_and_arrive_verbatim(gateway, fake_upstream, status):
+def test_client_errors_and_rate_limits_are_not_retried_and_arrive_verbatim(
+    shared_gateway, shared_upstream, status
+):
     error = {"type": "error", "error": {"type": "custom", "message": f"upstream says {status}"}}
-    fake_upstream.enqueue(Reply(status=status, error_body=error, headers={"retry-after": "7"}))
-    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+    shared_upstream.enqueue(Reply(status=status, error_body=error, headers={"retry-after": "7"}))
+    response = post(shared_gateway.url + "/v1/messages", json=MESSAGES_BODY)
     assert response.status_code == status
     assert response.json() == error
     assert response.headers.get("retry-after") == "7"
-    assert len(fake_upstream.api_requests()) == 1
+    assert len(shared_upstream.api_requests()) == 1
 
 
 def test_persistent_503_reaches_the_client_after_bounded_retries(start_gateway, fake_upstream):
@@ -241,16 +248,16 @@ def test_upstream_header_and_model_prefix_route_requests(start_gateway, fake_ups
         assert len(fake_upstream.api_requests()) == 1
 
 
-def test_bad_upstream_url_header_is_a_client_error(gateway):
+def test_bad_upstream_url_header_is_a_client_error(shared_gateway):
     response = post(
-        gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"x-lore-upstream-url": "ftp://x"}
+        shared_gateway.url + "/v1/messages", json=MESSAGES_BODY, headers={"x-lore-upstream-url": "ftp://x"}
     )
     assert response.status_code == 400
     assert response.json()["type"] == "error"
 
 
-def test_websocket_upgrade_on_responses_is_answered_426(gateway):
-    port = int(gateway.url.rsplit(":", 1)[1])
+def test_websocket_upgrade_on_responses_is_answered_426(shared_gateway):
+    port = int(shared_gateway.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(
             b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -307,17 +314,17 @@ def test_websocket_upgrade_on_responses_is_answered_426(gateway):
     ],
 )
 def test_bad_input_gets_a_4xx_in_the_api_shape_and_the_gateway_keeps_serving(
-    gateway, fake_upstream, path, content, headers, status, fragment
+    shared_gateway, shared_upstream, path, content, headers, status, fragment
 ):
-    response = post(gateway.url + path, content=content, headers=headers)
+    response = post(shared_gateway.url + path, content=content, headers=headers)
     assert response.status_code == status
     payload = response.json()
     message = payload["error"]["message"]
     assert fragment in message
     if path == "/v1/messages":
         assert payload["type"] == "error"
-    assert fake_upstream.api_requests() == []
-    assert post(gateway.url + "/v1/messages", json=MESSAGES_BODY).status_code == 200
+    assert shared_upstream.api_requests() == []
+    assert post(shared_gateway.url + "/v1/messages", json=MESSAGES_BODY).status_code == 200
 
 
 def test_oversized_body_gets_413(start_gateway, fake_upstream):
@@ -360,24 +367,24 @@ def test_client_disconnect_mid_stream_cancels_upstream_and_keeps_partial(
     assert fake_upstream.disconnects == 1, "the upstream request was not cancelled"
 
 
-def test_other_v1_paths_are_forwarded_and_unknown_paths_404(gateway, fake_upstream):
+def test_other_v1_paths_are_forwarded_and_unknown_paths_404(shared_gateway, shared_upstream):
     with httpx.Client() as client:
-        files = client.get(gateway.url + "/v1/files?limit=3", headers={"authorization": "Bearer t"})
+        files = client.get(shared_gateway.url + "/v1/files?limit=3", headers={"authorization": "Bearer t"})
         assert files.status_code == 200 and files.json() == {"echo": "/v1/files", "method": "GET"}
-        assert fake_upstream.requests[-1].query == "limit=3"
+        assert shared_upstream.requests[-1].query == "limit=3"
         upload = client.post(
-            gateway.url + "/v1/uploads", content=b"raw bytes", headers={"content-type": "text/plain"}
+            shared_gateway.url + "/v1/uploads", content=b"raw bytes", headers={"content-type": "text/plain"}
         )
-        assert upload.status_code == 200 and fake_upstream.requests[-1].body == b"raw bytes"
-        missing = client.get(gateway.url + "/nope")
+        assert upload.status_code == 200 and shared_upstream.requests[-1].body == b"raw bytes"
+        missing = client.get(shared_gateway.url + "/nope")
         assert missing.status_code == 404 and "no route" in missing.json()["error"]["message"]
 
 
-def test_health_reports_plugins_and_upstreams(gateway, fake_upstream):
+def test_health_reports_plugins_and_upstreams(shared_gateway, shared_upstream):
     with httpx.Client() as client:
-        health = client.get(gateway.url + "/health").json()
+        health = client.get(shared_gateway.url + "/health").json()
     assert health["status"] == "ok"
-    assert health["upstreams"]["anthropic"] == fake_upstream.url
+    assert health["upstreams"]["anthropic"] == shared_upstream.url
     assert "lore_core.builtin.codecs" in health["plugins"]
 
 
@@ -396,13 +403,13 @@ def test_an_upstream_stream_cut_off_is_cut_off_for_the_client_too(recorded_gatew
     assert not recorder.exchanges[-1].response.complete
 
 
-def test_responses_carry_one_date_header(gateway, fake_upstream):
-    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+def test_responses_carry_one_date_header(shared_gateway, shared_upstream):
+    response = post(shared_gateway.url + "/v1/messages", json=MESSAGES_BODY)
     assert len(response.headers.get_list("date")) == 1
 
 
 @pytest.mark.parametrize("encoding", [None, "gzip"])
-def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_upstream, encoding):
+def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(shared_gateway, shared_upstream, encoding):
     from lore_core.recall.tool import recall_tool
     from lore_core.wire.anthropic.codec import AnthropicMessagesCodec
 
@@ -415,9 +422,9 @@ def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_ups
     if encoding:
         headers["content-encoding"] = encoding
     content = gzip.compress(body) if encoding else body
-    response = post(gateway.url + "/v1/messages", content=content, headers=headers)
+    response = post(shared_gateway.url + "/v1/messages", content=content, headers=headers)
     assert response.status_code == 200
-    seen = fake_upstream.api_requests()[-1]
+    seen = shared_upstream.api_requests()[-1]
     assert seen.header("content-encoding") is None
     expected = {
         **json.loads(body),
@@ -428,12 +435,12 @@ def test_the_recall_tool_is_spliced_into_the_clients_own_bytes(gateway, fake_ups
     assert seen.body[:cut] == body[:cut] and seen.body.endswith(body[cut:])
 
 
-def test_upstream_cookies_are_relayed_but_never_kept(gateway, fake_upstream):
-    fake_upstream.enqueue(Reply(headers={"set-cookie": "lb=node-3; Path=/"}))
-    response = post(gateway.url + "/v1/messages", json=MESSAGES_BODY)
+def test_upstream_cookies_are_relayed_but_never_kept(shared_gateway, shared_upstream):
+    shared_upstream.enqueue(Reply(headers={"set-cookie": "lb=node-3; Path=/"}))
+    response = post(shared_gateway.url + "/v1/messages", json=MESSAGES_BODY)
     assert response.status_code == 200 and response.headers["set-cookie"] == "lb=node-3; Path=/"
     # The upstream client's jar would send it with every later request, of every client.
-    assert len(gateway.gateway.upstream._client.cookies.jar) == 0
+    assert len(shared_gateway.gateway.upstream._client.cookies.jar) == 0
 
 
 def test_a_whole_answer_that_decodes_past_the_limit_is_relayed_unread(

@@ -122,10 +122,12 @@ class FakeUpstream:
         self._replies.extend(replies)
 
     def reset(self) -> None:
+        """Nothing queued, recorded or counted: as new."""
         self.requests.clear()
         self.responses_sent.clear()
         self._replies.clear()
         self.responder = None
+        self.disconnects = 0
 
     def api_requests(self) -> list[RecordedRequest]:
         """Requests to the model endpoints (not ``HEAD /``, model lists, ...)."""

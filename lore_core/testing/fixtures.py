@@ -9,7 +9,8 @@
 * ``shared_gateway`` and ``shared_upstream``: one gateway and its fake upstream for all the
   tests of a module that use them (``shared_gateway_config`` configures it), for tests that
   only read from the gateway or keep to sessions and projects of their own: each test gets
-  the gateway's environment and a fake upstream with nothing queued or recorded.
+  the gateway's environment and a fake upstream with nothing queued or recorded
+  (``shared_gateway_config`` and ``shared_gateway_plugins`` set it up).
 """
 
 from __future__ import annotations
@@ -107,10 +108,15 @@ def gateway(start_gateway: Callable[..., ThreadedServer]) -> ThreadedServer:
 
 # -- one gateway for a module's tests ------------------------------------------------------------
 
-#: What the shared gateway is configured with unless a module says otherwise. Its sessions
-#: never go idle (a distillation would call the fake upstream during a later test and add to
-#: what the store holds): a gateway of a test's own never lives the 60 s either.
-SHARED_GATEWAY_DEFAULTS: dict[str, Any] = {"distill": {"idleTimeoutSeconds": 86_400}}
+#: What the shared gateway is configured with unless a module says otherwise: no background
+#: model call while its tests run (one would reach the fake upstream during a later test and
+#: add to what the store holds). Its sessions never go idle, as a gateway of a test's own
+#: never lives the 60 s either, and the knowledge curator does not run every 20 turns of a
+#: session, which tests sending the same first message add up to.
+SHARED_GATEWAY_DEFAULTS: dict[str, Any] = {
+    "distill": {"idleTimeoutSeconds": 86_400},
+    "knowledge": {"curateEveryTurns": 100_000},
+}
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +124,13 @@ def shared_gateway_config() -> dict[str, Any]:
     """The configuration of the module's shared gateway, over :data:`SHARED_GATEWAY_DEFAULTS`
     (a module overrides this fixture for another)."""
     return {}
+
+
+@pytest.fixture(scope="module")
+def shared_gateway_plugins() -> tuple[object, ...]:
+    """Plugins the module's shared gateway loads besides the installed ones (``extra_plugins``
+    of ``start_gateway``); a module overrides this fixture to add some."""
+    return ()
 
 
 @attrs.frozen
@@ -131,7 +144,9 @@ class SharedGateway:
 
 @pytest.fixture(scope="module")
 def module_gateway(
-    tmp_path_factory: pytest.TempPathFactory, shared_gateway_config: dict[str, Any]
+    tmp_path_factory: pytest.TempPathFactory,
+    shared_gateway_config: dict[str, Any],
+    shared_gateway_plugins: tuple[object, ...],
 ) -> Iterator[SharedGateway]:
     """The gateway all of a module's tests share (tests use ``shared_gateway``; this one is for
     module fixtures that set the stage once, e.g. traffic every test reads)."""
@@ -147,7 +162,7 @@ def module_gateway(
         env = gateway_env(root, fake.url)
         for key, value in env.items():
             patch.setenv(key, value)  # while it starts, as a test's own gateway has it
-        server = start_server(env, root, config)
+        server = start_server(env, root, config, shared_gateway_plugins)
         patch.undo()
         try:
             yield SharedGateway(server, fake, env)
