@@ -128,6 +128,9 @@ def _mint(server: ThreadedServer) -> str:
     return server.url + answer.json()["path"]
 
 
+# Slow: a Chromium started and every page visited at two widths (test_dashboard.py checks each
+# page and action over HTTP in the fast run).
+@pytest.mark.slow
 def test_the_dashboard_in_a_browser(
     browser: Any,
     start_gateway: Callable[..., ThreadedServer],
